@@ -1,0 +1,25 @@
+"""Install relax_memplan: memory planning and shape dispatch passes for Apache TVM Relax."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="relax_memplan",
+    version="0.1.0",
+    description="Arena memory planning, liveness analysis and reports for Apache TVM Relax",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["relax_memplan", "relax_memplan.*"]),
+    package_data={"relax_memplan": ["examples/*.onnx", "configs/*.yaml"]},
+    install_requires=[
+        "apache-tvm==0.27.0.post1",
+        "numpy",
+        "onnx",
+        "PyYAML",
+    ],
+    extras_require={
+        "test": ["pytest", "onnxruntime", "hypothesis"],
+        "plot": ["matplotlib"],
+    },
+    entry_points={"console_scripts": ["relax-memplan=relax_memplan.cli:main"]},
+)
