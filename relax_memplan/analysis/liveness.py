@@ -1,0 +1,339 @@
+"""Liveness of the tensors a Relax function allocates, at the point where memory is planned.
+
+The analysis runs on a function after ``CallTIRRewrite`` (the place of TVM's
+``StaticPlanBlockMemory``), where every intermediate tensor is an explicit
+``R.builtin.alloc_tensor`` binding and every kernel call writes into its output
+arguments (destination-passing style).
+
+Program steps
+-------------
+Every binding gets one step, in program order. The bindings of an ``R.If``
+are linearised: the condition, then the true branch, then the false branch,
+then the binding of the ``If`` result. This order is a safe model of both
+run-time paths: a tensor local to one branch is never live together with a
+tensor local to the other branch, and a tensor from outside the ``If`` that
+is used in either branch stays live across everything in between.
+
+Aliases
+-------
+A tensor stays live while any value that may refer to its storage is live:
+plain variable rebinding, ``R.reshape`` views (lowered to
+``vm.builtin.reshape``, which shares storage), ``match_cast``, tuples and
+tuple items (conservatively: every tensor of the tuple), the result of an
+extern (packed) call (conservatively: every tensor argument), and ``If``
+results (the tensors of both branches).
+
+Which tensors are left to TVM
+-----------------------------
+A tensor is *not plannable* (and keeps TVM's behaviour) when
+
+* its shape is symbolic (sized at run time);
+* it may be part of the function's return value (an output);
+* it is passed to a callee that may retain it: a call that is neither a
+  PrimFunc of the module, nor an extern packed function, nor a view op.
+  This is the rule of TVM's ``StaticPlanBlockMemory`` (``DiscardTokensIn``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+import tvm
+from tvm import relax, tirx
+
+__all__ = ["TensorLiveness", "FunctionLiveness", "analyze_liveness", "dtype_size_bytes"]
+
+_ALLOC_TENSOR = "relax.builtin.alloc_tensor"
+# Ops whose result shares the storage of their first argument.
+_VIEW_OPS = frozenset({"relax.reshape", "relax.memory.view", "relax.memory.ensure_zero_offset"})
+
+
+def dtype_size_bytes(dtype: str, num_elements: int) -> int:
+    """Bytes the VM allocates for ``num_elements`` elements of ``dtype``.
+
+    Same rule as the Relax VM (``(bits * lanes + 7) // 8`` bytes per element),
+    so ``bool`` takes one byte per element.
+    """
+    dt = tvm.runtime.DataType(dtype)
+    return num_elements * ((dt.bits * dt.lanes + 7) // 8)
+
+
+@dataclass
+class TensorLiveness:
+    """One ``R.builtin.alloc_tensor`` and its live range.
+
+    Attributes
+    ----------
+    var : relax.Var
+        The variable the allocation is bound to.
+    name : str
+        Name hint of ``var`` (not necessarily unique in a function).
+    uid : str
+        Unique id within the function (``name`` or ``name#k``).
+    shape : tuple
+        Shape as ints (static) or PrimExprs (symbolic), in elements.
+    dtype : str
+        Element type.
+    size_bytes : int or None
+        Bytes of the tensor, ``None`` when the shape is symbolic.
+    device_index : int
+        ``runtime_device_index`` of the allocation.
+    storage_scope : str
+        Storage scope, e.g. ``"global"``.
+    start, end : int
+        Half-open live range ``[start, end)`` in program steps: ``start`` is the
+        step of the allocation, ``end - 1`` the step of the last use of the
+        tensor or of any alias of it.
+    aliases : list of str
+        Names of the variables that may refer to this tensor's storage.
+    in_branch : bool
+        Whether the allocation sits inside an ``R.If`` branch.
+    reason : str or None
+        Why the tensor is left to TVM's planner, ``None`` when plannable.
+    """
+
+    var: relax.Var
+    name: str
+    uid: str
+    shape: tuple
+    dtype: str
+    size_bytes: Optional[int]
+    device_index: int
+    storage_scope: str
+    start: int
+    end: int
+    aliases: List[str] = field(default_factory=list)
+    in_branch: bool = False
+    reason: Optional[str] = None
+
+    @property
+    def plannable(self) -> bool:
+        """True when our planner may place the tensor in an arena."""
+        return self.reason is None
+
+
+@dataclass
+class FunctionLiveness:
+    """Liveness of all allocations of one Relax function.
+
+    Attributes
+    ----------
+    name : str
+        Global symbol of the function.
+    tensors : list of TensorLiveness
+        In allocation order.
+    num_steps : int
+        Number of program steps (bindings, linearised across ``If`` branches).
+    """
+
+    name: str
+    tensors: List[TensorLiveness]
+    num_steps: int
+
+    @property
+    def plannable(self) -> List[TensorLiveness]:
+        """The tensors our planner may place."""
+        return [t for t in self.tensors if t.plannable]
+
+    @property
+    def left_to_tvm(self) -> List[TensorLiveness]:
+        """The tensors left to TVM (symbolic, outputs, possibly retained)."""
+        return [t for t in self.tensors if not t.plannable]
+
+
+class _LivenessAnalyzer:
+    """Walks one function body in program order; see the module docstring."""
+
+    def __init__(self, mod: tvm.IRModule):
+        self._mod = mod
+        self._step = 0
+        self._tensors: List[TensorLiveness] = []
+        self._last_use: List[int] = []
+        self._alias: Dict[relax.Var, FrozenSet[int]] = {}
+        self._branch_depth = 0
+        self._name_count: Dict[str, int] = {}
+
+    # ---- helpers -------------------------------------------------------
+    def _next_step(self) -> int:
+        step = self._step
+        self._step += 1
+        return step
+
+    def _tensors_of(self, expr) -> FrozenSet[int]:
+        """Tensors whose storage ``expr`` may refer to."""
+        if isinstance(expr, relax.Var):
+            return self._alias.get(expr, frozenset())
+        if isinstance(expr, relax.Tuple):
+            out: FrozenSet[int] = frozenset()
+            for f in expr.fields:
+                out |= self._tensors_of(f)
+            return out
+        if isinstance(expr, relax.TupleGetItem):
+            return self._tensors_of(expr.tuple_value)
+        return frozenset()
+
+    def _use(self, tensors: FrozenSet[int], step: int) -> None:
+        for i in tensors:
+            if self._last_use[i] < step:
+                self._last_use[i] = step
+
+    def _exclude(self, tensors: FrozenSet[int], reason: str) -> None:
+        for i in tensors:
+            if self._tensors[i].reason is None:
+                self._tensors[i].reason = reason
+
+    def _vars_in(self, expr) -> List[relax.Var]:
+        found: List[relax.Var] = []
+        relax.analysis.post_order_visit(
+            expr, lambda e: found.append(e) if isinstance(e, relax.Var) else None
+        )
+        return found
+
+    def _is_prim_func(self, op) -> bool:
+        if not isinstance(op, tvm.ir.GlobalVar):
+            return False
+        try:
+            return isinstance(self._mod[op], tirx.PrimFunc)
+        except (KeyError, tvm.TVMError):
+            return False
+
+    def _uid(self, name: str) -> str:
+        k = self._name_count.get(name, 0)
+        self._name_count[name] = k + 1
+        return name if k == 0 else f"{name}#{k}"
+
+    # ---- visitors ------------------------------------------------------
+    def _new_tensor(self, var: relax.Var, call, step: int) -> int:
+        shape_expr, dtype_imm, dev, scope = call.args
+        dtype = str(dtype_imm.value)
+        dims = list(shape_expr.values) if isinstance(shape_expr, relax.ShapeExpr) else None
+        static = dims is not None and all(isinstance(d, tirx.IntImm) for d in dims)
+        shape = tuple(int(d) for d in dims) if static else tuple(dims or ())
+        size = None
+        if static:
+            n = 1
+            for d in shape:
+                n *= d
+            size = dtype_size_bytes(dtype, n)
+        idx = len(self._tensors)
+        self._tensors.append(
+            TensorLiveness(
+                var=var,
+                name=var.name,
+                uid=self._uid(var.name),
+                shape=shape,
+                dtype=dtype,
+                size_bytes=size,
+                device_index=int(dev) if isinstance(dev, tirx.IntImm) else -1,
+                storage_scope=str(scope.value) if hasattr(scope, "value") else str(scope),
+                start=step,
+                end=step + 1,
+                in_branch=self._branch_depth > 0,
+                reason=None if static else "symbolic shape",
+            )
+        )
+        self._last_use.append(step)
+        if not isinstance(dev, tirx.IntImm):
+            self._tensors[idx].reason = "symbolic device index"
+        return idx
+
+    def visit_seq(self, seq: relax.SeqExpr) -> FrozenSet[int]:
+        """Visit a SeqExpr; returns the tensors its result may refer to."""
+        for block in seq.blocks:
+            for binding in block.bindings:
+                self._visit_binding(binding)
+        step = self._next_step()
+        result = self._tensors_of(seq.body)
+        for v in self._vars_in(seq.body):
+            self._use(self._alias.get(v, frozenset()), step)
+        return result
+
+    def _visit_binding(self, binding) -> None:
+        var, value = binding.var, binding.value
+        if isinstance(value, relax.If):
+            cond_step = self._next_step()
+            for v in self._vars_in(value.cond):
+                self._use(self._alias.get(v, frozenset()), cond_step)
+            self._branch_depth += 1
+            then_t = self.visit_seq(value.true_branch)
+            else_t = self.visit_seq(value.false_branch)
+            self._branch_depth -= 1
+            self._next_step()
+            self._alias[var] = then_t | else_t
+            return
+
+        step = self._next_step()
+        if isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op):
+            if value.op.name == _ALLOC_TENSOR:
+                self._alias[var] = frozenset({self._new_tensor(var, value, step)})
+                return
+        for v in self._vars_in(value):
+            self._use(self._alias.get(v, frozenset()), step)
+
+        if isinstance(binding, relax.MatchCast) or isinstance(
+            value, (relax.Var, relax.Tuple, relax.TupleGetItem)
+        ):
+            self._alias[var] = self._tensors_of(value)
+        elif isinstance(value, tvm.ir.Call):
+            self._alias[var] = self._visit_call(value)
+        else:
+            self._alias[var] = frozenset()
+
+    def _visit_call(self, call) -> FrozenSet[int]:
+        op = call.op
+        arg_tensors: FrozenSet[int] = frozenset()
+        for a in call.args:
+            arg_tensors |= self._tensors_of(a)
+        if isinstance(op, tvm.ir.Op) and op.name in _VIEW_OPS:
+            return self._tensors_of(call.args[0])
+        if self._is_prim_func(op):
+            return frozenset()  # destination-passing style: writes into its arguments
+        if isinstance(op, relax.ExternFunc):
+            return arg_tensors  # may return a view of an argument
+        name = op.name if isinstance(op, tvm.ir.Op) else str(op)
+        self._exclude(arg_tensors, f"passed to {name}, which may retain it")
+        return arg_tensors
+
+    def finish(self, name: str, result: FrozenSet[int]) -> FunctionLiveness:
+        self._exclude(result, "function output")
+        for t, last in zip(self._tensors, self._last_use):
+            t.end = max(last, t.start) + 1
+        for var, tensors in self._alias.items():
+            for i in tensors:
+                if var is not self._tensors[i].var and var.name not in self._tensors[i].aliases:
+                    self._tensors[i].aliases.append(var.name)
+        return FunctionLiveness(name=name, tensors=self._tensors, num_steps=self._step)
+
+
+def analyze_liveness(mod: tvm.IRModule, func_name: str) -> FunctionLiveness:
+    """Live ranges of the tensors allocated by one Relax function.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        Module after ``CallTIRRewrite`` (tensors as ``R.builtin.alloc_tensor``).
+    func_name : str
+        Name of a Relax function in ``mod``.
+
+    Returns
+    -------
+    FunctionLiveness
+        Every allocation with its half-open live range in program steps, its
+        size in bytes (``None`` if symbolic), its aliases, and why it is left to
+        TVM if it is.
+
+    Raises
+    ------
+    ValueError
+        If ``func_name`` is not a Relax function of ``mod``.
+    """
+    func = mod[func_name] if func_name in [gv.name_hint for gv in mod.get_global_vars()] else None
+    if not isinstance(func, relax.Function):
+        raise ValueError(f"'{func_name}' is not a Relax function of the module")
+    analyzer = _LivenessAnalyzer(mod)
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        return FunctionLiveness(name=func_name, tensors=[], num_steps=0)
+    result = analyzer.visit_seq(body)
+    return analyzer.finish(func_name, result)

@@ -1,0 +1,162 @@
+"""The relax_memplan compilation pipeline: TVM's per-target phases with our memory planner.
+
+Phases (from ``tvm.relax.backend.<target>.pipeline``):
+
+1. ``library_dispatch`` -- library dispatch passes of the target;
+2. ``legalize`` -- LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps,
+   FuseTIR (and dlight GPU schedules for CUDA);
+3. ``dataflow_lower`` -- RewriteDataflowReshape, ToNonDataflow,
+   RemovePurityChecking, CallTIRRewrite;
+4. ``finalize`` -- memory planning, then LowerAllocTensor, KillAfterLastUse,
+   LowerRuntimeBuiltin, ComputePrimValue, VMShapeLower, AttachGlobalSymbol.
+
+With ``planner="relax_memplan"`` the finalize phase runs
+:class:`~relax_memplan.transform.PlanStaticMemory` followed by TVM's
+``StaticPlanBlockMemory`` (which then plans only what ours left, exactly as
+TVM would). With ``planner="tvm"`` it is TVM's own pipeline, unchanged: the
+baseline of every comparison in our reports.
+
+Unlike ``tvm.compile``'s bare default (``default_build_pipeline``), these
+phases fold constants and fuse operators.
+
+The pipeline is registered as ``relax.get_pipeline("relax_memplan", target=...)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Optional, Union
+
+import tvm
+from tvm import relax
+
+from .transform.plan_static_memory import PlanStaticMemory
+from .transform.record_storage import RecordStorage
+
+__all__ = ["get_pipeline", "backend_phases", "PLANNERS"]
+
+PLANNERS = ("relax_memplan", "tvm")
+
+_BACKEND_MODULES = {
+    "llvm": "tvm.relax.backend.cpu_generic.pipeline",
+    "c": "tvm.relax.backend.cpu_generic.pipeline",
+    "cuda": "tvm.relax.backend.cuda.pipeline",
+}
+
+
+def _as_target(target: Union[str, dict, tvm.target.Target, None]) -> tvm.target.Target:
+    if target is None:
+        return tvm.target.Target("llvm")
+    if isinstance(target, tvm.target.Target):
+        return target
+    return tvm.target.Target(target)
+
+
+def backend_phases(
+    target: tvm.target.Target,
+    plan_pass: Optional[PlanStaticMemory] = None,
+    record_pass: Optional[RecordStorage] = None,
+):
+    """TVM's per-target phases, with the memory planner chosen.
+
+    Parameters
+    ----------
+    target : tvm.target.Target
+        ``llvm`` (CPU) or ``cuda``.
+    plan_pass : PlanStaticMemory, optional
+        Our planner, inserted before ``StaticPlanBlockMemory``; ``None`` keeps
+        TVM's planner alone.
+    record_pass : RecordStorage, optional
+        Inserted right after ``StaticPlanBlockMemory`` to record what each
+        function allocates.
+
+    Returns
+    -------
+    list of (str, list of tvm.transform.Pass)
+        Phase name and its passes, in order.
+
+    Raises
+    ------
+    ValueError
+        If the target kind has no Relax backend pipeline here.
+    """
+    kind = target.kind.name
+    if kind not in _BACKEND_MODULES:
+        raise ValueError(
+            f"target kind '{kind}' is not supported; use one of {sorted(_BACKEND_MODULES)}"
+        )
+    backend = importlib.import_module(_BACKEND_MODULES[kind])
+    finalize = []
+    for p in backend.finalize_passes(target):
+        if p.info.name == "StaticPlanBlockMemory" and plan_pass is not None:
+            finalize.append(plan_pass)
+        finalize.append(p)
+        if p.info.name == "StaticPlanBlockMemory" and record_pass is not None:
+            finalize.append(record_pass)
+    return [
+        ("library_dispatch", backend.library_dispatch_passes(target)),
+        ("legalize", backend.legalize_passes(target)),
+        ("dataflow_lower", backend.dataflow_lower_passes(target)),
+        ("finalize", finalize),
+    ]
+
+
+def get_pipeline(
+    target: Union[str, dict, tvm.target.Target, None] = None,
+    planner: str = "relax_memplan",
+    plan_pass: Optional[PlanStaticMemory] = None,
+    record_pass: Optional[RecordStorage] = None,
+    dump_dir: Union[str, Path, None] = None,
+) -> tvm.transform.Pass:
+    """The Relax pipeline to give ``tvm.compile(mod, target, relax_pipeline=...)``.
+
+    Parameters
+    ----------
+    target : str, dict or tvm.target.Target, optional
+        Compilation target; default ``llvm``.
+    planner : {"relax_memplan", "tvm"}
+        Whose static memory planner runs.
+    plan_pass : PlanStaticMemory, optional
+        A configured instance of our pass (its ``plans`` attribute is filled
+        while the pipeline runs, which the report reads); a default one is made
+        when ``planner == "relax_memplan"`` and this is ``None``.
+    record_pass : RecordStorage, optional
+        Records the per-function storage summary after static planning.
+    dump_dir : str or Path, optional
+        If given, the IR after each phase is written to
+        ``<dump_dir>/<k>_<phase>.py`` (TVMScript).
+
+    Returns
+    -------
+    tvm.transform.Pass
+        A module pass running the four phases under ``target``.
+
+    Raises
+    ------
+    ValueError
+        Unknown planner or unsupported target kind.
+    """
+    if planner not in PLANNERS:
+        raise ValueError(f"unknown planner '{planner}'; use one of {PLANNERS}")
+    tgt = _as_target(target)
+    if planner == "relax_memplan" and plan_pass is None:
+        plan_pass = PlanStaticMemory()
+    phases = backend_phases(tgt, plan_pass if planner == "relax_memplan" else None, record_pass)
+    dump = Path(dump_dir) if dump_dir is not None else None
+
+    @tvm.transform.module_pass(opt_level=0, name=f"RelaxMemplanPipeline_{planner}")
+    def _pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        with tgt:
+            for k, (name, passes) in enumerate(phases):
+                mod = tvm.transform.Sequential(passes, name=name)(mod)
+                if dump is not None:
+                    dump.mkdir(parents=True, exist_ok=True)
+                    (dump / f"{k}_{name}.py").write_text(mod.script(), encoding="utf-8")
+        return mod
+
+    return _pipeline
+
+
+if "relax_memplan" not in relax.pipeline.PIPELINE_MAP:
+    relax.pipeline.register_pipeline("relax_memplan")(get_pipeline)

@@ -1,0 +1,106 @@
+"""Run a compiled Relax VM executable and measure the bytes it allocates.
+
+The VM is created with the *naive* allocator (every ``alloc_storage`` is a real
+allocation, nothing is cached) and an instrument hook
+(``VirtualMachine.set_instrument``) that sees every ``vm.builtin.alloc_storage``
+call before it runs. The bytes are the requested storage sizes; kernel
+workspaces allocated inside PrimFuncs are not seen by the hook.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Sequence
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .analysis.liveness import dtype_size_bytes
+
+__all__ = ["RuntimeMemory", "run_and_measure", "to_numpy_list"]
+
+
+@dataclass
+class RuntimeMemory:
+    """What one call allocated through ``vm.builtin.alloc_storage``.
+
+    Attributes
+    ----------
+    alloc_bytes : int
+        Sum of the requested storage sizes, in bytes.
+    alloc_sizes_bytes : list of int
+        Each request, in call order.
+    outputs : list of numpy.ndarray
+        The function's results, flattened (tuples in order).
+    """
+
+    alloc_bytes: int
+    alloc_sizes_bytes: List[int] = field(default_factory=list)
+    outputs: List[np.ndarray] = field(default_factory=list)
+
+    @property
+    def num_allocs(self) -> int:
+        """Number of ``alloc_storage`` calls."""
+        return len(self.alloc_sizes_bytes)
+
+
+def to_numpy_list(value) -> List[np.ndarray]:
+    """Flatten a VM result (tensor, tuple/array of them, shape, scalar) into numpy arrays."""
+    if isinstance(value, tvm.runtime.Tensor):
+        return [value.numpy()]
+    if isinstance(value, (list, tuple)) or hasattr(value, "__len__") and not isinstance(value, str):
+        out = []
+        for v in value:
+            out.extend(to_numpy_list(v))
+        return out
+    return [np.asarray(value)]
+
+
+def _storage_bytes(args) -> int:
+    # vm.builtin.alloc_storage(vm_state, shape, device_index, dtype_hint, storage_scope)
+    shape, dtype = args[1], str(args[3])
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return dtype_size_bytes(dtype, n)
+
+
+def run_and_measure(
+    executable: tvm.runtime.Executable,
+    inputs: Sequence[np.ndarray],
+    device: tvm.runtime.Device = None,
+    func_name: str = "main",
+) -> RuntimeMemory:
+    """Call ``func_name`` once on ``inputs`` and record its storage allocations.
+
+    Parameters
+    ----------
+    executable : tvm.runtime.Executable
+        Result of ``tvm.compile`` for a Relax module.
+    inputs : sequence of numpy.ndarray
+        Positional arguments, converted with ``tvm.runtime.tensor``.
+    device : tvm.runtime.Device, optional
+        Default ``tvm.cpu()``.
+    func_name : str
+        The VM function to call.
+
+    Returns
+    -------
+    RuntimeMemory
+        Bytes and count of ``alloc_storage`` calls, and the outputs.
+    """
+    dev = device if device is not None else tvm.cpu()
+    vm = relax.VirtualMachine(executable, dev, memory_cfg="naive")
+    sizes: List[int] = []
+
+    def _instrument(_func, name, before_run, _ret, *args):
+        if before_run and name == "vm.builtin.alloc_storage":
+            sizes.append(_storage_bytes(args))
+        return 0
+
+    vm.set_instrument(_instrument)
+    args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in inputs]
+    result = vm[func_name](*args)
+    outputs = to_numpy_list(result)
+    return RuntimeMemory(alloc_bytes=sum(sizes), alloc_sizes_bytes=sizes, outputs=outputs)

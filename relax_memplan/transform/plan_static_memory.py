@@ -1,0 +1,280 @@
+"""PlanStaticMemory: place the statically sized tensors of each Relax function in one arena.
+
+Where it runs
+-------------
+In place of TVM's ``StaticPlanBlockMemory``: after ``CallTIRRewrite`` (tensors
+are ``R.builtin.alloc_tensor`` bindings) and before ``LowerAllocTensor``. Run
+``relax.transform.StaticPlanBlockMemory()`` right after it: the tensors this
+pass leaves alone (symbolic shapes, function outputs, tensors a callee may
+retain) are then planned exactly as TVM would plan them.
+
+What it does
+------------
+1. :func:`relax_memplan.analysis.liveness.analyze_liveness` gives each
+   allocation a half-open live range in program steps, with aliases (views,
+   ``match_cast``, tuples) and ``R.If`` branches accounted for.
+2. For each (device index, storage scope) the plannable tensors become
+   :class:`relax_memplan.planner.Buffer` s (sizes rounded to
+   ``alignment_bytes``) and :func:`relax_memplan.planner.plan` assigns byte
+   offsets (best of greedy-by-size / greedy-by-breadth and an improvement
+   search, as in TFLite's and XLA's arena planners). The plan is validated
+   before it is used.
+3. One ``R.memory.alloc_storage`` of ``uint8`` (the arena) is bound at the
+   top of the function; each planned ``R.builtin.alloc_tensor`` becomes
+   ``R.memory.alloc_tensor(arena, offset, ...)`` followed, for a non-zero
+   offset, by ``vm.builtin.ensure_zero_offset`` (a zero-copy view at a
+   64-byte-aligned offset; kernels assert ``byte_offset == 0``).
+
+Function attributes
+-------------------
+Reads none. Writes ``relax_memplan.arena_bytes`` (total arena bytes of the
+function) and ``relax_memplan.lower_bound_bytes`` (peak live bytes of the
+planned tensors) on every function it plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import tvm
+from tvm import relax
+
+from ..analysis.liveness import FunctionLiveness, TensorLiveness, analyze_liveness
+from ..planner import Buffer, plan, validate
+
+__all__ = ["PlanStaticMemory", "ArenaPlan", "FunctionPlan"]
+
+_ENSURE_ZERO_OFFSET = "vm.builtin.ensure_zero_offset"
+
+
+@dataclass
+class ArenaPlan:
+    """The arena of one function for one (device index, storage scope).
+
+    Attributes
+    ----------
+    device_index, storage_scope
+        Where the arena lives.
+    arena_bytes : int
+        Size of the arena (its ``alloc_storage``), in bytes.
+    lower_bound_bytes : int
+        Peak live bytes of the tensors in the arena (unrounded sizes).
+    offsets : dict of str to int
+        Tensor uid -> byte offset in the arena.
+    algorithm : str
+        Name of the placement algorithm whose plan was kept.
+    """
+
+    device_index: int
+    storage_scope: str
+    arena_bytes: int
+    lower_bound_bytes: int
+    offsets: Dict[str, int]
+    algorithm: str
+
+
+@dataclass
+class FunctionPlan:
+    """What :class:`PlanStaticMemory` decided for one function."""
+
+    name: str
+    liveness: FunctionLiveness
+    arenas: List[ArenaPlan] = field(default_factory=list)
+
+    @property
+    def arena_bytes(self) -> int:
+        """Total bytes of this function's arenas."""
+        return sum(a.arena_bytes for a in self.arenas)
+
+    @property
+    def lower_bound_bytes(self) -> int:
+        """Sum over arenas of their lower bounds (peak live bytes)."""
+        return sum(a.lower_bound_bytes for a in self.arenas)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return (value + multiple - 1) // multiple * multiple
+
+
+def _plan_function(
+    liveness: FunctionLiveness,
+    alignment_bytes: int,
+    algorithms: Optional[Sequence[str]],
+    time_limit_s: float,
+) -> List[ArenaPlan]:
+    groups: Dict[Tuple[int, str], List[TensorLiveness]] = {}
+    for t in liveness.plannable:
+        groups.setdefault((t.device_index, t.storage_scope), []).append(t)
+    arenas = []
+    for (dev, scope), tensors in sorted(groups.items()):
+        buffers = [
+            Buffer(
+                id=t.uid,
+                start=t.start,
+                end=t.end,
+                size_bytes=_round_up(t.size_bytes or 1, alignment_bytes),
+                alignment_bytes=alignment_bytes,
+            )
+            for t in tensors
+        ]
+        result = plan(buffers, algorithms=algorithms, time_limit_s=time_limit_s)
+        validate(buffers, result.offsets)
+        exact = [
+            Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=max(t.size_bytes, 1))
+            for t in tensors
+        ]
+        from ..planner import peak_live_bytes
+
+        arenas.append(
+            ArenaPlan(
+                device_index=dev,
+                storage_scope=scope,
+                arena_bytes=result.height_bytes,
+                lower_bound_bytes=peak_live_bytes(exact),
+                offsets=dict(result.offsets),
+                algorithm=result.algorithm,
+            )
+        )
+    return arenas
+
+
+class _ArenaRewriter:
+    """Rebuilds a function with planned allocations placed in arenas."""
+
+    def __init__(self, fplan: FunctionPlan):
+        self._placement: Dict[relax.Var, Tuple[relax.Var, int, TensorLiveness]] = {}
+        self._arena_bindings: List[relax.VarBinding] = []
+        by_uid = {t.uid: t for t in fplan.liveness.tensors}
+        for arena in fplan.arenas:
+            arena_var = relax.Var(f"arena_d{arena.device_index}", relax.ObjectType())
+            call = relax.op.memory.alloc_storage(
+                relax.ShapeExpr([arena.arena_bytes]),
+                arena.device_index,
+                arena.storage_scope,
+                "uint8",
+            )
+            self._arena_bindings.append(relax.VarBinding(arena_var, call))
+            for uid, offset in arena.offsets.items():
+                t = by_uid[uid]
+                self._placement[t.var] = (arena_var, offset, t)
+
+    def rewrite_function(self, func: relax.Function) -> relax.Function:
+        body = self._rewrite_seq(func.body, top=True)
+        return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+
+    def _rewrite_seq(self, seq: relax.SeqExpr, top: bool = False) -> relax.SeqExpr:
+        blocks = []
+        for i, block in enumerate(seq.blocks):
+            bindings: List = list(self._arena_bindings) if (top and i == 0) else []
+            for binding in block.bindings:
+                bindings.extend(self._rewrite_binding(binding))
+            blocks.append(type(block)(bindings, block.span))
+        if top and not seq.blocks and self._arena_bindings:
+            blocks.append(relax.BindingBlock(list(self._arena_bindings)))
+        return relax.SeqExpr(blocks, seq.body, seq.span)
+
+    def _rewrite_binding(self, binding) -> List:
+        value = binding.value
+        if isinstance(value, relax.If):
+            new_if = relax.If(
+                value.cond,
+                self._rewrite_seq(value.true_branch),
+                self._rewrite_seq(value.false_branch),
+                value.span,
+            )
+            return [relax.VarBinding(binding.var, new_if, binding.span)]
+        placed = self._placement.get(binding.var)
+        if placed is None:
+            return [binding]
+        arena_var, offset, t = placed
+        shape_expr, dtype, _dev, _scope = value.args
+        alloc = relax.op.memory.alloc_tensor(arena_var, offset, shape_expr, dtype.value, t.device_index)
+        if offset == 0:
+            return [relax.VarBinding(binding.var, alloc, binding.span)]
+        raw = relax.Var(f"{t.name}_at{offset}", binding.var.ty)
+        view = tvm.ir.Call(relax.ExternFunc(_ENSURE_ZERO_OFFSET), [raw], ty_args=[binding.var.ty])
+        return [relax.VarBinding(raw, alloc), relax.VarBinding(binding.var, view, binding.span)]
+
+
+@tvm.transform.module_pass(opt_level=0, name="PlanStaticMemory")
+class PlanStaticMemory:
+    """Place statically sized intermediate tensors at byte offsets in one arena per function.
+
+    Must run after ``CallTIRRewrite`` and before ``LowerAllocTensor``, in place
+    of ``StaticPlanBlockMemory``; follow it with ``StaticPlanBlockMemory`` so
+    that what it leaves (see :mod:`relax_memplan.analysis.liveness`) keeps
+    TVM's behaviour.
+
+    Parameters
+    ----------
+    alignment_bytes : int
+        Alignment of every offset, in bytes; a power of two >= 64 (the VM's
+        ``ensure_zero_offset`` makes a zero-copy view only at 64-byte
+        alignment, otherwise it silently copies).
+    algorithms : sequence of str, optional
+        Names from :data:`relax_memplan.planner.ALGORITHMS`; ``None`` tries all.
+    time_limit_s : float
+        Budget in seconds for the offset search, per arena.
+    func_names : sequence of str, optional
+        Functions to plan; ``None`` plans every Relax function.
+
+    Attributes
+    ----------
+    plans : dict of str to FunctionPlan
+        Filled when the pass runs: per function, the liveness and the arenas.
+
+    Raises
+    ------
+    ValueError
+        If ``alignment_bytes`` is not a power of two >= 64.
+    relax_memplan.planner.PlanError
+        If a plan fails validation (an internal error: never silently used).
+    """
+
+    def __init__(
+        self,
+        alignment_bytes: int = 64,
+        algorithms: Optional[Sequence[str]] = None,
+        time_limit_s: float = 1.0,
+        func_names: Optional[Sequence[str]] = None,
+    ):
+        if alignment_bytes < 64 or alignment_bytes & (alignment_bytes - 1):
+            raise ValueError(
+                f"alignment_bytes must be a power of two >= 64, got {alignment_bytes}"
+            )
+        self.alignment_bytes = alignment_bytes
+        self.algorithms = tuple(algorithms) if algorithms is not None else None
+        self.time_limit_s = time_limit_s
+        self.func_names = tuple(func_names) if func_names is not None else None
+        self.plans: Dict[str, FunctionPlan] = {}
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        updates = {}
+        for gv, func in mod.functions_items():
+            if not isinstance(func, relax.Function):
+                continue
+            if self.func_names is not None and gv.name_hint not in self.func_names:
+                continue
+            liveness = analyze_liveness(mod, gv.name_hint)
+            fplan = FunctionPlan(gv.name_hint, liveness)
+            fplan.arenas = _plan_function(
+                liveness, self.alignment_bytes, self.algorithms, self.time_limit_s
+            )
+            self.plans[gv.name_hint] = fplan
+            if not fplan.arenas:
+                continue
+            new_func = _ArenaRewriter(fplan).rewrite_function(func)
+            new_func = new_func.with_attrs(
+                {
+                    "relax_memplan.arena_bytes": fplan.arena_bytes,
+                    "relax_memplan.lower_bound_bytes": fplan.lower_bound_bytes,
+                }
+            )
+            updates[gv] = new_func
+        if not updates:
+            return mod
+        new_mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions, attrs=mod.attrs)
+        for gv, func in updates.items():
+            new_mod[gv] = func
+        return relax.transform.Normalize()(new_mod)
