@@ -100,7 +100,8 @@ def run_and_measure(
         return 0
 
     vm.set_instrument(_instrument)
-    args = [tvm.runtime.tensor(np.ascontiguousarray(x), dev) for x in inputs]
+    # np.ascontiguousarray would turn a 0-d array (a scalar input) into 1-d
+    args = [tvm.runtime.tensor(np.asarray(x, order="C"), dev) for x in inputs]
     result = vm[func_name](*args)
     outputs = to_numpy_list(result)
     return RuntimeMemory(alloc_bytes=sum(sizes), alloc_sizes_bytes=sizes, outputs=outputs)

@@ -1,0 +1,258 @@
+"""Compile a Relax module (or an ONNX model) with our planner and TVM's, measure and report.
+
+This is the library behind ``relax-memplan compile``: the CLI only parses
+arguments and calls :func:`compile_onnx`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from .errors import CompileError, VerificationError
+from .pipeline import get_pipeline
+from .report import FunctionMemoryReport, MemoryReport
+from .runtime import RuntimeMemory, run_and_measure
+from .transform.plan_static_memory import PlanStaticMemory
+from .transform.record_storage import RecordStorage
+
+__all__ = ["CompileResult", "compile_module", "compile_onnx", "max_abs_error"]
+
+Progress = Optional[Callable[[str], None]]
+
+
+@dataclass
+class CompileResult:
+    """What :func:`compile_module` / :func:`compile_onnx` produced.
+
+    Attributes
+    ----------
+    executable : tvm.runtime.Executable
+        Built with our pipeline.
+    report : MemoryReport
+    outputs : list of numpy.ndarray or None
+        Our build's outputs on the measured inputs.
+    """
+
+    executable: tvm.runtime.Executable
+    report: MemoryReport
+    outputs: Optional[List[np.ndarray]] = None
+
+
+def max_abs_error(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> float:
+    """Largest absolute difference over all outputs.
+
+    Raises
+    ------
+    VerificationError
+        If the number of outputs or a shape differs.
+    """
+    if len(actual) != len(expected):
+        raise VerificationError(f"got {len(actual)} outputs, the reference has {len(expected)}")
+    err = 0.0
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        a, e = np.asarray(a), np.asarray(e)
+        if a.shape != e.shape:
+            raise VerificationError(f"output {i} has shape {a.shape}, the reference has {e.shape}")
+        if a.size:
+            err = max(err, float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))))
+    return err
+
+
+def _build(mod, target, planner: str, plan_pass, record: RecordStorage, dump_dir=None):
+    pipeline = get_pipeline(target, planner=planner, plan_pass=plan_pass, record_pass=record,
+                            dump_dir=dump_dir)
+    try:
+        return tvm.compile(mod, target, relax_pipeline=pipeline)
+    except Exception as err:  # TVM raises many types; re-raised as one clear error
+        raise CompileError.from_tvm(planner, err) from err
+
+
+def compile_module(
+    mod: tvm.IRModule,
+    inputs: Optional[Sequence[np.ndarray]] = None,
+    *,
+    target: Union[str, tvm.target.Target] = "llvm",
+    plan_pass: Optional[PlanStaticMemory] = None,
+    reference: Optional[Sequence[np.ndarray]] = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+    name: str = "module",
+    notes: Sequence[str] = (),
+    compare_with_tvm: bool = True,
+    dump_dir=None,
+    progress: Progress = None,
+) -> CompileResult:
+    """Build ``mod`` with our pipeline (and TVM's for comparison), run it, report memory.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relax module as imported (before legalization).
+    inputs : sequence of numpy.ndarray, optional
+        Arguments of ``main``; when given, both builds are run once on them and
+        the bytes they allocate are measured (CPU targets only).
+    target : str or tvm.target.Target
+        ``llvm`` or ``cuda``.
+    plan_pass : PlanStaticMemory, optional
+        Our pass, configured; a default one otherwise.
+    reference : sequence of numpy.ndarray, optional
+        Expected outputs (e.g. from onnxruntime); sets ``max_abs_error``.
+    rtol, atol : float
+        Tolerance ``rtol * max|reference| + atol`` on the max abs error.
+    name : str
+        Model name for the report.
+    notes : sequence of str
+        Notes to carry into the report.
+    compare_with_tvm : bool
+        Also build with TVM's planner alone (the ``tvm_default_*`` fields).
+    dump_dir : path, optional
+        Write the IR after each phase of our pipeline there.
+    progress : callable, optional
+        Called with a short message before each step.
+
+    Returns
+    -------
+    CompileResult
+
+    Raises
+    ------
+    CompileError
+        If TVM fails to build the module.
+    """
+    say = progress or (lambda _msg: None)
+    tgt = tvm.target.Target(target) if isinstance(target, str) else target
+    plan_pass = plan_pass if plan_pass is not None else PlanStaticMemory()
+    ours_rec, tvm_rec = RecordStorage(), RecordStorage()
+    say(f"building with relax_memplan's planner for {tgt.kind.name}")
+    ex = _build(mod, tgt, "relax_memplan", plan_pass, ours_rec, dump_dir)
+    ex_tvm = None
+    if compare_with_tvm:
+        say("building with TVM's StaticPlanBlockMemory for comparison")
+        ex_tvm = _build(mod, tgt, "tvm", None, tvm_rec)
+
+    functions: Dict[str, FunctionMemoryReport] = {}
+    for fname, fplan in plan_pass.plans.items():
+        ours, theirs = ours_rec.summaries.get(fname), tvm_rec.summaries.get(fname)
+        live = fplan.liveness
+        functions[fname] = FunctionMemoryReport(
+            name=fname,
+            num_tensors=len(live.tensors),
+            num_planned=len(live.plannable),
+            left_to_tvm=[
+                {"tensor": t.uid, "size_bytes": t.size_bytes, "reason": t.reason}
+                for t in live.left_to_tvm
+            ],
+            lower_bound_bytes=fplan.lower_bound_bytes,
+            arena_bytes=fplan.arena_bytes,
+            planned_bytes=ours.planned_bytes if ours else fplan.arena_bytes,
+            unplanned_bytes=ours.unplanned_bytes if ours else 0,
+            tvm_default_bytes=theirs.planned_bytes if theirs else 0,
+            tvm_default_unplanned_bytes=theirs.unplanned_bytes if theirs else 0,
+            algorithm=", ".join(sorted({a.algorithm for a in fplan.arenas})),
+        )
+    report = MemoryReport(model=name, target=str(tgt.kind.name), inputs={}, functions=functions,
+                          notes=list(notes))
+    outputs = None
+    if inputs is not None and tgt.kind.name in ("llvm", "c") and "main" in functions:
+        main = functions["main"]
+        say("running our build once (naive allocator, counting alloc_storage)")
+        measured: RuntimeMemory = run_and_measure(ex, inputs)
+        main.runtime_alloc_bytes, main.runtime_num_allocs = measured.alloc_bytes, measured.num_allocs
+        outputs = measured.outputs
+        if ex_tvm is not None:
+            say("running TVM's default build on the same inputs")
+            base = run_and_measure(ex_tvm, inputs)
+            main.tvm_default_runtime_alloc_bytes = base.alloc_bytes
+            main.tvm_default_runtime_num_allocs = base.num_allocs
+            main.max_abs_diff_vs_tvm_default = max_abs_error(outputs, base.outputs)
+        if reference is not None:
+            main.max_abs_error = max_abs_error(outputs, reference)
+            ref_max = max((float(np.max(np.abs(r))) for r in reference if np.asarray(r).size), default=0.0)
+            main.error_tolerance = rtol * ref_max + atol
+    return CompileResult(executable=ex, report=report, outputs=outputs)
+
+
+def compile_onnx(
+    model=None,
+    shapes: Optional[Dict[str, Sequence[int]]] = None,
+    *,
+    target: Union[str, tvm.target.Target] = "llvm",
+    plan_pass: Optional[PlanStaticMemory] = None,
+    verify: bool = False,
+    measure: bool = True,
+    input_values: Optional[Dict[str, np.ndarray]] = None,
+    seed: int = 0,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+    dump_dir=None,
+    progress: Progress = None,
+) -> CompileResult:
+    """Import an ONNX model with TVM's frontend, compile it with our planner, report memory.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto or path, optional
+        The model; ``None`` uses the built-in example (:func:`relax_memplan.examples.example_cnn`).
+    shapes : dict of str to sequence of int, optional
+        Full shape per input (fixes dynamic dims; unfixed ones default to 1).
+    target : str or tvm.target.Target
+        ``llvm`` (measured and verified) or ``cuda`` (built only).
+    plan_pass : PlanStaticMemory, optional
+        Our configured pass.
+    verify : bool
+        Run onnxruntime on the same inputs and record ``max_abs_error``.
+    measure : bool
+        Run both builds once and measure the bytes they allocate.
+    input_values : dict of str to numpy.ndarray, optional
+        Inputs to use instead of random ones (e.g. a sample rate).
+    seed : int
+        Seed of the random inputs.
+    rtol, atol : float
+        Verification tolerance.
+    dump_dir : path, optional
+        Write the IR after each phase.
+    progress : callable, optional
+        Called with a short message before each step.
+
+    Returns
+    -------
+    CompileResult
+
+    Raises
+    ------
+    ModelLoadError, UnsupportedOperatorError
+        Missing or malformed model, or an ONNX node TVM cannot import (named).
+    ShapeSpecError
+        Shapes that do not fit the model's inputs.
+    CompileError
+        TVM failed to build.
+    """
+    from . import frontend
+    from .examples import example_cnn
+
+    say = progress or (lambda _msg: None)
+    name = "built-in example (MobileNetV2-style CNN)" if model is None else str(model)
+    onnx_model = example_cnn() if model is None else frontend.load_onnx(model) if not hasattr(model, "graph") else model
+    say(f"importing {name} with TVM's ONNX frontend")
+    mod, info = frontend.import_onnx(onnx_model, shapes)
+    arrays = None
+    if measure or verify:
+        feed = frontend.make_random_inputs(onnx_model, info, seed=seed, values=input_values)
+        arrays = list(feed.values())
+    reference = None
+    if verify:
+        say("running onnxruntime for reference outputs")
+        reference = frontend.run_onnxruntime(onnx_model, feed)
+    result = compile_module(
+        mod, arrays, target=target, plan_pass=plan_pass, reference=reference, rtol=rtol, atol=atol,
+        name=name, notes=info.notes, dump_dir=dump_dir, progress=progress,
+    )
+    result.report.inputs = {
+        n: {"shape": list(s), "dtype": info.input_dtypes[n]} for n, s in info.input_shapes.items()
+    }
+    return result

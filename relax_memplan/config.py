@@ -1,0 +1,294 @@
+"""Run configuration: YAML files loaded into frozen dataclasses.
+
+The defaults live in the dataclasses, so the package needs no file at run time;
+``configs/default.yaml`` in the repository spells out the same values (a test keeps the two
+in step).  A config file may give any subset of the keys; unknown keys and values of the
+wrong type or range raise :class:`~relax_memplan.errors.ConfigError` naming the file and
+the dotted key (e.g. ``planner.alignment_bytes``).
+
+Example::
+
+    target: llvm
+    planner:
+      algorithms: [greedy_by_size]
+    shapes:
+      x: [5, 3, 96, 96]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+
+import yaml
+
+from .errors import ConfigError
+
+__all__ = ["TARGET_KINDS", "PlannerConfig", "VerifyConfig", "Config", "load_config"]
+
+TARGET_KINDS = ("llvm", "cuda")
+"""TVM target kinds a config may name."""
+
+_MIN_ALIGNMENT_BYTES = 64  # vm.builtin.ensure_zero_offset copies tensors placed off 64 bytes
+_NUMBER_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _check_bool(key: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _check_int(key: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{key} must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_float(key: str, value, minimum: float, allow_minimum: bool) -> float:
+    # PyYAML reads "1e-4" (no dot) as a string: accept numeric text.
+    if isinstance(value, str) and _NUMBER_TEXT.match(value.strip()):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key} must be a number, got {value!r}")
+    if value < minimum or (value == minimum and not allow_minimum):
+        bound = ">=" if allow_minimum else ">"
+        raise ConfigError(f"{key} must be {bound} {minimum}, got {value}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Settings of the arena offset planner (YAML section ``planner``).
+
+    Attributes
+    ----------
+    algorithms : tuple of str or None
+        Names of :data:`relax_memplan.planner.ALGORITHMS` to try, best result kept;
+        None tries all.
+    time_limit_s : float
+        Time budget in seconds for the offset search of one arena; > 0.
+    alignment_bytes : int
+        Alignment of every tensor offset in an arena; a power of two >= 64, because
+        ``vm.builtin.ensure_zero_offset`` silently copies a tensor placed off 64 bytes.
+    fallback_to_tvm : bool
+        Leave tensors the planner cannot place (symbolic sizes, ...) to TVM's
+        StaticPlanBlockMemory instead of failing.
+    """
+
+    algorithms: tuple[str, ...] | None = ("greedy_by_size", "greedy_by_breadth")
+    time_limit_s: float = 1.0
+    alignment_bytes: int = 64
+    fallback_to_tvm: bool = True
+
+    def __post_init__(self):
+        algorithms = self.algorithms
+        if algorithms is not None:
+            if isinstance(algorithms, str) or not isinstance(algorithms, (list, tuple)):
+                raise ConfigError(
+                    f"planner.algorithms must be a list of names or null, got {algorithms!r}"
+                )
+            for name in algorithms:
+                if not isinstance(name, str) or not name:
+                    raise ConfigError(f"planner.algorithms has a non-name entry {name!r}")
+            if not algorithms:
+                raise ConfigError("planner.algorithms is empty; use null for all algorithms")
+            object.__setattr__(self, "algorithms", tuple(algorithms))
+        limit = _check_float("planner.time_limit_s", self.time_limit_s, 0.0, allow_minimum=False)
+        object.__setattr__(self, "time_limit_s", limit)
+        alignment = _check_int("planner.alignment_bytes", self.alignment_bytes, 1)
+        if alignment < _MIN_ALIGNMENT_BYTES or alignment & (alignment - 1):
+            raise ConfigError(
+                f"planner.alignment_bytes must be a power of two >= {_MIN_ALIGNMENT_BYTES}, "
+                f"got {alignment}"
+            )
+        _check_bool("planner.fallback_to_tvm", self.fallback_to_tvm)
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """Settings of the numerical check against onnxruntime (YAML section ``verify``).
+
+    An output passes when ``max|out - ref| <= rtol * max|ref| + atol``.
+
+    Attributes
+    ----------
+    rtol : float
+        Relative tolerance, >= 0.
+    atol : float
+        Absolute tolerance, >= 0.
+    seed : int
+        Seed of the random inputs, >= 0.
+    """
+
+    rtol: float = 1.0e-4
+    atol: float = 1.0e-5
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "rtol", _check_float("verify.rtol", self.rtol, 0.0, True))
+        object.__setattr__(self, "atol", _check_float("verify.atol", self.atol, 0.0, True))
+        _check_int("verify.seed", self.seed, 0)
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole run configuration.
+
+    Attributes
+    ----------
+    target : str
+        TVM target kind, one of :data:`TARGET_KINDS`.
+    planner : PlannerConfig
+        Offset planner settings.
+    shapes : dict of str to tuple of int
+        Input name to full input shape (same meaning as ``--shape``); dims > 0.
+    verify : VerifyConfig
+        Numerical check settings.
+    """
+
+    target: str = "llvm"
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+
+    def __post_init__(self):
+        if self.target not in TARGET_KINDS:
+            raise ConfigError(f"target must be one of {list(TARGET_KINDS)}, got {self.target!r}")
+        for key, cls in (("planner", PlannerConfig), ("verify", VerifyConfig)):
+            if not isinstance(getattr(self, key), cls):
+                raise ConfigError(f"{key} must be a {cls.__name__}, got {getattr(self, key)!r}")
+        if not isinstance(self.shapes, dict):
+            raise ConfigError(
+                f"shapes must be a mapping of input name to dims, got {self.shapes!r}"
+            )
+        shapes = {}
+        for name, dims in self.shapes.items():
+            key = f"shapes.{name}"
+            if not isinstance(name, str):
+                raise ConfigError(f"shapes key {name!r} must be an input name (a string)")
+            if isinstance(dims, str) or not isinstance(dims, (list, tuple)):
+                raise ConfigError(f"{key} must be a list of integers, got {dims!r}")
+            shapes[name] = tuple(_check_int(f"{key}[{i}]", d, 1) for i, d in enumerate(dims))
+        object.__setattr__(self, "shapes", shapes)
+
+    def replace_from_cli(
+        self,
+        *,
+        target: str | None = None,
+        algorithms: tuple[str, ...] | None = None,
+        time_limit_s: float | None = None,
+        alignment_bytes: int | None = None,
+        fallback_to_tvm: bool | None = None,
+        shapes: dict[str, tuple[int, ...]] | None = None,
+        rtol: float | None = None,
+        atol: float | None = None,
+        seed: int | None = None,
+    ) -> Config:
+        """Return a copy with the command-line options that were given (not None) applied.
+
+        ``shapes`` is merged into the config's shapes, replacing inputs named in both.
+        Values are validated as in a file.
+
+        Raises
+        ------
+        ConfigError
+            When an override has the wrong type or range.
+        """
+
+        def given(**values):
+            return {key: value for key, value in values.items() if value is not None}
+
+        planner = dataclasses.replace(
+            self.planner,
+            **given(
+                algorithms=algorithms,
+                time_limit_s=time_limit_s,
+                alignment_bytes=alignment_bytes,
+                fallback_to_tvm=fallback_to_tvm,
+            ),
+        )
+        verify = dataclasses.replace(self.verify, **given(rtol=rtol, atol=atol, seed=seed))
+        merged_shapes = {**self.shapes, **(shapes or {})}
+        return dataclasses.replace(
+            self, **given(target=target), planner=planner, verify=verify, shapes=merged_shapes
+        )
+
+    def to_dict(self) -> dict:
+        """The config as plain YAML-ready data (lists, not tuples), in the file layout."""
+        planner = dataclasses.asdict(self.planner)
+        if planner["algorithms"] is not None:
+            planner["algorithms"] = list(planner["algorithms"])
+        return {
+            "target": self.target,
+            "planner": planner,
+            "shapes": {name: list(dims) for name, dims in self.shapes.items()},
+            "verify": dataclasses.asdict(self.verify),
+        }
+
+
+_SECTIONS = {"planner": PlannerConfig, "verify": VerifyConfig}
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    """Load a YAML config file; keys it does not give keep their defaults.
+
+    Parameters
+    ----------
+    path : str or os.PathLike, optional
+        The YAML file.  None returns the defaults (``Config()``) without reading a file.
+
+    Returns
+    -------
+    Config
+        The validated, frozen config.
+
+    Raises
+    ------
+    ConfigError
+        When the file is missing or not valid YAML, the top level or a section is not a
+        mapping, a key is unknown (the message lists the valid keys), or a value has the
+        wrong type or range.  Every message starts with the file path.
+    """
+    if path is None:
+        return Config()
+    try:
+        with open(path, encoding="utf-8") as stream:
+            data = yaml.safe_load(stream)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from err
+    except yaml.YAMLError as err:
+        detail = " ".join(str(err).split())
+        raise ConfigError(f"{path}: not valid YAML: {detail}") from err
+    try:
+        return _config_from_data({} if data is None else data)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def _config_from_data(data) -> Config:
+    _check_keys("top level", data, Config)
+    kwargs = dict(data)
+    for key, cls in _SECTIONS.items():
+        if key in kwargs:
+            section = {} if kwargs[key] is None else kwargs[key]
+            _check_keys(key, section, cls, prefix=f"{key}.")
+            kwargs[key] = cls(**section)
+    if kwargs.get("shapes") is None:
+        kwargs.pop("shapes", None)
+    return Config(**kwargs)
+
+
+def _check_keys(where: str, data, cls, prefix: str = "") -> None:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a mapping, got {data!r}")
+    valid = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in valid:
+            raise ConfigError(
+                f"unknown key '{prefix}{key}'; valid keys here: {', '.join(valid)}"
+            )

@@ -1,0 +1,162 @@
+"""Exception types raised by relax_memplan.
+
+Every error the package raises on bad input derives from :class:`RelaxMemplanError`, so a
+caller (the CLI, a notebook) can catch one type.  Messages are single lines that name the
+file, node, input or config key at fault.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "RelaxMemplanError",
+    "ModelLoadError",
+    "UnsupportedOperatorError",
+    "ShapeSpecError",
+    "ConfigError",
+    "CompileError",
+    "VerificationError",
+    "summarize_error",
+]
+
+_TRACE_LINE = re.compile(r"^(Traceback|File |During handling|The above exception|\d+: |at )")
+_CHECK_FAILED = re.compile(r"^Check failed: \(.*?\) is false:\s*")
+_PYTHON_BUG_ERRORS = (TypeError, KeyError, AttributeError, IndexError, AssertionError)
+
+
+def summarize_error(error: BaseException, max_chars: int = 240) -> str:
+    """The most informative single line of an error message (TVM's or Python's).
+
+    Traceback and C++ backtrace lines are dropped and TVM's ``Check failed: (...) is
+    false:`` prefix is removed; errors that usually mean a bug in the code that raised
+    them (TypeError, KeyError, ...) keep their type name.
+
+    Parameters
+    ----------
+    error : BaseException
+        The error to summarize.
+    max_chars : int
+        Longest result; longer lines are cut and end in ``...``.
+
+    Returns
+    -------
+    str
+        One line, never empty.
+    """
+    lines = [line.strip() for line in str(error).splitlines()]
+    lines = [line for line in lines if line and not _TRACE_LINE.match(line)]
+    text = _CHECK_FAILED.sub("", lines[0]) if lines else ""
+    if not text or isinstance(error, _PYTHON_BUG_ERRORS):
+        text = f"{type(error).__name__}: {text}".rstrip(": ")
+    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+class RelaxMemplanError(Exception):
+    """Base class of all errors raised by relax_memplan."""
+
+
+class ModelLoadError(RelaxMemplanError):
+    """An ONNX model could not be read or imported.
+
+    Raised for a missing file, a directory, bytes that are not an ONNX model, a model that
+    fails ``onnx.checker``, or a model the TVM ONNX frontend cannot convert.
+    """
+
+
+class UnsupportedOperatorError(ModelLoadError):
+    """The TVM ONNX frontend failed on one node of the graph.
+
+    Parameters
+    ----------
+    node_name : str
+        The ONNX node's name, or its first output name when the node is unnamed.
+    op_type : str
+        The ONNX operator type, e.g. ``"Reshape"``.
+    opset : int
+        The opset of the node's domain that the import used.
+    reason : str
+        One line: the most informative line of TVM's error.
+    upgraded_from_opset : int or None
+        The model's original default-domain opset when the failure happened after an
+        automatic opset upgrade, else None.
+    hint : str
+        Optional advice appended to the message, e.g. which dynamic dims were set to 1.
+    """
+
+    def __init__(
+        self,
+        node_name: str,
+        op_type: str,
+        opset: int,
+        reason: str,
+        upgraded_from_opset: int | None = None,
+        hint: str = "",
+    ):
+        self.node_name = node_name
+        self.op_type = op_type
+        self.opset = opset
+        self.reason = reason
+        self.upgraded_from_opset = upgraded_from_opset
+        self.hint = hint
+        opset_text = f"opset {opset}"
+        if upgraded_from_opset is not None:
+            opset_text += f" after upgrade from {upgraded_from_opset}"
+        super().__init__(
+            f"cannot import ONNX node '{node_name}' (op {op_type}, {opset_text}): {reason}"
+            + (f" [{hint}]" if hint else "")
+        )
+
+    def __reduce__(self):
+        return (
+            type(self),
+            (
+                self.node_name,
+                self.op_type,
+                self.opset,
+                self.reason,
+                self.upgraded_from_opset,
+                self.hint,
+            ),
+        )
+
+
+class ShapeSpecError(RelaxMemplanError):
+    """An input shape given by the user is malformed or does not fit the model.
+
+    Raised for unparsable ``--shape`` text, an unknown input name, a wrong rank, a
+    non-positive dimension, or a dimension that contradicts a static one in the model.
+    """
+
+
+class ConfigError(RelaxMemplanError):
+    """A YAML config file has an unknown key, a value of the wrong type or range, or
+    cannot be read; the message names the file and the key."""
+
+
+class CompileError(RelaxMemplanError):
+    """TVM failed to build a module (lowering, code generation or linking)."""
+
+    @classmethod
+    def from_tvm(cls, planner: str, error: BaseException) -> CompileError:
+        """Wrap an error TVM raised while building with memory planner ``planner``.
+
+        Parameters
+        ----------
+        planner : str
+            Name of the memory planner the build used.
+        error : BaseException
+            TVM's error; only its most informative line is kept
+            (:func:`summarize_error`).
+
+        Returns
+        -------
+        CompileError
+            With a one-line message naming the planner.
+        """
+        return cls(f"TVM build with planner '{planner}' failed: {summarize_error(error)}")
+
+
+class VerificationError(RelaxMemplanError):
+    """Outputs of a compiled module cannot be compared with the reference outputs
+    (different count or shape), or differ beyond the tolerance."""

@@ -1,0 +1,35 @@
+"""Shared test helpers: paths to ../shared and lowering of small Relax modules."""
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED = REPO_ROOT.parent / "shared"
+MODELS = SHARED / "models"
+
+
+def shared_model(name: str) -> Path:
+    """Path of a model in ../shared/models, skipping the test when it is absent."""
+    path = MODELS / name
+    if not path.exists():
+        pytest.skip(f"{path} not found (tests read real models from ../shared)")
+    return path
+
+
+def lower_to_alloc_form(mod):
+    """Legalize (no fusion) and lower to the form StaticPlanBlockMemory sees.
+
+    The result has ``R.builtin.alloc_tensor`` bindings and PrimFunc calls in
+    destination-passing style, with ``R.reshape`` kept as a view.
+    """
+    import tvm
+    from tvm import relax
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    target = tvm.target.Target("llvm")
+    with target:
+        seq = tvm.transform.Sequential(
+            [relax.transform.LegalizeOps()] + cpu.dataflow_lower_passes(target)
+        )
+        return seq(mod)

@@ -1,0 +1,139 @@
+"""Tests of relax_memplan.config: YAML loading, validation, defaults, CLI overrides."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from relax_memplan.config import Config, PlannerConfig, VerifyConfig, load_config
+from relax_memplan.errors import ConfigError
+from relax_memplan.frontend import import_onnx
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+MODELS = REPO.parent / "shared" / "models"
+
+
+def write_yaml(tmp_path, text: str) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_none_gives_defaults_without_a_file():
+    assert load_config() == Config()
+
+
+def test_default_yaml_matches_dataclass_defaults():
+    path = CONFIGS / "default.yaml"
+    assert load_config(path) == Config()
+    assert yaml.safe_load(path.read_text()) == Config().to_dict()
+
+
+def test_default_yaml_gives_every_key():
+    data = yaml.safe_load((CONFIGS / "default.yaml").read_text())
+    assert set(data) == {f.name for f in dataclasses.fields(Config)}
+    assert set(data["planner"]) == {f.name for f in dataclasses.fields(PlannerConfig)}
+    assert set(data["verify"]) == {f.name for f in dataclasses.fields(VerifyConfig)}
+
+
+def test_static_cnn_yaml_loads_and_fits_mobilenet():
+    config = load_config(CONFIGS / "static_cnn.yaml")
+    assert config.shapes == {"x": (5, 3, 96, 96)}
+    assert config.planner.algorithms is None
+    model = MODELS / "mobilenetv2-tiny.onnx"
+    if not model.exists():
+        pytest.skip(f"model {model} not available")
+    _, info = import_onnx(model, config.shapes)
+    assert info.input_shapes == {"x": (5, 3, 96, 96)}
+
+
+def test_partial_file_keeps_other_defaults(tmp_path):
+    config = load_config(write_yaml(tmp_path, "planner:\n  time_limit_s: 3\n"))
+    assert config.planner.time_limit_s == 3.0
+    assert dataclasses.replace(config, planner=PlannerConfig()) == Config()
+
+
+def test_empty_file_gives_defaults(tmp_path):
+    assert load_config(write_yaml(tmp_path, "")) == Config()
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("targt: llvm\n", "targt"),
+        ("planner:\n  alignment: 64\n", "planner.alignment"),
+        ("verify:\n  rtoll: 0.1\n", "verify.rtoll"),
+    ],
+)
+def test_unknown_key_names_key_and_file(tmp_path, text, key):
+    path = write_yaml(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert f"unknown key '{key}'" in message and str(path) in message
+    assert "valid keys here" in message
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("target: 3\n", "target must be one of"),
+        ("target: vulkan\n", "target must be one of"),
+        ("planner: [1, 2]\n", "planner must be a mapping"),
+        ("planner:\n  algorithms: greedy_by_size\n", "planner.algorithms must be a list"),
+        ("planner:\n  algorithms: []\n", "planner.algorithms is empty"),
+        ("planner:\n  algorithms: [1]\n", "planner.algorithms has a non-name entry"),
+        ("planner:\n  time_limit_s: fast\n", "planner.time_limit_s must be a number"),
+        ("planner:\n  time_limit_s: 0\n", "planner.time_limit_s must be > 0"),
+        ("planner:\n  alignment_bytes: 64.0\n", "planner.alignment_bytes must be an integer"),
+        ("planner:\n  alignment_bytes: 96\n", "power of two >= 64"),
+        ("planner:\n  alignment_bytes: 32\n", "power of two >= 64"),
+        ("planner:\n  fallback_to_tvm: 1\n", "planner.fallback_to_tvm must be true or false"),
+        ("shapes: [1, 2]\n", "shapes must be a mapping"),
+        ("shapes:\n  x: 1,3\n", r"shapes.x must be a list of integers"),
+        ("shapes:\n  x: [1, 0]\n", r"shapes.x\[1\] must be >= 1"),
+        ("shapes:\n  x: [1, true]\n", r"shapes.x\[1\] must be an integer"),
+        ("verify:\n  rtol: -1.0\n", "verify.rtol must be >= 0"),
+        ("verify:\n  seed: 1.5\n", "verify.seed must be an integer"),
+    ],
+)
+def test_wrong_type_or_range_names_key_and_file(tmp_path, text, match):
+    path = write_yaml(tmp_path, text)
+    with pytest.raises(ConfigError, match=match) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def test_float_written_without_dot_is_accepted(tmp_path):
+    # PyYAML reads 1e-3 as a string; the config treats numeric text as a number.
+    config = load_config(write_yaml(tmp_path, "verify:\n  rtol: 1e-3\n"))
+    assert config.verify.rtol == pytest.approx(1e-3)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write_yaml(tmp_path, "planner: [unclosed\n"))
+
+
+def test_config_is_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Config().target = "cuda"
+
+
+def test_replace_from_cli_applies_given_values_only():
+    base = load_config(CONFIGS / "static_cnn.yaml")
+    config = base.replace_from_cli(
+        target="cuda", alignment_bytes=128, shapes={"y": [2, 4]}, rtol=1e-3, algorithms=["a"]
+    )
+    assert config.target == "cuda" and config.planner.alignment_bytes == 128
+    assert config.planner.algorithms == ("a",)
+    assert config.planner.time_limit_s == base.planner.time_limit_s
+    assert config.shapes == {"x": (5, 3, 96, 96), "y": (2, 4)}
+    assert config.verify == VerifyConfig(rtol=1e-3)
+    assert base.replace_from_cli() == base
+    with pytest.raises(ConfigError, match="planner.alignment_bytes"):
+        base.replace_from_cli(alignment_bytes=100)

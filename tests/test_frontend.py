@@ -1,0 +1,407 @@
+"""Tests of relax_memplan.frontend: loading, shape specs, import errors, reference runs."""
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+from tvm.relax.frontend.onnx import onnx_frontend
+
+from relax_memplan.errors import (
+    ModelLoadError,
+    ShapeSpecError,
+    UnsupportedOperatorError,
+    summarize_error,
+)
+from relax_memplan.frontend import (
+    SAMPLE_RATE_DEFAULT_HZ,
+    import_onnx,
+    load_onnx,
+    make_random_inputs,
+    parse_shape_spec,
+    run_onnxruntime,
+)
+
+MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
+
+BERT_SHAPES = {name: (2, 16) for name in ("input_ids", "attention_mask", "token_type_ids")}
+SILERO_SHAPES = {"input": (1, 512), "state": (2, 1, 128)}
+
+
+def model_path(name: str) -> Path:
+    path = MODELS / name
+    if not path.exists():
+        pytest.skip(f"model {path} not available")
+    return path
+
+
+def tiny_model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def tensor(name, elem_type, shape):
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def all_nodes(graph):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from all_nodes(attr.g)
+
+
+def main_param_shapes(mod):
+    return {p.name: tuple(int(d) for d in p.ty.shape) for p in mod["main"].params}
+
+
+# ----------------------------------------------------------------------------- parse_shape_spec
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("x=1,3,96,96", ("x", (1, 3, 96, 96))),
+        (" input_ids = 2, 16 ", ("input_ids", (2, 16))),
+        ("a=b=4", ("a=b", (4,))),
+    ],
+)
+def test_parse_shape_spec(text, expected):
+    assert parse_shape_spec(text) == expected
+
+
+@given(
+    name=st.from_regex(r"[A-Za-z_][A-Za-z0-9_.:/]{0,20}", fullmatch=True),
+    dims=st.lists(st.integers(1, 10**6), min_size=1, max_size=6),
+)
+def test_parse_shape_spec_round_trips(name, dims):
+    assert parse_shape_spec(f"{name}={','.join(map(str, dims))}") == (name, tuple(dims))
+
+
+@pytest.mark.parametrize("text", ["x", "=1,2", "x=", "x=1,,2", "x=1,a", "x=0,3", "x=2,-1", "x=1.5"])
+def test_parse_shape_spec_rejects_malformed_text(text):
+    with pytest.raises(ShapeSpecError, match="bad shape spec") as info:
+        parse_shape_spec(text)
+    assert repr(text) in str(info.value)
+
+
+# ----------------------------------------------------------------------------- load_onnx
+def test_load_onnx_missing_file(tmp_path):
+    with pytest.raises(ModelLoadError, match="not found"):
+        load_onnx(tmp_path / "absent.onnx")
+
+
+def test_load_onnx_directory(tmp_path):
+    with pytest.raises(ModelLoadError, match="directory"):
+        load_onnx(tmp_path)
+
+
+def test_load_onnx_text_file(tmp_path):
+    path = tmp_path / "notes.onnx"
+    path.write_text("hello, this is not a model\n")
+    with pytest.raises(ModelLoadError, match="not a"):
+        load_onnx(path)
+
+
+@pytest.mark.parametrize("keep_bytes", [0, 10, 13000])
+def test_load_onnx_truncated_bytes(tmp_path, keep_bytes):
+    data = model_path("mnist-8/model.onnx").read_bytes()
+    path = tmp_path / "truncated.onnx"
+    path.write_bytes(data[:keep_bytes])
+    with pytest.raises(ModelLoadError, match="truncated.onnx"):
+        load_onnx(path)
+
+
+def test_load_onnx_checker_failure_names_problem(tmp_path):
+    model = tiny_model(
+        [helper.make_node("Relu", ["undefined"], ["y"], name="relu0")],
+        [tensor("x", TensorProto.FLOAT, [2])],
+        [tensor("y", TensorProto.FLOAT, [2])],
+    )
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, path)
+    with pytest.raises(ModelLoadError, match="onnx.checker.*undefined"):
+        load_onnx(path)
+
+
+# ----------------------------------------------------------------------------- import: failures
+@pytest.fixture(scope="module")
+def loaded_models():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = load_onnx(model_path(name))
+        return cache[name]
+
+    return get
+
+
+FAILING = [
+    ("bert-tiny-randw.onnx", BERT_SHAPES),
+    ("bert-tiny-randw.onnx", None),
+    ("gpt2-tiny-randw.onnx", {"input_ids": (2, 16)}),
+    ("gpt2-tiny-randw.onnx", None),
+    ("magika-1.0.3.onnx", {"bytes": (1, 2048)}),
+    ("magika-1.0.3.onnx", None),
+    ("yolov8n-nudenet-320n.onnx", None),  # a 1x1 image: Concat of mismatched feature maps
+]
+
+
+@pytest.mark.parametrize("name, shapes", FAILING)
+def test_failing_model_names_node_and_op(loaded_models, name, shapes):
+    model = loaded_models(name)
+    with pytest.raises(UnsupportedOperatorError) as info:
+        import_onnx(model, shapes)
+    error = info.value
+    message = str(error)
+    assert "\n" not in message and "Traceback" not in message
+    nodes = {node.name or node.output[0]: node for node in all_nodes(model.graph)}
+    assert error.node_name in nodes
+    assert nodes[error.node_name].op_type == error.op_type
+    assert f"'{error.node_name}'" in message and f"op {error.op_type}" in message
+    default_opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    assert error.reason and error.opset == default_opset
+    assert ("set to 1" in message) == (shapes is None)  # hint when dims were defaulted
+
+
+@pytest.mark.parametrize(
+    "name, op_type",
+    [("ppocrv4-det.onnx", "Resize"), ("yolov8n-nudenet-320n.onnx", "Resize")],
+)
+def test_keep_dynamic_failure_names_resize(loaded_models, name, op_type):
+    model = loaded_models(name)
+    with pytest.raises(UnsupportedOperatorError) as info:
+        import_onnx(model, keep_dynamic=True)
+    assert info.value.op_type == op_type
+    assert info.value.node_name in {n.name for n in model.graph.node}
+
+
+def test_importer_methods_restored_after_failure(loaded_models):
+    saved = (
+        onnx_frontend.ONNXGraphImporter._construct_nodes,
+        onnx_frontend.ONNXGraphImporter._convert_operator,
+    )
+    with pytest.raises(UnsupportedOperatorError):
+        import_onnx(loaded_models("gpt2-tiny-randw.onnx"))
+    assert saved == (
+        onnx_frontend.ONNXGraphImporter._construct_nodes,
+        onnx_frontend.ONNXGraphImporter._convert_operator,
+    )
+
+
+def test_op_tvm_lacks_is_named():
+    model = tiny_model(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu0"),
+            helper.make_node("Det", ["r"], ["y"], name="det0"),
+        ],
+        [tensor("x", TensorProto.FLOAT, [3, 3])],
+        [tensor("y", TensorProto.FLOAT, [])],
+    )
+    with pytest.raises(UnsupportedOperatorError, match=r"'det0' \(op Det, opset 17\)"):
+        import_onnx(model)
+
+
+def test_op_tvm_lacks_inside_if_branch_is_named():
+    then_branch = helper.make_graph(
+        [helper.make_node("Det", ["x"], ["t"], name="inner_det")],
+        "then", [], [tensor("t", TensorProto.FLOAT, [])],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["e"], name="inner_sum", keepdims=0)],
+        "else", [], [tensor("e", TensorProto.FLOAT, [])],
+    )
+    model = tiny_model(
+        [helper.make_node("If", ["c"], ["y"], name="if0",
+                          then_branch=then_branch, else_branch=else_branch)],
+        [tensor("x", TensorProto.FLOAT, [3, 3]), tensor("c", TensorProto.BOOL, [])],
+        [tensor("y", TensorProto.FLOAT, [])],
+    )
+    with pytest.raises(UnsupportedOperatorError) as info:
+        import_onnx(model)
+    assert (info.value.node_name, info.value.op_type) == ("inner_det", "Det")
+
+
+def test_unnamed_failing_node_is_named_by_first_output():
+    # Two unnamed Reshapes: the first (constant shape) converts, the second (shape from a
+    # graph input) fails; the error must name the second by its output.
+    model = tiny_model(
+        [
+            helper.make_node("Reshape", ["x", "c"], ["a"]),
+            helper.make_node("Reshape", ["a", "s"], ["y"]),
+        ],
+        [tensor("x", TensorProto.FLOAT, [2, 3]), tensor("s", TensorProto.INT64, [2])],
+        [tensor("y", TensorProto.FLOAT, [3, 2])],
+        [numpy_helper.from_array(np.array([3, 2], np.int64), "c")],
+    )
+    with pytest.raises(UnsupportedOperatorError) as info:
+        import_onnx(model)
+    assert (info.value.node_name, info.value.op_type) == ("y", "Reshape")
+
+
+def test_failure_outside_converter_names_node():
+    # TVM rejects a shape value fed to Neg in its node loop, before any op converter runs.
+    model = tiny_model(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape0"),
+         helper.make_node("Neg", ["s"], ["y"], name="neg0")],
+        [tensor("x", TensorProto.FLOAT, ["n", 3])],
+        [tensor("y", TensorProto.INT64, [2])],
+    )
+    with pytest.raises(UnsupportedOperatorError) as info:
+        import_onnx(model, keep_dynamic=True)
+    assert (info.value.node_name, info.value.op_type) == ("neg0", "Neg")
+
+
+def test_failure_before_node_loop_is_model_load_error():
+    model = tiny_model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu0")],
+        [tensor("x", TensorProto.FLOAT, [2])],
+        [tensor("y", TensorProto.FLOAT, [2])],
+    )
+    model.ir_version = 2  # TVM rejects models older than ONNX 1.1 before converting any node
+    with pytest.raises(ModelLoadError, match="cannot import ONNX model: .*IR version") as info:
+        import_onnx(model)
+    assert not isinstance(info.value, UnsupportedOperatorError)
+
+
+@pytest.mark.filterwarnings("ignore:Field 'shape' of 'type' is required")
+def test_input_of_unknown_rank_needs_a_shape():
+    model = tiny_model(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu0")],
+        [tensor("x", TensorProto.FLOAT, None)],
+        [tensor("y", TensorProto.FLOAT, None)],
+    )
+    with pytest.raises(ShapeSpecError, match=r"'x' has unknown rank; pass --shape x="):
+        import_onnx(model)
+    mod, info = import_onnx(model, {"x": (2, 3)})
+    assert info.input_shapes == {"x": (2, 3)} and main_param_shapes(mod) == {"x": (2, 3)}
+
+
+def test_reason_keeps_one_informative_line():
+    error = RuntimeError(
+        "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+        "  0: tvm::relax::Foo()\n"
+        "Check failed: (a != nullptr) is false: Reshape expects a Tensor\nmore detail\n"
+    )
+    assert summarize_error(error) == "Reshape expects a Tensor"
+
+
+# ----------------------------------------------------------------------------- import: shapes
+@pytest.mark.parametrize(
+    "shapes, match",
+    [
+        ({"y": (1, 3, 96, 96)}, r"unknown input name.*'y'.*inputs are: 'x'"),
+        ({"x": (1, 3, 96)}, r"'x' has rank 3; the model's input has rank 4"),
+        ({"x": (1, 3, 96, 97)}, r"input 'x' dim 3 is static 96 in the model, got 97"),
+        ({"x": (0, 3, 96, 96)}, r"input 'x' dim 0 is 0"),
+        ({"x": (1.5, 3, 96, 96)}, r"list of integers"),
+        ({"x": "1,3,96,96"}, r"list of integers"),
+    ],
+)
+def test_bad_shapes_raise_shape_spec_error(loaded_models, shapes, match):
+    with pytest.raises(ShapeSpecError, match=match):
+        import_onnx(loaded_models("mobilenetv2-tiny.onnx"), shapes)
+
+
+def test_mobilenet_batch_5_shape_used(loaded_models):
+    mod, info = import_onnx(loaded_models("mobilenetv2-tiny.onnx"), {"x": [5, 3, 96, 96]})
+    assert info.input_shapes == {"x": (5, 3, 96, 96)}
+    assert main_param_shapes(mod) == {"x": (5, 3, 96, 96)}
+    assert info.defaulted_dims == {} and info.notes == ()
+
+
+def test_defaulted_dims_recorded_with_note(loaded_models):
+    mod, info = import_onnx(loaded_models("mobilenetv2-tiny.onnx"))
+    assert info.input_shapes == {"x": (1, 3, 96, 96)}
+    assert main_param_shapes(mod) == {"x": (1, 3, 96, 96)}
+    assert info.defaulted_dims == {"x": ((0, "batch"),)}
+    assert info.notes == (
+        "input 'x' dim 0 'batch' not fixed; using 1 (pass --shape x=batch,3,96,96)",
+    )
+
+
+def test_keep_dynamic_leaves_batch_symbolic(loaded_models):
+    mod, info = import_onnx(loaded_models("mobilenetv2-tiny.onnx"), keep_dynamic=True)
+    batch = mod["main"].params[0].ty.shape[0]
+    assert str(batch) == "batch" and not isinstance(batch, int)
+    assert info.dynamic_dims_kept and info.input_shapes == {"x": (1, 3, 96, 96)}
+
+
+# ----------------------------------------------------------------------------- import: successes
+@pytest.mark.parametrize(
+    "name, shapes, expected",
+    [
+        ("mnist-8/model.onnx", None, {"Input3": (1, 1, 28, 28)}),
+        ("squeezenet1.0-randw.onnx", None, {"data_0": (1, 3, 224, 224)}),
+        ("silero-vad-op18-ifless.onnx", SILERO_SHAPES,
+         {"input": (1, 512), "sr": (), "state": (2, 1, 128)}),
+    ],
+)
+def test_models_import(loaded_models, name, shapes, expected):
+    mod, info = import_onnx(loaded_models(name), shapes)
+    assert info.input_shapes == expected
+    assert info.upgraded_from_opset is None and info.defaulted_dims == {}
+    assert main_param_shapes(mod) == expected
+
+
+def test_import_from_path_accepts_str():
+    mod, info = import_onnx(str(model_path("mnist-8/model.onnx")))
+    assert info.opset == 8 and info.input_dtypes == {"Input3": "float32"}
+
+
+def test_ultraface_upgrade_recorded(loaded_models):
+    model = loaded_models("ultraface-rfb-320-opset9.onnx")
+    mod, info = import_onnx(model)
+    assert (info.upgraded_from_opset, info.opset) == (9, 13)
+    assert any("opset upgraded 9 -> 13" in note and "op Slice" in note for note in info.notes)
+    assert main_param_shapes(mod) == {"input": (1, 3, 240, 320)}
+    assert model.opset_import[0].version == 9  # the caller's model is left unchanged
+
+
+# ----------------------------------------------------------------------------- reference runs
+def test_random_inputs_silero(loaded_models):
+    model = loaded_models("silero-vad-op18-ifless.onnx")
+    _, info = import_onnx(model, SILERO_SHAPES)
+    inputs = make_random_inputs(model, info, values={"state": np.zeros((2, 1, 128))})
+    assert list(inputs) == ["input", "sr", "state"]
+    assert inputs["sr"].dtype == np.int64 and inputs["sr"].shape == ()
+    assert int(inputs["sr"]) == SAMPLE_RATE_DEFAULT_HZ == 16000
+    assert inputs["input"].dtype == np.float32 and inputs["input"].shape == (1, 512)
+    assert inputs["state"].dtype == np.float32 and not inputs["state"].any()
+    again = make_random_inputs(model, info)
+    np.testing.assert_array_equal(inputs["input"], again["input"])  # same default seed
+    outputs = run_onnxruntime(model, inputs)
+    assert [out.shape for out in outputs] == [(1, 1), (2, 1, 128)]
+
+
+def test_random_integer_inputs_are_zero_or_one():
+    model = tiny_model(
+        [helper.make_node("Identity", ["ids"], ["y"])],
+        [tensor("ids", TensorProto.INT64, ["batch", 8])],
+        [tensor("y", TensorProto.INT64, ["batch", 8])],
+    )
+    _, info = import_onnx(model, {"ids": (4, 8)})
+    ids = make_random_inputs(model, info, seed=3)["ids"]
+    assert ids.dtype == np.int64 and ids.shape == (4, 8)
+    assert set(np.unique(ids)) <= {0, 1}
+
+
+def test_random_inputs_reject_bad_values(loaded_models):
+    model = loaded_models("mobilenetv2-tiny.onnx")
+    _, info = import_onnx(model)
+    with pytest.raises(ShapeSpecError, match="unknown input"):
+        make_random_inputs(model, info, values={"y": np.zeros(1)})
+    with pytest.raises(ShapeSpecError, match=r"'x' has shape \(2, 3, 96, 96\)"):
+        make_random_inputs(model, info, values={"x": np.zeros((2, 3, 96, 96))})
+
+
+def test_onnxruntime_matches_mnist_reference_output():
+    data_dir = model_path("mnist-8/test_data_set_0")
+    model = load_onnx(data_dir.parent / "model.onnx")
+    input_0 = numpy_helper.to_array(onnx.load_tensor(str(data_dir / "input_0.pb")))
+    expected = numpy_helper.to_array(onnx.load_tensor(str(data_dir / "output_0.pb")))
+    (output,) = run_onnxruntime(model, {"Input3": input_0})
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-3)
