@@ -9,6 +9,8 @@ Exit status: 0 success, 1 a clear error (printed on one line), 2 bad usage,
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -124,6 +126,24 @@ def _compile(args) -> int:
     return 0
 
 
+def _release_quietly(err: BaseException) -> None:
+    """Drop what a failed import/build still references, with C++ stderr muted.
+
+    TVM's C++ BlockBuilder logs "destroyed with remaining blocks" when an importer
+    that failed half-way is garbage-collected; that would follow our one-line error.
+    """
+    err.__cause__ = err.__context__ = err.__traceback__ = None
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            gc.collect()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``relax-memplan``; returns the exit status.
 
@@ -134,7 +154,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return _compile(args)
     except RelaxMemplanError as err:
-        print(f"relax-memplan: error: {err}", file=sys.stderr)
+        message = str(err)
+        _release_quietly(err)
+        del err
+        print(f"relax-memplan: error: {message}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("relax-memplan: interrupted", file=sys.stderr)

@@ -148,6 +148,7 @@ def compile_module(
                 for t in live.left_to_tvm
             ],
             lower_bound_bytes=fplan.lower_bound_bytes,
+            unaligned_lower_bound_bytes=fplan.unaligned_lower_bound_bytes,
             arena_bytes=fplan.arena_bytes,
             planned_bytes=ours.planned_bytes if ours else fplan.arena_bytes,
             unplanned_bytes=ours.unplanned_bytes if ours else 0,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from .errors import ConfigError
+from .planner import ALGORITHMS
 
 __all__ = ["TARGET_KINDS", "PlannerConfig", "VerifyConfig", "Config", "load_config"]
 
@@ -33,12 +34,6 @@ TARGET_KINDS = ("llvm", "cuda")
 
 _MIN_ALIGNMENT_BYTES = 64  # vm.builtin.ensure_zero_offset copies tensors placed off 64 bytes
 _NUMBER_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-
-
-def _check_bool(key: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key} must be true or false, got {value!r}")
-    return value
 
 
 def _check_int(key: str, value, minimum: int) -> int:
@@ -68,22 +63,18 @@ class PlannerConfig:
     Attributes
     ----------
     algorithms : tuple of str or None
-        Names of :data:`relax_memplan.planner.ALGORITHMS` to try, best result kept;
-        None tries all.
+        Names of :data:`relax_memplan.planner.ALGORITHMS` to try, best result kept
+        (the improvement search then runs in the time left); None tries all.
     time_limit_s : float
         Time budget in seconds for the offset search of one arena; > 0.
     alignment_bytes : int
         Alignment of every tensor offset in an arena; a power of two >= 64, because
         ``vm.builtin.ensure_zero_offset`` silently copies a tensor placed off 64 bytes.
-    fallback_to_tvm : bool
-        Leave tensors the planner cannot place (symbolic sizes, ...) to TVM's
-        StaticPlanBlockMemory instead of failing.
     """
 
-    algorithms: tuple[str, ...] | None = ("greedy_by_size", "greedy_by_breadth")
+    algorithms: tuple[str, ...] | None = None
     time_limit_s: float = 1.0
     alignment_bytes: int = 64
-    fallback_to_tvm: bool = True
 
     def __post_init__(self):
         algorithms = self.algorithms
@@ -95,6 +86,11 @@ class PlannerConfig:
             for name in algorithms:
                 if not isinstance(name, str) or not name:
                     raise ConfigError(f"planner.algorithms has a non-name entry {name!r}")
+                if name not in ALGORITHMS:
+                    raise ConfigError(
+                        f"planner.algorithms: unknown algorithm {name!r}; "
+                        f"known: {', '.join(sorted(ALGORITHMS))}"
+                    )
             if not algorithms:
                 raise ConfigError("planner.algorithms is empty; use null for all algorithms")
             object.__setattr__(self, "algorithms", tuple(algorithms))
@@ -106,7 +102,6 @@ class PlannerConfig:
                 f"planner.alignment_bytes must be a power of two >= {_MIN_ALIGNMENT_BYTES}, "
                 f"got {alignment}"
             )
-        _check_bool("planner.fallback_to_tvm", self.fallback_to_tvm)
 
 
 @dataclass(frozen=True)
@@ -183,7 +178,6 @@ class Config:
         algorithms: tuple[str, ...] | None = None,
         time_limit_s: float | None = None,
         alignment_bytes: int | None = None,
-        fallback_to_tvm: bool | None = None,
         shapes: dict[str, tuple[int, ...]] | None = None,
         rtol: float | None = None,
         atol: float | None = None,
@@ -209,7 +203,6 @@ class Config:
                 algorithms=algorithms,
                 time_limit_s=time_limit_s,
                 alignment_bytes=alignment_bytes,
-                fallback_to_tvm=fallback_to_tvm,
             ),
         )
         verify = dataclasses.replace(self.verify, **given(rtol=rtol, atol=atol, seed=seed))

@@ -1,7 +1,9 @@
 """The memory report: lower bound vs our arena vs TVM's default plan vs bytes measured at run time.
 
 All sizes are bytes. ``lower_bound_bytes`` is the peak of live bytes over the
-tensors our planner placed (no plan of those tensors can use less);
+tensors our planner placed, each rounded up to the 64-byte offset alignment the
+VM needs (no aligned plan of those tensors can use less);
+``unaligned_lower_bound_bytes`` is the same peak with exact sizes;
 ``arena_bytes`` is the size of our arena(s); ``tvm_default_bytes`` is what
 TVM's ``StaticPlanBlockMemory`` allocates as planned storage for the same
 function in the same pipeline; ``runtime_alloc_bytes`` is the sum of the
@@ -37,7 +39,9 @@ class FunctionMemoryReport:
     left_to_tvm : list of dict
         ``{"tensor", "size_bytes", "reason"}`` for each allocation left to TVM.
     lower_bound_bytes : int
-        Peak live bytes of the tensors we placed.
+        Peak live bytes of the tensors we placed, sizes rounded to the alignment.
+    unaligned_lower_bound_bytes : int
+        The same with exact sizes.
     arena_bytes : int
         Our arena(s).
     planned_bytes : int
@@ -68,6 +72,7 @@ class FunctionMemoryReport:
     num_planned: int
     left_to_tvm: List[Dict] = field(default_factory=list)
     lower_bound_bytes: int = 0
+    unaligned_lower_bound_bytes: int = 0
     arena_bytes: int = 0
     planned_bytes: int = 0
     unplanned_bytes: int = 0
@@ -192,7 +197,9 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
         r = _ratio(n, base)
         return f"  {label:<34}{_fmt_bytes(n):>28}" + (f"  {r:.3f} x LB" if r is not None else "")
 
-    lines.append(row("lower bound (peak live bytes)", lb))
+    lines.append(row("lower bound (peak live, aligned)", lb))
+    if f.unaligned_lower_bound_bytes != lb:
+        lines.append(row("  same, exact sizes", f.unaligned_lower_bound_bytes))
     lines.append(row("our arena", f.arena_bytes))
     if f.planned_bytes != f.arena_bytes:
         lines.append(row("our planned total (arena + TVM)", f.planned_bytes))

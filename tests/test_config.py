@@ -90,7 +90,7 @@ def test_unknown_key_names_key_and_file(tmp_path, text, key):
         ("planner:\n  alignment_bytes: 64.0\n", "planner.alignment_bytes must be an integer"),
         ("planner:\n  alignment_bytes: 96\n", "power of two >= 64"),
         ("planner:\n  alignment_bytes: 32\n", "power of two >= 64"),
-        ("planner:\n  fallback_to_tvm: 1\n", "planner.fallback_to_tvm must be true or false"),
+        ("planner:\n  algorithms: [best_fit_magic]\n", "unknown algorithm 'best_fit_magic'"),
         ("shapes: [1, 2]\n", "shapes must be a mapping"),
         ("shapes:\n  x: 1,3\n", r"shapes.x must be a list of integers"),
         ("shapes:\n  x: [1, 0]\n", r"shapes.x\[1\] must be >= 1"),
@@ -127,10 +127,11 @@ def test_config_is_frozen():
 def test_replace_from_cli_applies_given_values_only():
     base = load_config(CONFIGS / "static_cnn.yaml")
     config = base.replace_from_cli(
-        target="cuda", alignment_bytes=128, shapes={"y": [2, 4]}, rtol=1e-3, algorithms=["a"]
+        target="cuda", alignment_bytes=128, shapes={"y": [2, 4]}, rtol=1e-3,
+        algorithms=["greedy_by_breadth"],
     )
     assert config.target == "cuda" and config.planner.alignment_bytes == 128
-    assert config.planner.algorithms == ("a",)
+    assert config.planner.algorithms == ("greedy_by_breadth",)
     assert config.planner.time_limit_s == base.planner.time_limit_s
     assert config.shapes == {"x": (5, 3, 96, 96), "y": (2, 4)}
     assert config.verify == VerifyConfig(rtol=1e-3)

@@ -29,7 +29,7 @@ Function attributes
 -------------------
 Reads none. Writes ``relax_memplan.arena_bytes`` (total arena bytes of the
 function) and ``relax_memplan.lower_bound_bytes`` (peak live bytes of the
-planned tensors) on every function it plans.
+planned tensors, sizes rounded to the alignment) on every function it plans.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import tvm
 from tvm import relax
 
 from ..analysis.liveness import FunctionLiveness, TensorLiveness, analyze_liveness
-from ..planner import Buffer, plan, validate
+from ..planner import Buffer, peak_live_bytes, plan, validate
 
 __all__ = ["PlanStaticMemory", "ArenaPlan", "FunctionPlan"]
 
@@ -59,7 +59,12 @@ class ArenaPlan:
     arena_bytes : int
         Size of the arena (its ``alloc_storage``), in bytes.
     lower_bound_bytes : int
-        Peak live bytes of the tensors in the arena (unrounded sizes).
+        Peak live bytes of the tensors in the arena, each rounded up to the
+        alignment: no plan with aligned offsets can be smaller (a tensor at an
+        aligned offset keeps the next tensor from starting before the next
+        aligned address).
+    unaligned_lower_bound_bytes : int
+        Peak live bytes with exact tensor sizes (the bound if alignment were free).
     offsets : dict of str to int
         Tensor uid -> byte offset in the arena.
     algorithm : str
@@ -70,6 +75,7 @@ class ArenaPlan:
     storage_scope: str
     arena_bytes: int
     lower_bound_bytes: int
+    unaligned_lower_bound_bytes: int
     offsets: Dict[str, int]
     algorithm: str
 
@@ -89,8 +95,13 @@ class FunctionPlan:
 
     @property
     def lower_bound_bytes(self) -> int:
-        """Sum over arenas of their lower bounds (peak live bytes)."""
+        """Sum over arenas of their lower bounds (peak live bytes, aligned sizes)."""
         return sum(a.lower_bound_bytes for a in self.arenas)
+
+    @property
+    def unaligned_lower_bound_bytes(self) -> int:
+        """Sum over arenas of their peak live bytes with exact sizes."""
+        return sum(a.unaligned_lower_bound_bytes for a in self.arenas)
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -124,14 +135,13 @@ def _plan_function(
             Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=max(t.size_bytes, 1))
             for t in tensors
         ]
-        from ..planner import peak_live_bytes
-
         arenas.append(
             ArenaPlan(
                 device_index=dev,
                 storage_scope=scope,
                 arena_bytes=result.height_bytes,
-                lower_bound_bytes=peak_live_bytes(exact),
+                lower_bound_bytes=result.lower_bound_bytes,
+                unaligned_lower_bound_bytes=peak_live_bytes(exact),
                 offsets=dict(result.offsets),
                 algorithm=result.algorithm,
             )

@@ -1,0 +1,104 @@
+"""relax-memplan compile: the main job on the built-in example, and clear one-line errors."""
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from relax_memplan.cli import EXIT_ERROR, main
+from tests.conftest import shared_model
+
+REQUIRED_KEYS = ("lower_bound_bytes", "arena_bytes", "tvm_default_bytes", "runtime_alloc_bytes",
+                 "max_abs_error")
+
+
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli")
+    args = ["compile", "--verify", "-q", "--report", str(out / "r.json"), "-o", str(out / "lib.so"),
+            "--plot", str(out / "plan.png"), "--time-limit", "0.2"]
+    return main(args), out
+
+
+def test_example_report_json_has_the_keys_tools_read(example_run):
+    status, out = example_run
+    assert status == 0
+    report = json.loads((out / "r.json").read_text())
+    for key in REQUIRED_KEYS:
+        assert isinstance(report[key], (int, float)), key
+    assert report["arena_bytes"] <= report["tvm_default_bytes"]
+    assert report["lower_bound_bytes"] <= report["arena_bytes"]
+    assert report["runtime_matches_plan"] is True
+    assert report["verified"] is True
+    assert report["functions"]["main"]["arena_bytes"] == report["arena_bytes"]
+
+
+def test_example_library_loads_and_runs(example_run):
+    _, out = example_run
+    lib = tvm.runtime.load_module(str(out / "lib.so"))
+    vm = relax.VirtualMachine(lib, tvm.cpu())
+    x = tvm.runtime.tensor(np.zeros((1, 3, 96, 96), "float32"))
+    probs = vm["main"](x).numpy()
+    assert probs.shape == (1, 10)
+    np.testing.assert_allclose(probs.sum(), 1.0, rtol=1e-5)
+
+
+def test_example_plot_is_a_png(example_run):
+    _, out = example_run
+    assert (out / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _one_line_error(capsys, argv):
+    status = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert status == EXIT_ERROR
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if not line.startswith("[relax-memplan]")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("relax-memplan: error: ")
+    return lines[0]
+
+
+def test_missing_file(capsys, tmp_path):
+    line = _one_line_error(capsys, ["compile", str(tmp_path / "nope.onnx"), "-q"])
+    assert "nope.onnx" in line
+
+
+def test_file_that_is_not_onnx(capsys, tmp_path):
+    bad = tmp_path / "notes.onnx"
+    bad.write_text("this is not a model\n")
+    line = _one_line_error(capsys, ["compile", str(bad), "-q"])
+    assert "notes.onnx" in line
+
+
+@pytest.mark.parametrize("spec", ["image", "image=", "image=1,3,x,96", "image=1,3,-96,96", "=1,2"])
+def test_malformed_shape(capsys, spec):
+    line = _one_line_error(capsys, ["compile", "--shape", spec, "-q"])
+    assert "shape" in line.lower()
+
+
+def test_shape_for_unknown_input(capsys):
+    line = _one_line_error(capsys, ["compile", "--shape", "pixels=1,3,96,96", "-q"])
+    assert "pixels" in line and "image" in line
+
+
+def test_unknown_config_key(capsys, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("planner:\n  time_limit: 3\n")
+    line = _one_line_error(capsys, ["compile", "--config", str(cfg), "-q"])
+    assert "planner.time_limit" in line
+
+
+@pytest.mark.parametrize(
+    "model, node, op",
+    [
+        ("bert-tiny-randw.onnx", "/m/ConstantOfShape", "ConstantOfShape"),
+        ("gpt2-tiny-randw.onnx", "node_Reshape_54", "Reshape"),
+        ("magika-1.0.3.onnx", "MagikaV2/Reshape", "Reshape"),
+    ],
+)
+def test_unimportable_model_names_node_and_op(capsys, model, node, op):
+    line = _one_line_error(capsys, ["compile", str(shared_model(model)), "-q"])
+    assert node in line and f"op {op}" in line
