@@ -33,11 +33,11 @@ MODELS = [
 ]
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=str(REPO.parent / "shared" / "models"))
     parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "models.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rows = []
     header = (f"{'model':<18}{'LB bytes':>12}{'ours':>12}{'TVM default':>13}{'ours/LB':>9}"
               f"{'ours/TVM':>10}{'run ours':>12}{'run TVM':>12}{'allocs':>8}{'max err':>10}{'s':>7}")

@@ -77,6 +77,9 @@ class TensorLiveness:
         Element type.
     size_bytes : int or None
         Bytes of the tensor, ``None`` when the shape is symbolic.
+    size_expr : tvm.tirx.PrimExpr
+        Bytes of the tensor as an int64 expression of the shape's symbolic
+        vars (a constant when the shape is static).
     device_index : int
         ``runtime_device_index`` of the allocation.
     storage_scope : str
@@ -99,6 +102,7 @@ class TensorLiveness:
     shape: tuple
     dtype: str
     size_bytes: Optional[int]
+    size_expr: object
     device_index: int
     storage_scope: str
     start: int
@@ -211,11 +215,16 @@ class _LivenessAnalyzer:
         static = dims is not None and all(isinstance(d, tirx.IntImm) for d in dims)
         shape = tuple(int(d) for d in dims) if static else tuple(dims or ())
         size = None
+        dt = tvm.runtime.DataType(dtype)
+        size_expr = tirx.IntImm("int64", (dt.bits * dt.lanes + 7) // 8)
+        for d in dims or ():
+            size_expr = size_expr * d.astype("int64")
         if static:
             n = 1
             for d in shape:
                 n *= d
             size = dtype_size_bytes(dtype, n)
+            size_expr = tirx.IntImm("int64", size)
         idx = len(self._tensors)
         self._tensors.append(
             TensorLiveness(
@@ -225,6 +234,7 @@ class _LivenessAnalyzer:
                 shape=shape,
                 dtype=dtype,
                 size_bytes=size,
+                size_expr=size_expr,
                 device_index=int(dev) if isinstance(dev, tirx.IntImm) else -1,
                 storage_scope=str(scope.value) if hasattr(scope, "value") else str(scope),
                 start=step,

@@ -17,6 +17,7 @@ from .algorithms import ALGORITHMS, DETERMINISTIC, iterated_greedy
 from .buffer import Buffer, Plan, live_bytes_profile, peak_live_bytes
 from .csv_io import read_csv, read_csv_solution, write_csv
 from .portfolio import plan
+from .stacking import stacked_offsets, stacking_order
 from .validate import (
     CapacityExceededError,
     InvalidOffsetError,
@@ -46,6 +47,8 @@ __all__ = [
     "plan",
     "read_csv",
     "read_csv_solution",
+    "stacked_offsets",
+    "stacking_order",
     "validate",
     "write_csv",
 ]

@@ -42,10 +42,9 @@ from tvm import relax
 
 from ..analysis.liveness import FunctionLiveness, TensorLiveness, analyze_liveness
 from ..planner import Buffer, peak_live_bytes, plan, validate
+from ._arena_rewrite import ArenaRewriter, alloc_arena
 
 __all__ = ["PlanStaticMemory", "ArenaPlan", "FunctionPlan"]
-
-_ENSURE_ZERO_OFFSET = "vm.builtin.ensure_zero_offset"
 
 
 @dataclass
@@ -149,62 +148,16 @@ def _plan_function(
     return arenas
 
 
-class _ArenaRewriter:
-    """Rebuilds a function with planned allocations placed in arenas."""
-
-    def __init__(self, fplan: FunctionPlan):
-        self._placement: Dict[relax.Var, Tuple[relax.Var, int, TensorLiveness]] = {}
-        self._arena_bindings: List[relax.VarBinding] = []
-        by_uid = {t.uid: t for t in fplan.liveness.tensors}
-        for arena in fplan.arenas:
-            arena_var = relax.Var(f"arena_d{arena.device_index}", relax.ObjectType())
-            call = relax.op.memory.alloc_storage(
-                relax.ShapeExpr([arena.arena_bytes]),
-                arena.device_index,
-                arena.storage_scope,
-                "uint8",
-            )
-            self._arena_bindings.append(relax.VarBinding(arena_var, call))
-            for uid, offset in arena.offsets.items():
-                t = by_uid[uid]
-                self._placement[t.var] = (arena_var, offset, t)
-
-    def rewrite_function(self, func: relax.Function) -> relax.Function:
-        body = self._rewrite_seq(func.body, top=True)
-        return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
-
-    def _rewrite_seq(self, seq: relax.SeqExpr, top: bool = False) -> relax.SeqExpr:
-        blocks = []
-        for i, block in enumerate(seq.blocks):
-            bindings: List = list(self._arena_bindings) if (top and i == 0) else []
-            for binding in block.bindings:
-                bindings.extend(self._rewrite_binding(binding))
-            blocks.append(type(block)(bindings, block.span))
-        if top and not seq.blocks and self._arena_bindings:
-            blocks.append(relax.BindingBlock(list(self._arena_bindings)))
-        return relax.SeqExpr(blocks, seq.body, seq.span)
-
-    def _rewrite_binding(self, binding) -> List:
-        value = binding.value
-        if isinstance(value, relax.If):
-            new_if = relax.If(
-                value.cond,
-                self._rewrite_seq(value.true_branch),
-                self._rewrite_seq(value.false_branch),
-                value.span,
-            )
-            return [relax.VarBinding(binding.var, new_if, binding.span)]
-        placed = self._placement.get(binding.var)
-        if placed is None:
-            return [binding]
-        arena_var, offset, t = placed
-        shape_expr, dtype, _dev, _scope = value.args
-        alloc = relax.op.memory.alloc_tensor(arena_var, offset, shape_expr, dtype.value, t.device_index)
-        if offset == 0:
-            return [relax.VarBinding(binding.var, alloc, binding.span)]
-        raw = relax.Var(f"{t.name}_at{offset}", binding.var.ty)
-        view = tvm.ir.Call(relax.ExternFunc(_ENSURE_ZERO_OFFSET), [raw], ty_args=[binding.var.ty])
-        return [relax.VarBinding(raw, alloc), relax.VarBinding(binding.var, view, binding.span)]
+def _rewriter_for(fplan: FunctionPlan) -> ArenaRewriter:
+    prologue, placement = [], {}
+    by_uid = {t.uid: t for t in fplan.liveness.tensors}
+    for arena in fplan.arenas:
+        arena_var = relax.Var(f"arena_d{arena.device_index}", relax.ObjectType())
+        prologue.append(relax.VarBinding(arena_var, alloc_arena(
+            arena.arena_bytes, arena.device_index, arena.storage_scope)))
+        for uid, offset in arena.offsets.items():
+            placement[by_uid[uid].var] = (arena_var, offset, by_uid[uid])
+    return ArenaRewriter(prologue, placement)
 
 
 @tvm.transform.module_pass(opt_level=0, name="PlanStaticMemory")
@@ -274,7 +227,7 @@ class PlanStaticMemory:
             self.plans[gv.name_hint] = fplan
             if not fplan.arenas:
                 continue
-            new_func = _ArenaRewriter(fplan).rewrite_function(func)
+            new_func = _rewriter_for(fplan).rewrite_function(func)
             new_func = new_func.with_attrs(
                 {
                     "relax_memplan.arena_bytes": fplan.arena_bytes,

@@ -1,0 +1,92 @@
+"""Symbolic dims of a Relax function: which vars its signature defines and their declared ranges.
+
+Ranges come from the function attributes TVM already uses:
+``tir_var_upper_bound`` (``{"seq": 128}``, inclusive) and
+``tir_var_lower_bound`` (``{"seq": 1}``, inclusive). A dim with no lower bound
+is taken as >= 0 (a shape dim); a dim with no upper bound is unbounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional
+
+import tvm
+from tvm import relax, tirx
+
+__all__ = ["DimRange", "signature_dims", "declared_ranges", "evaluate_bytes"]
+
+
+@dataclass(frozen=True)
+class DimRange:
+    """Declared range of one symbolic dim, inclusive at both ends (elements).
+
+    Attributes
+    ----------
+    lower : int
+        Smallest allowed value (0 when none was declared).
+    upper : int or None
+        Largest allowed value, ``None`` when unbounded.
+    """
+
+    lower: int = 0
+    upper: Optional[int] = None
+
+    def __post_init__(self):
+        if self.lower < 0:
+            raise ValueError(f"a dim's lower bound must be >= 0, got {self.lower}")
+        if self.upper is not None and self.upper < max(self.lower, 1):
+            raise ValueError(f"upper bound {self.upper} is below lower bound {self.lower} (or < 1)")
+
+    def __contains__(self, value: int) -> bool:
+        return value >= self.lower and (self.upper is None or value <= self.upper)
+
+    def __str__(self) -> str:
+        return f"[{self.lower}, {'inf' if self.upper is None else self.upper}]"
+
+
+def signature_dims(func: relax.Function) -> Dict[str, tirx.Var]:
+    """Symbolic vars defined by the function's parameters, by name."""
+    out: Dict[str, tirx.Var] = {}
+    for p in func.params:
+        for v in relax.analysis.definable_tir_vars_in_type(p.ty):
+            out[v.name] = v
+    return out
+
+
+def _int_map(func: relax.Function, key: str) -> Dict[str, int]:
+    attrs = func.attrs
+    if attrs is None or key not in attrs:
+        return {}
+    return {str(k): int(v) for k, v in attrs[key].items()}
+
+
+def declared_ranges(func: relax.Function) -> Dict[str, DimRange]:
+    """Declared range of every signature dim (undeclared ones: ``[0, inf]``)."""
+    upper = _int_map(func, "tir_var_upper_bound")
+    lower = _int_map(func, "tir_var_lower_bound")
+    return {
+        name: DimRange(lower=lower.get(name, 0), upper=upper.get(name))
+        for name in signature_dims(func)
+    }
+
+
+def evaluate_bytes(expr, values: Mapping[str, int]) -> int:
+    """Value of an int64 expression of symbolic dims at concrete dim values.
+
+    Raises
+    ------
+    ValueError
+        If a var of ``expr`` has no value in ``values``.
+    """
+    free = {} if isinstance(expr, tirx.IntImm) else {v.name: v for v in tirx.analysis.undefined_vars(expr)}
+    missing = sorted(set(free) - set(values))
+    if missing:
+        raise ValueError(f"no value for dim(s) {', '.join(missing)}")
+    analyzer = tvm.sym.Analyzer()
+    for name, var in free.items():
+        analyzer.bind(var, tirx.IntImm("int64", int(values[name])))  # shape vars are int64
+    value = analyzer.simplify(expr)
+    if not isinstance(value, tirx.IntImm):
+        raise ValueError(f"expression {expr} did not evaluate to a constant")
+    return int(value)

@@ -1,0 +1,103 @@
+"""Small helpers over an ONNX graph shared by the preparation steps (no TVM import)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+INTEGER_TYPES = frozenset(
+    {
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.UINT16,
+        onnx.TensorProto.UINT32,
+        onnx.TensorProto.UINT64,
+    }
+)
+
+
+def constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Values known before the graph runs: initializers that are not also graph inputs
+    (those are overridable defaults) and outputs of ``Constant`` nodes with a ``value``."""
+    overridable = {value.name for value in graph.input}
+    values = {
+        init.name: numpy_helper.to_array(init)
+        for init in graph.initializer
+        if init.name not in overridable
+    }
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            value = _constant_node_value(node)
+            if value is not None:
+                values[node.output[0]] = value
+    return values
+
+
+def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
+    for attr in node.attribute:
+        if attr.name == "value":
+            return numpy_helper.to_array(attr.t)
+        if attr.name == "value_int":
+            return np.asarray(attr.i, np.int64)
+        if attr.name == "value_ints":
+            return np.asarray(list(attr.ints), np.int64)
+        if attr.name == "value_float":
+            return np.asarray(attr.f, np.float32)
+        if attr.name == "value_floats":
+            return np.asarray(list(attr.floats), np.float32)
+    return None  # sparse or string constants: left alone
+
+
+def consumers(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
+    """Value name to the (node, input index) pairs reading it in ``graph`` itself.
+
+    Names read inside subgraphs (If/Loop bodies) are recorded with index -1, so a value
+    used by a subgraph is never treated as unused.
+    """
+    readers = defaultdict(list)
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            if name:
+                readers[name].append((node, index))
+        for name in subgraph_reads(node):
+            readers[name].append((node, -1))
+    return readers
+
+
+def subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Names a node's subgraphs (If/Loop/Scan bodies) read from enclosing scopes."""
+    names = set()
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for graph in graphs:
+            defined = {v.name for v in graph.input} | {i.name for i in graph.initializer}
+            for inner in graph.node:
+                names.update(n for n in inner.input if n and n not in defined)
+                names.update(n for n in subgraph_reads(inner) if n not in defined)
+                defined.update(inner.output)
+    return names
+
+
+def has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(
+        attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for attr in node.attribute
+    )
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """How notes and errors name a node: its name, else its first output."""
+    return node.name or (node.output[0] if node.output else node.op_type)
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return entry.version
+    return 1
