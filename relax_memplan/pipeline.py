@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Optional, Union
+from typing import Mapping, Optional, Tuple, Union
 
 import tvm
 from tvm import relax
 
+from .transform.annotate_dim_ranges import AnnotateDimRanges
+from .transform.insert_dim_range_check import InsertDimRangeCheck
+from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.record_storage import RecordStorage
 
@@ -57,6 +60,8 @@ def backend_phases(
     target: tvm.target.Target,
     plan_pass: Optional[PlanStaticMemory] = None,
     record_pass: Optional[RecordStorage] = None,
+    dynamic_pass: Optional[PlanDynamicMemory] = None,
+    dim_ranges: Optional[Mapping[str, Tuple[Optional[int], Optional[int]]]] = None,
 ):
     """TVM's per-target phases, with the memory planner chosen.
 
@@ -70,6 +75,12 @@ def backend_phases(
     record_pass : RecordStorage, optional
         Inserted right after ``StaticPlanBlockMemory`` to record what each
         function allocates.
+    dynamic_pass : PlanDynamicMemory, optional
+        Our planner for symbolic sizes, inserted (after the dim-range check)
+        before ``plan_pass``.
+    dim_ranges : mapping of str to (int or None, int or None), optional
+        Declared dim ranges: ``AnnotateDimRanges`` runs first and, with our
+        planner, ``InsertDimRangeCheck`` checks them at run time.
 
     Returns
     -------
@@ -88,14 +99,18 @@ def backend_phases(
         )
     backend = importlib.import_module(_BACKEND_MODULES[kind])
     finalize = []
+    ours = plan_pass is not None or dynamic_pass is not None
     for p in backend.finalize_passes(target):
-        if p.info.name == "StaticPlanBlockMemory" and plan_pass is not None:
-            finalize.append(plan_pass)
+        if p.info.name == "StaticPlanBlockMemory" and ours:
+            finalize += [q for q in (dynamic_pass, plan_pass) if q is not None]
+            # last of ours, so its check becomes the very first binding
+            finalize.append(InsertDimRangeCheck())
         finalize.append(p)
         if p.info.name == "StaticPlanBlockMemory" and record_pass is not None:
             finalize.append(record_pass)
+    annotate = [AnnotateDimRanges(dim_ranges)] if dim_ranges else []
     return [
-        ("library_dispatch", backend.library_dispatch_passes(target)),
+        ("library_dispatch", annotate + backend.library_dispatch_passes(target)),
         ("legalize", backend.legalize_passes(target)),
         ("dataflow_lower", backend.dataflow_lower_passes(target)),
         ("finalize", finalize),
@@ -108,6 +123,8 @@ def get_pipeline(
     plan_pass: Optional[PlanStaticMemory] = None,
     record_pass: Optional[RecordStorage] = None,
     dump_dir: Union[str, Path, None] = None,
+    dynamic_pass: Optional[PlanDynamicMemory] = None,
+    dim_ranges: Optional[Mapping[str, Tuple[Optional[int], Optional[int]]]] = None,
 ) -> tvm.transform.Pass:
     """The Relax pipeline to give ``tvm.compile(mod, target, relax_pipeline=...)``.
 
@@ -126,6 +143,12 @@ def get_pipeline(
     dump_dir : str or Path, optional
         If given, the IR after each phase is written to
         ``<dump_dir>/<k>_<phase>.py`` (TVMScript).
+    dynamic_pass : PlanDynamicMemory, optional
+        Our planner for symbolic sizes (``relax_memplan`` planner only); without
+        it symbolic tensors are left to TVM.
+    dim_ranges : mapping of str to (int or None, int or None), optional
+        Declared ranges of symbolic dims (both planners get the attributes;
+        ours also checks them at run time).
 
     Returns
     -------
@@ -142,7 +165,9 @@ def get_pipeline(
     tgt = _as_target(target)
     if planner == "relax_memplan" and plan_pass is None:
         plan_pass = PlanStaticMemory()
-    phases = backend_phases(tgt, plan_pass if planner == "relax_memplan" else None, record_pass)
+    mine = planner == "relax_memplan"
+    phases = backend_phases(tgt, plan_pass if mine else None, record_pass,
+                            dynamic_pass if mine else None, dim_ranges)
     dump = Path(dump_dir) if dump_dir is not None else None
 
     @tvm.transform.module_pass(opt_level=0, name=f"RelaxMemplanPipeline_{planner}")

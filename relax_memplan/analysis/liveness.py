@@ -42,7 +42,12 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 import tvm
 from tvm import relax, tirx
 
-__all__ = ["TensorLiveness", "FunctionLiveness", "analyze_liveness", "dtype_size_bytes"]
+__all__ = ["TensorLiveness", "FunctionLiveness", "analyze_liveness", "dtype_size_bytes",
+           "SYMBOLIC_SHAPE"]
+
+#: ``TensorLiveness.reason`` of a tensor whose only obstacle to static planning
+#: is a size that depends on symbolic dims (dynamic planning may place it).
+SYMBOLIC_SHAPE = "symbolic shape"
 
 _ALLOC_TENSOR = "relax.builtin.alloc_tensor"
 # Ops whose result shares the storage of their first argument.
@@ -183,8 +188,10 @@ class _LivenessAnalyzer:
                 self._last_use[i] = step
 
     def _exclude(self, tensors: FrozenSet[int], reason: str) -> None:
+        # "symbolic shape" only says the size is not constant; a reason that
+        # forbids planning at all (output, retained) takes its place.
         for i in tensors:
-            if self._tensors[i].reason is None:
+            if self._tensors[i].reason in (None, SYMBOLIC_SHAPE):
                 self._tensors[i].reason = reason
 
     def _vars_in(self, expr) -> List[relax.Var]:
@@ -240,7 +247,7 @@ class _LivenessAnalyzer:
                 start=step,
                 end=step + 1,
                 in_branch=self._branch_depth > 0,
-                reason=None if static else "symbolic shape",
+                reason=None if static else SYMBOLIC_SHAPE,
             )
         )
         self._last_use.append(step)
