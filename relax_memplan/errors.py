@@ -160,3 +160,11 @@ class CompileError(RelaxMemplanError):
 class VerificationError(RelaxMemplanError):
     """Outputs of a compiled module cannot be compared with the reference outputs
     (different count or shape), or differ beyond the tolerance."""
+
+
+class PrepareStepError(RelaxMemplanError, ValueError):
+    """An ONNX preparation step name is unknown (``import_onnx(prepare_steps=...)``,
+    ``onnx_prepare.prepare``); the message lists the known steps."""
+
+
+__all__ += ["PrepareStepError"]

@@ -19,6 +19,7 @@ import io
 import os
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +29,9 @@ import onnx.version_converter
 import tvm
 from tvm.relax.frontend.onnx import onnx_frontend
 
+from . import onnx_prepare
 from .errors import ModelLoadError, ShapeSpecError, UnsupportedOperatorError, summarize_error
+from .onnx_prepare.converters import corrected_converters, describe_usage
 
 __all__ = [
     "ImportInfo",
@@ -138,6 +141,7 @@ class _InputPlan:
     defaulted: dict[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     hint: str = ""  # appended to import errors when dims were set to 1
+    steps: list[str] = field(default_factory=list)  # ONNX preparation steps to run
 
 
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -285,7 +289,12 @@ def _domain_opset(model: onnx.ModelProto, domain: str) -> int:
 
 # ----------------------------------------------------------------------------- import
 def import_onnx(
-    model_or_path, shapes: dict[str, tuple[int, ...]] | None = None, *, keep_dynamic: bool = False
+    model_or_path,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    *,
+    keep_dynamic: bool = False,
+    prepare_steps: Iterable[str] | None = None,
+    disable_steps: Iterable[str] = (),
 ) -> tuple[tvm.IRModule, ImportInfo]:
     """Import an ONNX model into a Relax module with weights as constants.
 
@@ -299,7 +308,14 @@ def import_onnx(
         note.
     keep_dynamic : bool
         Keep the dynamic dims of inputs not listed in ``shapes`` symbolic (named after the
-        model's dim_param) instead of setting them to 1.
+        model's dim_param) instead of setting them to 1.  Runs the ONNX preparation
+        steps of :mod:`relax_memplan.onnx_prepare` by default.
+    prepare_steps : iterable of str, optional
+        Names of the preparation steps to run (see ``onnx_prepare.STEP_NAMES``), in
+        their fixed order.  Default: all of them with ``keep_dynamic``, none without;
+        ``()`` runs none.  What each step changed is added to ``ImportInfo.notes``.
+    disable_steps : iterable of str
+        Names of preparation steps not to run.
 
     Returns
     -------
@@ -318,9 +334,14 @@ def import_onnx(
         opset is below :data:`UPGRADE_TARGET_OPSET` to that opset.
     ModelLoadError
         When the file cannot be loaded, or TVM fails outside any node's conversion.
+    PrepareStepError
+        When ``prepare_steps`` or ``disable_steps`` names an unknown step.
     """
     model = _as_model(model_or_path)
     plan = _plan_inputs(model, dict(shapes or {}), keep_dynamic)
+    if prepare_steps is None:
+        prepare_steps = onnx_prepare.STEP_NAMES if keep_dynamic else ()
+    plan.steps = onnx_prepare.select_steps(prepare_steps, disable_steps)
     opset = _default_opset(model)
     upgraded_from = None
     try:
@@ -351,16 +372,26 @@ def import_onnx(
 
 
 def _from_onnx_naming_node(model, plan: _InputPlan, upgraded_from_opset=None) -> tvm.IRModule:
-    """Run TVM's ``from_onnx``; on failure raise an error naming the node TVM failed on."""
+    """Prepare the model with ``plan.steps`` and run TVM's ``from_onnx``; on failure raise
+    an error naming the node TVM failed on.  Notes of the steps go to ``plan.notes``."""
+    prepared = onnx_prepare.prepare(model, plan.steps)
+    model = prepared.model
     trace = _ConversionTrace()
+    converters = corrected_converters(prepared.converter_steps)
     # TVM prints every failing converter's inputs (whole constants) to stdout: swallow it.
-    with trace, contextlib.redirect_stdout(io.StringIO()):
+    with converters as usage, trace, contextlib.redirect_stdout(io.StringIO()):
         try:
-            return onnx_frontend.from_onnx(
+            mod = onnx_frontend.from_onnx(
                 model, shape_dict=plan.tvm_shapes, dtype_dict=plan.dtypes
             )
         except Exception as err:  # any converter failure; re-raised with the node named
             failure = err
+        else:
+            failure = None
+    if failure is None:
+        plan.notes.extend(prepared.notes)
+        plan.notes.extend(describe_usage(usage))
+        return mod
     node = trace.failing_node(model.graph, failure)
     if node is None:
         raise ModelLoadError(f"cannot import ONNX model: {summarize_error(failure)}") from failure

@@ -12,6 +12,7 @@ from tvm.relax.frontend.onnx import onnx_frontend
 
 from relax_memplan.errors import (
     ModelLoadError,
+    PrepareStepError,
     ShapeSpecError,
     UnsupportedOperatorError,
     summarize_error,
@@ -24,6 +25,7 @@ from relax_memplan.frontend import (
     parse_shape_spec,
     run_onnxruntime,
 )
+from relax_memplan.onnx_prepare import STEP_NAMES
 
 MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 
@@ -172,11 +174,50 @@ def test_failing_model_names_node_and_op(loaded_models, name, shapes):
     [("ppocrv4-det.onnx", "Resize"), ("yolov8n-nudenet-320n.onnx", "Resize")],
 )
 def test_keep_dynamic_failure_names_resize(loaded_models, name, op_type):
+    # Without the ONNX preparation steps TVM 0.27 still fails on the Resize.
     model = loaded_models(name)
     with pytest.raises(UnsupportedOperatorError) as info:
-        import_onnx(model, keep_dynamic=True)
+        import_onnx(model, keep_dynamic=True, prepare_steps=())
     assert info.value.op_type == op_type
     assert info.value.node_name in {n.name for n in model.graph.node}
+
+
+@pytest.mark.parametrize(
+    "name, disabled, op_type",
+    [
+        ("bert-tiny-randw.onnx", "fold_constants", "ConstantOfShape"),
+        ("magika-1.0.3.onnx", "int64_shape_arithmetic", "Reshape"),
+        ("ppocrv4-det.onnx", "assume_equal_dims", "Resize"),
+    ],
+)
+def test_disabling_a_step_brings_back_its_failure(loaded_models, name, disabled, op_type):
+    model = loaded_models(name)
+    import_onnx(model, keep_dynamic=True)  # all steps: imports
+    with pytest.raises(UnsupportedOperatorError) as info:
+        import_onnx(model, keep_dynamic=True, disable_steps=[disabled])
+    assert info.value.op_type == op_type
+
+
+def test_keep_dynamic_notes_name_the_preparation_steps(loaded_models):
+    mod, info = import_onnx(loaded_models("bert-tiny-randw.onnx"), keep_dynamic=True)
+    steps = {note.split(":")[0] for note in info.notes}
+    assert {"fold_constants", "int64_shape_arithmetic", "symbolic_range"} <= steps
+    assert [str(d) for d in mod["main"].params[0].ty.shape] == ["batch", "seq"]
+
+
+def test_static_import_runs_no_preparation_unless_asked(loaded_models):
+    model = loaded_models("bert-tiny-randw.onnx")
+    with pytest.raises(UnsupportedOperatorError, match="ConstantOfShape"):
+        import_onnx(model, BERT_SHAPES)
+    mod, info = import_onnx(model, BERT_SHAPES, prepare_steps=STEP_NAMES)
+    assert main_param_shapes(mod)["input_ids"] == (2, 16)
+    assert any(note.startswith("fold_constants:") for note in info.notes)
+
+
+def test_unknown_step_name_is_rejected(loaded_models):
+    with pytest.raises(PrepareStepError, match="'no_such_step'.*known steps: fold_constants"):
+        import_onnx(loaded_models("mobilenetv2-tiny.onnx"), keep_dynamic=True,
+                    disable_steps=["no_such_step"])
 
 
 def test_importer_methods_restored_after_failure(loaded_models):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from ..errors import PrepareStepError
 from .fold_constants import FoldConstants
 from .shape_casts import Int64ShapeArithmetic
 
@@ -67,14 +68,14 @@ def select_steps(steps: Iterable[str] | None = None, disable: Iterable[str] = ()
 
     Raises
     ------
-    ValueError
+    PrepareStepError
         When a name in ``steps`` or ``disable`` is not a known step; the message lists them.
     """
     chosen = list(STEP_NAMES if steps is None else steps)
     disabled = list(disable)
     unknown = [name for name in chosen + disabled if name not in STEP_NAMES]
     if unknown:
-        raise ValueError(
+        raise PrepareStepError(
             f"unknown ONNX preparation step(s) {', '.join(map(repr, unknown))}; "
             f"known steps: {', '.join(STEP_NAMES)}"
         )
@@ -102,7 +103,7 @@ def prepare(
 
     Raises
     ------
-    ValueError
+    PrepareStepError
         For an unknown step name.
     """
     selected = select_steps(steps, disable)

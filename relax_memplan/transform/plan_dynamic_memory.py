@@ -19,7 +19,11 @@ Strategies
     lower bounds / 1 where none is declared); the plan's below-relation
     (:func:`relax_memplan.planner.stacking_order`) then gives each offset as an
     expression of the dims, ``align(max over tensors below of offset + size)``,
-    and the arena size as ``max(offset + size)``. The VM computes them per call
+    and the arena size as ``max(offset + size)``. This is done for several
+    reference shapes (range ends, then random ones); every stacking that gives
+    the smallest arena at some probed shape is kept, and a ``Select`` on the
+    arena sizes picks, per call, the first stacking with the smallest arena.
+    The VM computes all of it per call
     (``VMShapeLower``), so the arena is sized for the actual shape and is valid
     at every shape (also outside the sampled ones). Terms of a ``max`` that the
     arithmetic analyzer proves dominated over the declared ranges are dropped,
@@ -41,9 +45,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
 
-from ..analysis.dims import DimRange, declared_ranges, evaluate_bytes, signature_dims
+from ..analysis.dims import DimRange, declared_ranges, evaluate_bytes, evaluate_int, signature_dims
 from ..analysis.liveness import SYMBOLIC_SHAPE, FunctionLiveness, TensorLiveness, analyze_liveness
 from ..planner import (Buffer, PlanError, peak_live_bytes, plan, stacked_offsets,
                        stacking_order, validate)
@@ -71,8 +76,10 @@ class DynamicFunctionPlan:
         Uid -> reason, for allocations left to TVM.
     aligned_size_exprs : dict of str to PrimExpr
         Uid -> bytes rounded up to the alignment, as an expression of the dims.
-    order : list of (str, tuple of str)
-        ``exact``: the stacking order; ``upper_bound``: unused (empty).
+    orders : list of list of (str, tuple of str)
+        ``exact``: one stacking order per reference shape kept; at run time the
+        one giving the smallest arena is used (the first on ties);
+        ``upper_bound``: unused (empty).
     static_offsets : dict of str to int
         ``upper_bound``: the constant offsets.
     static_arena_bytes : int or None
@@ -82,6 +89,8 @@ class DynamicFunctionPlan:
         Shapes the plan was validated at: ``{"dims", "arena_bytes", "lower_bound_bytes"}``.
     fallback_reason : str or None
         Set when the function was left to TVM entirely.
+    notes : list of str
+        Degradations, e.g. fewer stackings kept because expressions grew too long.
     """
 
     name: str
@@ -91,18 +100,22 @@ class DynamicFunctionPlan:
     planned: List[str] = field(default_factory=list)
     left_to_tvm: Dict[str, str] = field(default_factory=dict)
     aligned_size_exprs: Dict[str, object] = field(default_factory=dict)
-    order: List[Tuple[str, Tuple[str, ...]]] = field(default_factory=list)
+    orders: List[List[Tuple[str, Tuple[str, ...]]]] = field(default_factory=list)
     static_offsets: Dict[str, int] = field(default_factory=dict)
     static_arena_bytes: Optional[int] = None
     alignment_bytes: int = 64
     samples: List[Dict] = field(default_factory=list)
     fallback_reason: Optional[str] = None
+    notes: List[str] = field(default_factory=list)
+
+    def _buffers_at_ids(self, dims: Mapping[str, int]) -> List[Buffer]:
+        return self._buffers_at(dims)
 
     def _buffers_at(self, dims: Mapping[str, int]) -> List[Buffer]:
         tensors = {t.uid: t for t in self.liveness.tensors}
         out = []
         for uid in self.planned:
-            size = evaluate_bytes(self.aligned_size_exprs[uid], dims)
+            size = evaluate_int(self.aligned_size_exprs[uid], dims)
             out.append(Buffer(uid, tensors[uid].start, tensors[uid].end, max(size, 1),
                               self.alignment_bytes))
         return out
@@ -117,10 +130,13 @@ class DynamicFunctionPlan:
         ValueError
             If a dim has no value in ``dims``.
         """
+        if not self.planned:
+            raise ValueError(f"function {self.name} was left to TVM: {self.fallback_reason}")
         buffers = self._buffers_at(dims)
         if self.strategy == "exact":
-            offsets, height = stacked_offsets(
-                self.order, {b.id: b.size_bytes for b in buffers}, self.alignment_bytes)
+            sizes = {b.id: b.size_bytes for b in buffers}
+            candidates = [stacked_offsets(order, sizes, self.alignment_bytes) for order in self.orders]
+            offsets, height = min(candidates, key=lambda c: c[1])  # first minimum, as at run time
         else:
             offsets, height = dict(self.static_offsets), self.static_arena_bytes or 0
         validate(buffers, offsets, capacity_bytes=height)
@@ -146,13 +162,42 @@ class _ExpressionTooLarge(Exception):
     pass
 
 
-def _max_of(exprs, analyzer):
-    """``max(0, *exprs)``, dropping terms provably no larger than a kept one."""
+_PROOF_BUDGET = 64  # can_prove calls per max() built
+_PROOF_MAX_CHARS = 1500
+
+
+def _max_of(exprs, analyzer, probes):
+    """``max(0, *exprs)``, dropping terms provably no larger than a kept one.
+
+    ``probes`` are dim values inside the declared ranges: a term larger at any
+    probe cannot be dominated, which spares most (slow) ``can_prove`` calls.
+    """
+    values = {}
+
+    def at(e):
+        key = e.__hash__()
+        if key not in values:
+            values[key] = (e, [evaluate_int(e, p) for p in probes])
+        return values[key][1]
+
+    budget = [_PROOF_BUDGET]
+
+    def dominated(e, k):  # provably e <= k everywhere in the ranges? (False when unsure)
+        if any(x > y for x, y in zip(at(e), at(k))):
+            return False
+        if tvm_ffi.structural_equal(e, k):
+            return True
+        # keeping a term is always safe; proofs on long terms are slow
+        if budget[0] <= 0 or len(str(e)) + len(str(k)) > _PROOF_MAX_CHARS:
+            return False
+        budget[0] -= 1
+        return analyzer.can_prove(e <= k)
+
     kept = []
-    for e in sorted(exprs, key=lambda e: -len(str(e))):
-        if any(analyzer.can_prove(e <= k) for k in kept):
+    for e in sorted(exprs, key=lambda e: -max(at(e), default=0)):
+        if any(dominated(e, k) for k in kept):
             continue
-        kept = [k for k in kept if not analyzer.can_prove(k <= e)] + [e]
+        kept = [k for k in kept if not dominated(k, e)] + [e]
     out = tirx.IntImm("int64", 0)
     for e in kept:
         out = e if isinstance(out, tirx.IntImm) and int(out) == 0 else tirx.max(out, e)
@@ -196,6 +241,10 @@ class PlanDynamicMemory:
     max_expr_chars : int
         ``exact``: a function whose offset expressions grow longer than this
         (printed) is left to TVM, with the reason recorded.
+    num_references : int
+        ``exact``: reference shapes to plan at (range ends first, then random);
+        each stacking that gives the smallest arena at some probed shape is
+        kept, and the VM picks the smallest per call.
 
     Attributes
     ----------
@@ -210,7 +259,8 @@ class PlanDynamicMemory:
 
     def __init__(self, strategy: str = "exact", alignment_bytes: int = 64,
                  algorithms: Optional[Sequence[str]] = None, time_limit_s: float = 1.0,
-                 num_samples: int = 6, seed: int = 0, max_expr_chars: int = 20000):
+                 num_samples: int = 6, seed: int = 0, max_expr_chars: int = 20000,
+                 num_references: int = 4):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy '{strategy}'; use one of {STRATEGIES}")
         if alignment_bytes < 64 or alignment_bytes & (alignment_bytes - 1):
@@ -222,6 +272,7 @@ class PlanDynamicMemory:
         self.num_samples = num_samples
         self.seed = seed
         self.max_expr_chars = max_expr_chars
+        self.num_references = num_references
         self.plans: Dict[str, DynamicFunctionPlan] = {}
 
     # ---- selection ---------------------------------------------------------
@@ -265,20 +316,20 @@ class PlanDynamicMemory:
                        if t.size_bytes is None})
         reference = {n: (fplan.ranges[n].upper if fplan.ranges[n].upper is not None
                          else max(fplan.ranges[n].lower, 1)) for n in used}
+
+        def buffers_at(sizes):
+            return [Buffer(t.uid, t.start, t.end, max(sizes[t.uid], 1), self.alignment_bytes)
+                    for t in chosen]
+
         if self.strategy == "upper_bound":
             analyzer = _bound_analyzer(dims, fplan.ranges)
             ref_sizes = {t.uid: int(analyzer.const_int_bound(fplan.aligned_size_exprs[t.uid]).max_value)
                          for t in chosen}
-        else:
-            ref_sizes = {t.uid: evaluate_bytes(fplan.aligned_size_exprs[t.uid], reference) for t in chosen}
-        ref_buffers = [Buffer(t.uid, t.start, t.end, max(ref_sizes[t.uid], 1), self.alignment_bytes)
-                       for t in chosen]
-        result = plan(ref_buffers, algorithms=self.algorithms, time_limit_s=self.time_limit_s)
-        if self.strategy == "upper_bound":
+            result = plan(buffers_at(ref_sizes), algorithms=self.algorithms, time_limit_s=self.time_limit_s)
             fplan.static_offsets = dict(result.offsets)
             fplan.static_arena_bytes = result.height_bytes
         else:
-            fplan.order = stacking_order(ref_buffers, result.offsets)
+            self._exact_orders(fplan, chosen, used, reference, buffers_at)
         try:
             for dims_at in _sample_points(fplan.ranges, used, reference, self.num_samples, self.seed):
                 arena, lb, _ = fplan.bytes_at(dims_at)
@@ -289,6 +340,30 @@ class PlanDynamicMemory:
             return None
         return fplan, chosen, dev, scope, dims
 
+    def _exact_orders(self, fplan, chosen, used, reference, buffers_at) -> None:
+        """Stackings planned at several reference shapes; keep those best somewhere."""
+        refs = [reference, {n: max(fplan.ranges[n].lower, 1) for n in used}]
+        refs += [p for p in _sample_points(fplan.ranges, used, reference, self.num_references, self.seed + 1)
+                 if p not in refs]
+        refs = refs[: max(1, self.num_references)]
+        budget = self.time_limit_s / len(refs)
+        candidates = []
+        for ref in refs:
+            sizes = {t.uid: evaluate_int(fplan.aligned_size_exprs[t.uid], ref) for t in chosen}
+            ref_buffers = buffers_at(sizes)
+            result = plan(ref_buffers, algorithms=self.algorithms, time_limit_s=budget)
+            order = stacking_order(ref_buffers, result.offsets)
+            if order not in candidates:
+                candidates.append(order)
+        # keep a stacking only if it gives the smallest arena at one of the probe shapes
+        probes = refs + _sample_points(fplan.ranges, used, reference, self.num_samples, self.seed + 2)
+        keep = set()
+        for dims_at in probes:
+            sizes = {b.id: b.size_bytes for b in fplan._buffers_at_ids(dims_at)}
+            heights = [stacked_offsets(o, sizes, self.alignment_bytes)[1] for o in candidates]
+            keep.add(heights.index(min(heights)))
+        fplan.orders = [candidates[k] for k in sorted(keep)]
+
     def _rewriter(self, fplan: DynamicFunctionPlan, chosen, dev: int, scope: str, dims) -> ArenaRewriter:
         arena_var = relax.Var("arena_d%d" % dev, relax.ObjectType())
         placement, prologue = {}, []
@@ -298,13 +373,32 @@ class PlanDynamicMemory:
                 placement[t.var] = (arena_var, fplan.static_offsets[t.uid], t)
             return ArenaRewriter(prologue, placement)
         analyzer = _bound_analyzer(dims, fplan.ranges)
+        probes = [s["dims"] for s in fplan.samples]
         tensors = {t.uid: t for t in chosen}
-        offset_of, top_of = {}, {}
-        for uid, below in fplan.order:
-            base = _max_of([top_of[c] for c in below], analyzer)
-            offset_of[uid] = int(base) if isinstance(base, tirx.IntImm) else base
-            top_of[uid] = analyzer.simplify(base + fplan.aligned_size_exprs[uid])
-        height = _max_of(list(top_of.values()), analyzer)
+        layouts = []  # (offsets, height) per stacking, as expressions
+        for order in fplan.orders:
+            offsets, top_of = {}, {}
+            for uid, below in order:
+                base = _max_of([top_of[c] for c in below], analyzer, probes)
+                offsets[uid] = base
+                top_of[uid] = analyzer.simplify(base + fplan.aligned_size_exprs[uid])
+            layouts.append((offsets, _max_of(list(top_of.values()), analyzer, probes)))
+        longest = max(len(str(o)) for offs, _ in layouts for o in offs.values())
+        if len(layouts) > 1 and longest + sum(len(str(h)) for _, h in layouts) > self.max_expr_chars:
+            raise _ExpressionTooLarge(f"choosing among {len(layouts)} stackings needs expressions "
+                                      f"over {self.max_expr_chars} characters")
+        # the first stacking with the smallest arena, decided per call
+        offset_of, height = dict(layouts[-1][0]), layouts[-1][1]
+        for k in range(len(layouts) - 2, -1, -1):
+            offs_k, h_k = layouts[k]
+            conds = [h_k <= h for (_, h) in layouts[k + 1:]]
+            better = conds[0]
+            for c in conds[1:]:
+                better = tirx.all(better, c)
+            offset_of = {u: tirx.Select(better, offs_k[u], offset_of[u]) for u in offs_k}
+            height = tirx.Select(better, h_k, height)
+        # (each part is simplified already; simplifying the Selects is slow)
+        offset_of = {u: (int(o) if isinstance(o, tirx.IntImm) else o) for u, o in offset_of.items()}
         too_big = [uid for uid, off in offset_of.items() if len(str(off)) > self.max_expr_chars]
         if too_big:
             raise _ExpressionTooLarge(f"offset expression of {too_big[0]} exceeds "
@@ -323,12 +417,23 @@ class PlanDynamicMemory:
             if planned is None:
                 continue
             fplan, chosen, dev, scope, dims = planned
-            try:
-                rewriter = self._rewriter(fplan, chosen, dev, scope, dims)
-            except _ExpressionTooLarge as err:
-                fplan.fallback_reason = f"{err}; left to TVM"
-                fplan.planned = []
+            rewriter = None
+            while rewriter is None:
+                try:
+                    rewriter = self._rewriter(fplan, chosen, dev, scope, dims)
+                except _ExpressionTooLarge as err:
+                    if len(fplan.orders) > 1:
+                        # fewer stackings to choose from: smaller expressions
+                        fplan.orders = fplan.orders[:1]
+                        fplan.notes.append(f"{err}; kept only the first reference stacking")
+                        continue
+                    fplan.fallback_reason = f"{err}; left to TVM"
+                    fplan.planned, fplan.orders = [], []
+                    break
+            if rewriter is None:
                 continue
+            if fplan.notes:  # samples were measured with all stackings: measure again
+                fplan.samples = [dict(s, arena_bytes=fplan.bytes_at(s["dims"])[0]) for s in fplan.samples]
             new_func = rewriter.rewrite_function(func)
             updates[gv] = new_func.with_attrs({"relax_memplan.strategy": self.strategy})
         if not updates:
