@@ -18,7 +18,7 @@ setup(
         "PyYAML",
     ],
     extras_require={
-        "test": ["pytest", "onnxruntime", "hypothesis"],
+        "test": ["pytest", "onnxruntime", "hypothesis", "matplotlib"],
         "plot": ["matplotlib"],
     },
     entry_points={"console_scripts": ["relax-memplan=relax_memplan.cli:main"]},

@@ -2,14 +2,16 @@
 
 Only argument parsing lives here; the work is :func:`relax_memplan.compiler.compile_onnx`.
 
-Exit status: 0 success, 1 a clear error (printed on one line), 2 bad usage,
-3 ``--verify`` found an error above tolerance.
+Exit status: 0 success, 1 a clear error (printed on one line), 2 bad usage
+(argparse's message and usage), 3 ``--verify`` found an error above tolerance.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import math
 import os
 import sys
 from pathlib import Path
@@ -17,12 +19,86 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .errors import RelaxMemplanError, ShapeSpecError
+from .errors import RelaxMemplanError, ShapeSpecError, summarize_error
 
 __all__ = ["main", "build_parser"]
 
 EXIT_ERROR = 1
 EXIT_VERIFY_FAILED = 3
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _check_output_path(option: str, path: str, directory: bool = False) -> None:
+    """Fail before compiling when an output path cannot be written."""
+    p = Path(path)
+    if directory:
+        if p.exists() and not p.is_dir():
+            raise RelaxMemplanError(f"{option} {path}: exists and is not a directory")
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise RelaxMemplanError(f"{option} {path}: cannot create directory: {err.strerror}") from None
+        return
+    if p.is_dir():
+        raise RelaxMemplanError(f"{option} {path}: is a directory")
+    existed = p.exists()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "ab"):
+            pass
+    except OSError as err:
+        raise RelaxMemplanError(f"{option} {path}: cannot write: {err.strerror}") from None
+    if not existed:
+        p.unlink()
+
+
+def _check_environment(args) -> None:
+    """Check optional dependencies and output paths before any work."""
+    target = args.target
+    if args.verify and target == "cuda":
+        raise RelaxMemplanError("--verify runs the build on the CPU; use it with --target llvm "
+                                "(a cuda build is compiled only)")
+    if args.verify:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise RelaxMemplanError("--verify needs onnxruntime: pip install onnxruntime") from None
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise RelaxMemplanError('--plot needs matplotlib: pip install "relax_memplan[plot]"') from None
+    for option, path in (("-o", args.output), ("--report", args.report), ("--plot", args.plot)):
+        if path:
+            _check_output_path(option, path)
+    if args.dump_ir:
+        _check_output_path("--dump-ir", args.dump_ir, directory=True)
+
+
+@contextlib.contextmanager
+def _muted_native_stderr(enabled: bool):
+    """Silence TVM's C++ log lines (written to fd 2) while ``enabled``; errors still raise."""
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,8 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--report", metavar="JSON", help="write the report as JSON")
     c.add_argument("--plot", metavar="PNG", help="draw the arena plan (needs matplotlib)")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR after each pipeline phase")
-    c.add_argument("--time-limit", type=float, metavar="SECONDS",
+    c.add_argument("--time-limit", type=_positive_seconds, metavar="SECONDS",
                    help="offset-search budget per arena (default from config)")
+    c.add_argument("--no-prepare", action="store_true",
+                   help="import with TVM's ONNX frontend as it is, without our preparation "
+                   "steps (relax_memplan.onnx_prepare)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
     return parser
 
@@ -68,6 +147,8 @@ def _parse_inputs(specs: List[str]) -> Dict[str, np.ndarray]:
         name, sep, text = spec.partition("=")
         if not sep or not name or not text:
             raise ShapeSpecError(f"--input '{spec}' is not NAME=VALUE or NAME=FILE.npy")
+        if name in values:
+            raise ShapeSpecError(f"--input for '{name}' is given twice")
         if text.endswith(".npy"):
             try:
                 values[name] = np.load(text)
@@ -78,7 +159,12 @@ def _parse_inputs(specs: List[str]) -> Dict[str, np.ndarray]:
             nums = [float(v) if any(ch in v for ch in ".eE") else int(v) for v in text.split(",")]
         except ValueError:
             raise ShapeSpecError(f"--input {name}: '{text}' is not a number list") from None
-        values[name] = np.array(nums[0] if len(nums) == 1 else nums)
+        try:
+            values[name] = np.array(nums[0] if len(nums) == 1 else nums)
+        except OverflowError:
+            raise ShapeSpecError(f"--input {name}: '{text}' is too large") from None
+        if values[name].dtype == object:
+            raise ShapeSpecError(f"--input {name}: '{text}' is too large for an integer tensor")
     return values
 
 
@@ -89,12 +175,19 @@ def _compile(args) -> int:
     from .transform.plan_static_memory import PlanStaticMemory
 
     config = load_config(args.config)
+    if args.target is None:
+        args.target = config.target
+    _check_environment(args)
     shapes = {name: tuple(dims) for name, dims in config.shapes.items()}
+    given = set()
     for spec in args.shape:
         name, dims = parse_shape_spec(spec)
+        if name in given:
+            raise ShapeSpecError(f"--shape for input '{name}' is given twice")
+        given.add(name)
         shapes[name] = dims
     input_values = _parse_inputs(args.input)
-    target = args.target or config.target
+    target = args.target
     planner = config.planner
     plan_pass = PlanStaticMemory(
         alignment_bytes=planner.alignment_bytes,
@@ -102,25 +195,30 @@ def _compile(args) -> int:
         time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s,
     )
     progress = None if args.quiet else (lambda msg: print(f"[relax-memplan] {msg}", file=sys.stderr, flush=True))
-    result = compile_onnx(
-        args.model, shapes, target=target, plan_pass=plan_pass, verify=args.verify,
-        measure=not args.no_measure and target == "llvm", input_values=input_values,
-        seed=config.verify.seed, rtol=config.verify.rtol, atol=config.verify.atol,
-        dump_dir=args.dump_ir, progress=progress,
-    )
+    with _muted_native_stderr(args.quiet):
+        result = compile_onnx(
+            args.model, shapes, target=target, plan_pass=plan_pass, verify=args.verify,
+            measure=not args.no_measure, input_values=input_values,
+            seed=config.verify.seed, rtol=config.verify.rtol, atol=config.verify.atol,
+            dump_dir=args.dump_ir, progress=progress, prepare=not args.no_prepare,
+        )
     print(result.report.format_text())
-    if args.report:
-        result.report.write_json(args.report)
-        print(f"report written to {args.report}")
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        result.executable.export_library(args.output)
-        print(f"library written to {args.output}")
-    if args.plot:
-        from .plot import plot_plan
+    # library first (the likeliest to fail), the report last
+    try:
+        if args.output:
+            with _muted_native_stderr(args.quiet):
+                result.executable.export_library(args.output)
+            print(f"library written to {args.output}")
+        if args.plot:
+            from .plot import plot_plan
 
-        plot_plan(plan_pass.plans["main"], args.plot, title=result.report.model)
-        print(f"plan drawn to {args.plot}")
+            plot_plan(plan_pass.plans["main"], args.plot, title=result.report.model)
+            print(f"plan drawn to {args.plot}")
+        if args.report:
+            result.report.write_json(args.report)
+            print(f"report written to {args.report}")
+    except (OSError, RuntimeError) as err:
+        raise RelaxMemplanError(f"cannot write output: {summarize_error(err)}") from None
     if args.verify and result.report.main.verified is False:
         return EXIT_VERIFY_FAILED
     return 0

@@ -6,6 +6,7 @@ arguments and calls :func:`compile_onnx`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
@@ -13,7 +14,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .errors import CompileError, VerificationError
+from .errors import CompileError, RelaxMemplanError, VerificationError, summarize_error
 from .pipeline import get_pipeline
 from .report import FunctionMemoryReport, MemoryReport
 from .runtime import RuntimeMemory, run_and_measure
@@ -69,7 +70,35 @@ def _build(mod, target, planner: str, plan_pass, record: RecordStorage, dump_dir
     try:
         return tvm.compile(mod, target, relax_pipeline=pipeline)
     except Exception as err:  # TVM raises many types; re-raised as one clear error
-        raise CompileError.from_tvm(planner, err) from err
+        if planner == "tvm":
+            raise CompileError.from_tvm(planner, err) from err
+        # Whose fault? Build again with TVM's planner alone to say so.
+        try:
+            tvm.compile(mod, target, relax_pipeline=get_pipeline(target, planner="tvm"))
+        except Exception:  # noqa: BLE001 - any failure means TVM itself cannot build it
+            raise CompileError(
+                f"TVM cannot build this model (it fails with TVM's own memory planner too): "
+                f"{summarize_error(err)}") from err
+        raise CompileError(
+            f"the build with relax_memplan's planner failed although TVM's own planner builds "
+            f"it (please report this): {summarize_error(err)}") from err
+
+
+def _physical_memory_bytes() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_fits_in_memory(main: FunctionMemoryReport, inputs) -> None:
+    """Refuse to run a build whose static plan needs more bytes than the machine has."""
+    need = main.expected_runtime_alloc_bytes + sum(np.asarray(x).nbytes for x in inputs)
+    have = _physical_memory_bytes()
+    if have is not None and need > have:
+        raise RelaxMemplanError(
+            f"running this build needs about {need / 2**30:.1f} GiB but the machine has "
+            f"{have / 2**30:.1f} GiB; use smaller shapes or --no-measure")
 
 
 def compile_module(
@@ -154,12 +183,17 @@ def compile_module(
             unplanned_bytes=ours.unplanned_bytes if ours else 0,
             tvm_default_bytes=theirs.planned_bytes if theirs else 0,
             tvm_default_unplanned_bytes=theirs.unplanned_bytes if theirs else 0,
+            num_runtime_sized_allocs=ours.num_symbolic if ours else 0,
             algorithm=", ".join(sorted({a.algorithm for a in fplan.arenas})),
         )
     report = MemoryReport(model=name, target=str(tgt.kind.name), inputs={}, functions=functions,
                           notes=list(notes))
     outputs = None
+    if inputs is not None and tgt.kind.name not in ("llvm", "c"):
+        report.notes.append(f"built for {tgt.kind.name} only: run-time bytes and verification "
+                            f"need a CPU (llvm) build")
     if inputs is not None and tgt.kind.name in ("llvm", "c") and "main" in functions:
+        _check_fits_in_memory(functions["main"], inputs)
         main = functions["main"]
         say("running our build once (naive allocator, counting alloc_storage)")
         measured: RuntimeMemory = run_and_measure(ex, inputs)
@@ -192,6 +226,7 @@ def compile_onnx(
     atol: float = 1e-5,
     dump_dir=None,
     progress: Progress = None,
+    prepare: bool = True,
 ) -> CompileResult:
     """Import an ONNX model with TVM's frontend, compile it with our planner, report memory.
 
@@ -219,6 +254,9 @@ def compile_onnx(
         Write the IR after each phase.
     progress : callable, optional
         Called with a short message before each step.
+    prepare : bool
+        Run the ONNX preparation steps (:mod:`relax_memplan.onnx_prepare`)
+        before TVM's importer; ``False`` uses TVM's importer as it is.
 
     Returns
     -------
@@ -234,13 +272,29 @@ def compile_onnx(
         TVM failed to build.
     """
     from . import frontend
+    from .errors import ShapeSpecError
     from .examples import example_cnn
+    from .onnx_prepare import STEP_NAMES
 
     say = progress or (lambda _msg: None)
     name = "built-in example (MobileNetV2-style CNN)" if model is None else str(model)
     onnx_model = example_cnn() if model is None else frontend.load_onnx(model) if not hasattr(model, "graph") else model
     say(f"importing {name} with TVM's ONNX frontend")
-    mod, info = frontend.import_onnx(onnx_model, shapes)
+    mod, info = frontend.import_onnx(onnx_model, shapes, prepare_steps=STEP_NAMES if prepare else ())
+    unknown = sorted(set(input_values or {}) - set(info.input_shapes))
+    if unknown:
+        raise ShapeSpecError(f"values given for unknown input(s) {unknown}; "
+                             f"inputs: {list(info.input_shapes)}")
+    for n, value in (input_values or {}).items():
+        if tuple(np.shape(value)) != tuple(info.input_shapes[n]):
+            raise ShapeSpecError(f"value for input '{n}' has shape {tuple(np.shape(value))}, "
+                                 f"expected {tuple(info.input_shapes[n])}")
+    need = sum(int(np.prod(s, dtype=np.float64)) * np.dtype(info.input_dtypes[n]).itemsize
+               for n, s in info.input_shapes.items())
+    have = _physical_memory_bytes()
+    if (measure or verify) and have is not None and need > have:
+        raise RelaxMemplanError(f"the inputs alone need {need / 2**30:.1f} GiB, the machine has "
+                                f"{have / 2**30:.1f} GiB; use smaller shapes or --no-measure")
     arrays = None
     if measure or verify:
         feed = frontend.make_random_inputs(onnx_model, info, seed=seed, values=input_values)

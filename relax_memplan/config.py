@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ def _check_float(key: str, value, minimum: float, allow_minimum: bool) -> float:
         value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{key} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{key} must be a finite number, got {value}")
     if value < minimum or (value == minimum and not allow_minimum):
         bound = ">=" if allow_minimum else ">"
         raise ConfigError(f"{key} must be {bound} {minimum}, got {value}")
@@ -254,6 +257,8 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
             data = yaml.safe_load(stream)
     except OSError as err:
         raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from err
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a text (UTF-8) YAML file") from None
     except yaml.YAMLError as err:
         detail = " ".join(str(err).split())
         raise ConfigError(f"{path}: not valid YAML: {detail}") from err

@@ -55,6 +55,11 @@ _SAMPLE_RATE_NAME = re.compile(r"^(sr|sample_?rate|sampling_?rate)$", re.IGNOREC
 
 
 # ----------------------------------------------------------------------------- input shapes
+#: Largest dim accepted in a shape spec (TVM shape arithmetic is int64; a tensor
+#: this long in one dim is far beyond any memory).
+MAX_DIM = 2**31 - 1
+
+
 def parse_shape_spec(text: str) -> tuple[str, tuple[int, ...]]:
     """Parse one ``--shape`` argument.
 
@@ -93,6 +98,8 @@ def parse_shape_spec(text: str) -> tuple[str, tuple[int, ...]]:
             ) from None
         if dim <= 0:
             raise ShapeSpecError(f"bad shape spec {text!r}: dim {axis} is {dim}, must be > 0")
+        if dim > MAX_DIM:
+            raise ShapeSpecError(f"bad shape spec {text!r}: dim {axis} is {dim}, above {MAX_DIM}")
         shape.append(dim)
     return name, tuple(shape)
 
@@ -189,16 +196,16 @@ def _plan_inputs(model, shapes: dict, keep_dynamic: bool) -> _InputPlan:
             plan.tvm_shapes[name] = list(plan.run_shapes[name])
         if defaulted:
             plan.defaulted[name] = defaulted
-            template = ",".join(str(d) for d in model_dims)
+            template = ",".join("1" if isinstance(d, str) else str(d) for d in model_dims)
             action = "kept symbolic; test inputs use 1" if keep_dynamic else "using 1"
             for axis, symbol in defaulted:
                 plan.notes.append(
                     f"input '{name}' dim {axis} '{symbol}' not fixed; {action} "
-                    f"(pass --shape {name}={template})"
+                    f"(fix it with e.g. --shape {name}={template})"
                 )
     if plan.defaulted and not keep_dynamic:
         symbols = dict.fromkeys(s for pairs in plan.defaulted.values() for _, s in pairs)
-        plan.hint = f"dynamic dims {', '.join(symbols)} set to 1; fix them with --shape"
+        plan.hint = f"dynamic dims {', '.join(symbols)} were set to 1"
     return plan
 
 
@@ -554,13 +561,20 @@ def make_random_inputs(
     for name in names:
         shape, dtype = info.input_shapes[name], np.dtype(info.input_dtypes[name])
         if name in values:
-            array = np.asarray(values[name], dtype=dtype)
+            given = np.asarray(values[name])
+            try:
+                array = given.astype(dtype)
+            except (OverflowError, ValueError, TypeError) as err:
+                raise ShapeSpecError(f"value for input '{name}' does not fit {dtype}: {err}") from None
+            if given.dtype.kind in "fiub" and not np.array_equal(array.astype(given.dtype), given):
+                raise ShapeSpecError(f"value for input '{name}' changes when cast to {dtype}")
             if array.shape != shape:
                 raise ShapeSpecError(
                     f"value for input '{name}' has shape {array.shape}, expected {shape}"
                 )
         elif dtype.kind == "f":
-            array = rng.standard_normal(shape).astype(dtype)
+            # drawn in float32 (no float64 copy twice the size)
+            array = rng.standard_normal(shape, dtype=np.float32).astype(dtype, copy=False)
         elif dtype.kind == "b":
             array = rng.integers(0, 2, size=shape).astype(dtype)
         elif dtype.kind in "iu" and shape == () and _SAMPLE_RATE_NAME.match(name):

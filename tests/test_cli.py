@@ -100,5 +100,43 @@ def test_unknown_config_key(capsys, tmp_path):
     ],
 )
 def test_unimportable_model_names_node_and_op(capsys, model, node, op):
-    line = _one_line_error(capsys, ["compile", str(shared_model(model)), "-q"])
+    """TVM's importer alone (--no-prepare) fails on these; the error names node and op."""
+    line = _one_line_error(capsys, ["compile", str(shared_model(model)), "-q", "--no-prepare"])
     assert node in line and f"op {op}" in line
+
+
+def test_unwritable_output_fails_before_compiling_and_writes_nothing(capsys, tmp_path):
+    report = tmp_path / "r.json"
+    line = _one_line_error(capsys, ["compile", "-q", "-o", "/proc/nope/x.so", "--report", str(report)])
+    assert "-o /proc/nope/x.so" in line
+    assert not report.exists()
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--target", "cuda", "--verify"], "--verify runs the build on the CPU"),
+        (["--shape", "image=1,3,96,96", "--shape", "image=1,3,96,96"], "given twice"),
+        (["--input", "image=99999999999999999999"], "too large"),
+        (["--shape", "image=99999999999999999999,3,96,96"], "above 2147483647"),
+        (["--input", "nosuch=1"], "unknown input"),
+        (["--dump-ir", "/etc/passwd"], "not a directory"),
+    ],
+)
+def test_more_bad_input_is_one_line(capsys, argv, words):
+    line = _one_line_error(capsys, ["compile", "-q", "--no-measure"] + argv)
+    assert words in line
+
+
+def test_binary_config_is_one_line(capsys, tmp_path):
+    cfg = tmp_path / "bin.yaml"
+    cfg.write_bytes(b"\x00\xff\xfe")
+    assert "not a text" in _one_line_error(capsys, ["compile", "--config", str(cfg), "-q"])
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "abc"])
+def test_bad_time_limit_is_a_usage_error(capsys, value):
+    with pytest.raises(SystemExit) as exc:
+        main(["compile", "--time-limit", value])
+    assert exc.value.code == 2
+    assert "--time-limit" in capsys.readouterr().err

@@ -360,7 +360,7 @@ def test_defaulted_dims_recorded_with_note(loaded_models):
     assert main_param_shapes(mod) == {"x": (1, 3, 96, 96)}
     assert info.defaulted_dims == {"x": ((0, "batch"),)}
     assert info.notes == (
-        "input 'x' dim 0 'batch' not fixed; using 1 (pass --shape x=batch,3,96,96)",
+        "input 'x' dim 0 'batch' not fixed; using 1 (fix it with e.g. --shape x=1,3,96,96)",
     )
 
 

@@ -40,6 +40,13 @@ def _name(path_or_file) -> str:
 
 def _parse(path_or_file) -> tuple[list[Buffer], Optional[dict]]:
     """Return the buffers and, if the file has an ``offset`` column, the offsets."""
+    try:
+        return _parse_text(path_or_file)
+    except UnicodeDecodeError:
+        raise ValueError(f"{_name(path_or_file)}: not a UTF-8 text CSV file") from None
+
+
+def _parse_text(path_or_file) -> tuple[list[Buffer], Optional[dict]]:
     with _opened(path_or_file, "r") as f:
         where = _name(path_or_file)
         reader = csv.reader(f)

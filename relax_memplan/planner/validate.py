@@ -186,8 +186,13 @@ def find_violations(
     ------
     ValueError
         If two buffers share an id.
+    TypeError
+        If ``offsets`` is not a mapping.
     """
     check_unique_ids(buffers)
+    if not isinstance(offsets, Mapping):
+        raise TypeError(f"offsets must be a mapping of buffer id to byte offset, "
+                        f"got {type(offsets).__name__}")
     errors: list[PlanError] = []
     placed = _checked_offsets(buffers, offsets, errors)
     _overlaps(placed, errors)

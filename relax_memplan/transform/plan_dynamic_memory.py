@@ -53,6 +53,7 @@ from ..analysis.liveness import SYMBOLIC_SHAPE, FunctionLiveness, TensorLiveness
 from ..planner import (Buffer, PlanError, peak_live_bytes, plan, stacked_offsets,
                        stacking_order, validate)
 from ._arena_rewrite import ArenaRewriter, alloc_arena
+from ._args import check_planner_args
 
 __all__ = ["PlanDynamicMemory", "DynamicFunctionPlan", "STRATEGIES"]
 
@@ -254,7 +255,10 @@ class PlanDynamicMemory:
     Raises
     ------
     ValueError
-        Unknown strategy or bad alignment.
+        Unknown strategy, alignment not a power of two >= 64, empty or unknown
+        algorithms, time limit not > 0.
+    TypeError
+        An argument of the wrong type.
     """
 
     def __init__(self, strategy: str = "exact", alignment_bytes: int = 64,
@@ -263,12 +267,9 @@ class PlanDynamicMemory:
                  num_references: int = 4):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy '{strategy}'; use one of {STRATEGIES}")
-        if alignment_bytes < 64 or alignment_bytes & (alignment_bytes - 1):
-            raise ValueError(f"alignment_bytes must be a power of two >= 64, got {alignment_bytes}")
+        self.alignment_bytes, self.algorithms, self.time_limit_s = check_planner_args(
+            alignment_bytes, algorithms, time_limit_s)
         self.strategy = strategy
-        self.alignment_bytes = alignment_bytes
-        self.algorithms = tuple(algorithms) if algorithms is not None else None
-        self.time_limit_s = time_limit_s
         self.num_samples = num_samples
         self.seed = seed
         self.max_expr_chars = max_expr_chars

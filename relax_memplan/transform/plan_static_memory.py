@@ -43,6 +43,7 @@ from tvm import relax
 from ..analysis.liveness import FunctionLiveness, TensorLiveness, analyze_liveness
 from ..planner import Buffer, peak_live_bytes, plan, validate
 from ._arena_rewrite import ArenaRewriter, alloc_arena
+from ._args import check_planner_args
 
 __all__ = ["PlanStaticMemory", "ArenaPlan", "FunctionPlan"]
 
@@ -190,7 +191,10 @@ class PlanStaticMemory:
     Raises
     ------
     ValueError
-        If ``alignment_bytes`` is not a power of two >= 64.
+        If ``alignment_bytes`` is not a power of two >= 64, ``algorithms`` is
+        empty or names an unknown algorithm, or ``time_limit_s`` is not > 0.
+    TypeError
+        If an argument has the wrong type.
     relax_memplan.planner.PlanError
         If a plan fails validation (an internal error: never silently used).
     """
@@ -202,13 +206,8 @@ class PlanStaticMemory:
         time_limit_s: float = 1.0,
         func_names: Optional[Sequence[str]] = None,
     ):
-        if alignment_bytes < 64 or alignment_bytes & (alignment_bytes - 1):
-            raise ValueError(
-                f"alignment_bytes must be a power of two >= 64, got {alignment_bytes}"
-            )
-        self.alignment_bytes = alignment_bytes
-        self.algorithms = tuple(algorithms) if algorithms is not None else None
-        self.time_limit_s = time_limit_s
+        self.alignment_bytes, self.algorithms, self.time_limit_s = check_planner_args(
+            alignment_bytes, algorithms, time_limit_s)
         self.func_names = tuple(func_names) if func_names is not None else None
         self.plans: Dict[str, FunctionPlan] = {}
 

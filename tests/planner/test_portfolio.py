@@ -1,13 +1,13 @@
 """Tests of plan(): best-of selection, validity, lower bound, speed."""
 
 import random
-import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 
 from relax_memplan.planner import Buffer, Plan, peak_live_bytes, plan, read_csv, validate
+from relax_memplan.planner.portfolio import SEARCH_NAME
 
 from .strategies import buffer_lists, padded_total_bytes
 
@@ -49,9 +49,9 @@ def test_tiny_instances_reach_lower_bound(ranges, expected_height):
 
 def test_stops_early_at_lower_bound():
     buffers = [Buffer(f"b{i}", i, i + 2, 64) for i in range(50)]
-    t0 = time.perf_counter()
     result = plan(buffers, time_limit_s=10.0)
-    assert time.perf_counter() - t0 < 1.0
+    # the search is skipped once the lower bound is reached (no 10 s wait)
+    assert result.algorithm != SEARCH_NAME
     assert result.height_bytes == result.lower_bound_bytes == 128
 
 
@@ -63,16 +63,15 @@ def test_selected_algorithms_only_without_search():
         plan(buffers, algorithms=["no_such"])
 
 
-def test_10k_random_buffers_plan_quickly():
+def test_10k_random_buffers_plan_validly():
+    """Speed is measured in benchmarks/planner_bench.py; here only the result."""
     rnd = random.Random(1)
     buffers = []
     for i in range(10_000):
         start = rnd.randrange(10_000)
         buffers.append(Buffer(f"t{i}", start, start + rnd.randint(1, 100), rnd.randint(64, 1 << 20)))
-    t0 = time.perf_counter()
     result = plan(buffers, time_limit_s=0.05)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 1.5  # about 0.6 s on the 2-core dev machine; slack for loaded CI
+    validate(buffers, result.offsets)
     assert result.ratio < 1.2
 
 

@@ -1,0 +1,43 @@
+"""Checks of the arguments shared by the planning passes (clear errors at construction)."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Tuple
+
+from ..planner import ALGORITHMS
+
+__all__ = ["check_planner_args"]
+
+
+def check_planner_args(
+    alignment_bytes, algorithms: Optional[Sequence[str]], time_limit_s
+) -> Tuple[int, Optional[Tuple[str, ...]], float]:
+    """Validate and normalise ``alignment_bytes``, ``algorithms`` and ``time_limit_s``.
+
+    Raises
+    ------
+    TypeError
+        A value of the wrong type.
+    ValueError
+        Alignment not a power of two >= 64, an empty or unknown algorithm list,
+        a time limit that is not a finite number > 0.
+    """
+    if isinstance(alignment_bytes, bool) or not isinstance(alignment_bytes, int):
+        raise TypeError(f"alignment_bytes must be an int, got {alignment_bytes!r}")
+    if alignment_bytes < 64 or alignment_bytes & (alignment_bytes - 1):
+        raise ValueError(f"alignment_bytes must be a power of two >= 64, got {alignment_bytes}")
+    if algorithms is not None:
+        if isinstance(algorithms, str):
+            raise TypeError("algorithms must be a sequence of names, not one string")
+        algorithms = tuple(algorithms)
+        if not algorithms:
+            raise ValueError("algorithms is empty; pass None to try all")
+        unknown = [a for a in algorithms if a not in ALGORITHMS]
+        if unknown:
+            raise ValueError(f"unknown algorithm(s) {unknown}; known: {', '.join(sorted(ALGORITHMS))}")
+    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)):
+        raise TypeError(f"time_limit_s must be a number, got {time_limit_s!r}")
+    if not math.isfinite(time_limit_s) or time_limit_s <= 0:
+        raise ValueError(f"time_limit_s must be a finite number > 0, got {time_limit_s}")
+    return alignment_bytes, algorithms, float(time_limit_s)
