@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import math
 import os
 import sys
@@ -134,6 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR after each pipeline phase")
     c.add_argument("--time-limit", type=_positive_seconds, metavar="SECONDS",
                    help="offset-search budget per arena (default from config)")
+    c.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI",
+                   help="keep this dim symbolic with a declared range (repeatable; HI may be "
+                   "omitted): compile once, plan with --strategy, measure at sampled shapes")
+    c.add_argument("--strategy", choices=("exact", "upper_bound"), default="exact",
+                   help="dynamic plan with --dim: exact symbolic arena (default) or one arena "
+                   "at the upper bounds")
+    c.add_argument("--sample-shapes", type=int, default=3, metavar="N",
+                   help="with --dim: shapes to run at, the range ends first (default 3)")
     c.add_argument("--no-prepare", action="store_true",
                    help="import with TVM's ONNX frontend as it is, without our preparation "
                    "steps (relax_memplan.onnx_prepare)")
@@ -195,6 +204,8 @@ def _compile(args) -> int:
         time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s,
     )
     progress = None if args.quiet else (lambda msg: print(f"[relax-memplan] {msg}", file=sys.stderr, flush=True))
+    if args.dim:
+        return _compile_dynamic(args, plan_pass, input_values, config, progress)
     with _muted_native_stderr(args.quiet):
         result = compile_onnx(
             args.model, shapes, target=target, plan_pass=plan_pass, verify=args.verify,
@@ -240,6 +251,40 @@ def _release_quietly(err: BaseException) -> None:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+def _compile_dynamic(args, plan_pass, input_values, config, progress) -> int:
+    from .dynamic_compile import compile_onnx_dynamic, parse_dim_spec
+
+    if args.model is None:
+        raise RelaxMemplanError("--dim needs a model with symbolic dims (the built-in example has none)")
+    if args.shape or args.plot or args.target == "cuda":
+        raise RelaxMemplanError("--dim cannot be combined with --shape, --plot or --target cuda yet")
+    if args.sample_shapes < 2:
+        raise RelaxMemplanError("--sample-shapes must be >= 2 (the range ends)")
+    ranges = {}
+    for spec in args.dim:
+        name, bounds = parse_dim_spec(spec)
+        if name in ranges:
+            raise ShapeSpecError(f"--dim for '{name}' is given twice")
+        ranges[name] = bounds
+    with _muted_native_stderr(args.quiet):
+        ex, report = compile_onnx_dynamic(
+            args.model, ranges, strategy=args.strategy, plan_pass=plan_pass,
+            sample_shapes=args.sample_shapes, verify=args.verify, input_values=input_values,
+            seed=config.verify.seed, prepare=not args.no_prepare, progress=progress)
+    print(report.format_text())
+    try:
+        if args.output:
+            with _muted_native_stderr(args.quiet):
+                ex.export_library(args.output)
+            print(f"library written to {args.output}")
+        if args.report:
+            Path(args.report).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+            print(f"report written to {args.report}")
+    except (OSError, RuntimeError) as err:
+        raise RelaxMemplanError(f"cannot write output: {summarize_error(err)}") from None
+    return 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:

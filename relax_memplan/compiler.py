@@ -21,7 +21,7 @@ from .runtime import RuntimeMemory, run_and_measure
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.record_storage import RecordStorage
 
-__all__ = ["CompileResult", "compile_module", "compile_onnx", "max_abs_error"]
+__all__ = ["CompileResult", "build", "compile_module", "compile_onnx", "max_abs_error"]
 
 Progress = Optional[Callable[[str], None]]
 
@@ -64,9 +64,12 @@ def max_abs_error(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) 
     return err
 
 
-def _build(mod, target, planner: str, plan_pass, record: RecordStorage, dump_dir=None):
+def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage], dump_dir=None,
+          **pipeline_kwargs):
+    """``tvm.compile`` with our pipeline; a failure becomes a one-line :class:`CompileError`
+    that says whether TVM's own planner fails too."""
     pipeline = get_pipeline(target, planner=planner, plan_pass=plan_pass, record_pass=record,
-                            dump_dir=dump_dir)
+                            dump_dir=dump_dir, **pipeline_kwargs)
     try:
         return tvm.compile(mod, target, relax_pipeline=pipeline)
     except Exception as err:  # TVM raises many types; re-raised as one clear error
@@ -74,7 +77,8 @@ def _build(mod, target, planner: str, plan_pass, record: RecordStorage, dump_dir
             raise CompileError.from_tvm(planner, err) from err
         # Whose fault? Build again with TVM's planner alone to say so.
         try:
-            tvm.compile(mod, target, relax_pipeline=get_pipeline(target, planner="tvm"))
+            tvm.compile(mod, target, relax_pipeline=get_pipeline(
+                target, planner="tvm", dim_ranges=pipeline_kwargs.get("dim_ranges")))
         except Exception:  # noqa: BLE001 - any failure means TVM itself cannot build it
             raise CompileError(
                 f"TVM cannot build this model (it fails with TVM's own memory planner too): "
@@ -158,11 +162,11 @@ def compile_module(
     plan_pass = plan_pass if plan_pass is not None else PlanStaticMemory()
     ours_rec, tvm_rec = RecordStorage(), RecordStorage()
     say(f"building with relax_memplan's planner for {tgt.kind.name}")
-    ex = _build(mod, tgt, "relax_memplan", plan_pass, ours_rec, dump_dir)
+    ex = build(mod, tgt, "relax_memplan", plan_pass, ours_rec, dump_dir)
     ex_tvm = None
     if compare_with_tvm:
         say("building with TVM's StaticPlanBlockMemory for comparison")
-        ex_tvm = _build(mod, tgt, "tvm", None, tvm_rec)
+        ex_tvm = build(mod, tgt, "tvm", None, tvm_rec)
 
     functions: Dict[str, FunctionMemoryReport] = {}
     for fname, fplan in plan_pass.plans.items():

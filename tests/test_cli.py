@@ -140,3 +140,29 @@ def test_bad_time_limit_is_a_usage_error(capsys, value):
         main(["compile", "--time-limit", value])
     assert exc.value.code == 2
     assert "--time-limit" in capsys.readouterr().err
+
+
+def test_dynamic_dims_measured_at_range_ends(tmp_path):
+    report = tmp_path / "dyn.json"
+    status = main(["compile", str(shared_model("mobilenetv2-tiny.onnx")), "--dim", "batch=1..4",
+                   "--sample-shapes", "2", "--verify", "-q", "--report", str(report),
+                   "--time-limit", "0.2"])
+    assert status == 0
+    data = json.loads(report.read_text())
+    assert data["strategy"] == "exact"
+    assert [s["dims"]["batch"] for s in data["shapes"]] == [1, 4]
+    for s in data["shapes"]:
+        assert s["arena_over_lower_bound"] <= 1.02
+        assert s["runtime_alloc_bytes"] < s["tvm_default_runtime_alloc_bytes"]
+        assert s["max_abs_error"] < 1e-4
+
+
+@pytest.mark.parametrize(
+    "dim, words",
+    [("batch", "NAME=LO..HI"), ("batch=a..4", "integers"), ("batch=5..4", "LO <= HI"),
+     ("seq=1..4", "not a symbolic dim")],
+)
+def test_bad_dim_spec_is_one_line(capsys, dim, words):
+    line = _one_line_error(capsys, ["compile", str(shared_model("mobilenetv2-tiny.onnx")),
+                                    "--dim", dim, "-q"])
+    assert words in line

@@ -1,0 +1,248 @@
+"""Compile an ONNX model once with symbolic dims and measure it at several shapes.
+
+The library behind ``relax-memplan compile --dim NAME=LO..HI``: import with the
+dynamic dims kept symbolic, build once with :class:`PlanDynamicMemory` (our
+strategy) and once with TVM's own planner (given the same declared ranges),
+then, at each sampled shape (the ends of the declared ranges and random shapes
+between), run both builds with the naive allocator and compare the bytes they
+allocate with the lower bound at that shape.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+from tvm import relax
+
+from .analysis.dims import evaluate_int
+from .compiler import build, max_abs_error
+from .errors import ShapeSpecError
+from .runtime import run_and_measure
+from .transform.plan_dynamic_memory import PlanDynamicMemory
+from .transform.plan_static_memory import PlanStaticMemory
+
+__all__ = ["ShapeMeasurement", "DynamicReport", "parse_dim_spec", "compile_onnx_dynamic"]
+
+
+def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, Optional[int]]]:
+    """``"seq=1..128"`` -> ``("seq", (1, 128))``; ``"seq=4.."`` -> ``("seq", (4, None))``.
+
+    Raises
+    ------
+    ShapeSpecError
+        Malformed text, bounds not integers, lower > upper or upper < 1.
+    """
+    name, sep, rng = text.partition("=")
+    lo, dots, hi = rng.partition("..")
+    if not sep or not name.strip() or not dots:
+        raise ShapeSpecError(f"bad dim spec {text!r}: expected NAME=LO..HI, e.g. seq=1..128")
+    try:
+        lower = int(lo) if lo.strip() else 0
+        upper = int(hi) if hi.strip() else None
+    except ValueError:
+        raise ShapeSpecError(f"bad dim spec {text!r}: bounds must be integers") from None
+    if lower < 0 or (upper is not None and (upper < max(lower, 1))):
+        raise ShapeSpecError(f"bad dim spec {text!r}: need 0 <= LO <= HI and HI >= 1")
+    return name.strip(), (lower, upper)
+
+
+@dataclass
+class ShapeMeasurement:
+    """Bytes at one sampled shape (all sizes in bytes)."""
+
+    dims: Dict[str, int]
+    runtime_alloc_bytes: int
+    arena_bytes: int
+    lower_bound_bytes: int
+    tvm_default_runtime_alloc_bytes: Optional[int] = None
+    max_abs_error: Optional[float] = None
+
+    @property
+    def arena_over_lower_bound(self) -> float:
+        """Our arena at this shape / the lower bound at this shape."""
+        return self.arena_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
+
+
+@dataclass
+class DynamicReport:
+    """Per-shape memory of one dynamic build."""
+
+    model: str
+    strategy: str
+    dims: Dict[str, Tuple[int, Optional[int]]]
+    shapes: List[ShapeMeasurement] = field(default_factory=list)
+    planned_tensors: int = 0
+    left_to_tvm: Dict[str, str] = field(default_factory=dict)
+    notes: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict:
+        """JSON-ready dict."""
+        return {
+            "model": self.model,
+            "strategy": self.strategy,
+            "dims": {n: list(r) for n, r in self.dims.items()},
+            "planned_tensors": self.planned_tensors,
+            "left_to_tvm": self.left_to_tvm,
+            "notes": self.notes,
+            "shapes": [dict(vars(s), arena_over_lower_bound=round(s.arena_over_lower_bound, 4))
+                       for s in self.shapes],
+        }
+
+    def format_text(self) -> str:
+        """A table: one row per sampled shape."""
+        ranges = ", ".join(f"{n} in [{lo}, {'inf' if hi is None else hi}]" for n, (lo, hi) in self.dims.items())
+        lines = [f"relax-memplan dynamic report: {self.model}",
+                 f"  strategy {self.strategy}; {ranges}; {self.planned_tensors} tensors in the arena",
+                 f"  {'dims':<28}{'LB':>12}{'arena':>12}{'x LB':>7}{'run ours':>12}{'run TVM':>12}{'max err':>10}"]
+        for s in self.shapes:
+            dims = ", ".join(f"{k}={v}" for k, v in s.dims.items())
+            tvm_b = "-" if s.tvm_default_runtime_alloc_bytes is None else f"{s.tvm_default_runtime_alloc_bytes:,}"
+            err = "-" if s.max_abs_error is None else f"{s.max_abs_error:.2g}"
+            lines.append(f"  {dims:<28}{s.lower_bound_bytes:>12,}{s.arena_bytes:>12,}"
+                         f"{s.arena_over_lower_bound:>7.3f}{s.runtime_alloc_bytes:>12,}{tvm_b:>12}{err:>10}")
+        if self.left_to_tvm:
+            reasons: Dict[str, int] = {}
+            for why in self.left_to_tvm.values():
+                reasons[why] = reasons.get(why, 0) + 1
+            lines.append("  left to TVM: " + ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items())))
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _sample_dims(ranges: Mapping[str, Tuple[int, Optional[int]]], count: int, seed: int) -> List[Dict[str, int]]:
+    rng = random.Random(seed)
+    lo = {n: max(r[0], 1) for n, r in ranges.items()}
+    hi = {n: (r[1] if r[1] is not None else 4 * lo[n]) for n, r in ranges.items()}
+    points = [dict(lo), dict(hi)]
+    while len(points) < max(count, 2) and len(points) < 64:
+        p = {n: rng.randint(lo[n], hi[n]) for n in ranges}
+        if p not in points:
+            points.append(p)
+        elif all(lo[n] == hi[n] for n in ranges):
+            break
+    return points[: max(count, 2)]
+
+
+def compile_onnx_dynamic(
+    model,
+    dim_ranges: Mapping[str, Tuple[int, Optional[int]]],
+    *,
+    strategy: str = "exact",
+    plan_pass: Optional[PlanStaticMemory] = None,
+    sample_shapes: int = 3,
+    verify: bool = False,
+    input_values: Optional[Dict[str, np.ndarray]] = None,
+    seed: int = 0,
+    prepare: bool = True,
+    compare_with_tvm: bool = True,
+    progress: Optional[Callable[[str], None]] = None,
+) -> Tuple[object, DynamicReport]:
+    """Import with symbolic dims, build once, measure at sampled shapes.
+
+    Parameters
+    ----------
+    model : path or onnx.ModelProto
+    dim_ranges : mapping of str to (int, int or None)
+        Declared ranges of the model's symbolic dims (names as in the ONNX file).
+    strategy : {"exact", "upper_bound"}
+    plan_pass : PlanStaticMemory, optional
+        Settings (alignment, algorithms, time limit) for the planning passes.
+    sample_shapes : int
+        Shapes to run at (>= 2: the range ends come first).
+    verify : bool
+        Compare with onnxruntime at each shape.
+    input_values : dict, optional
+        Fixed values for inputs (e.g. a sample rate); must fit every sampled shape.
+    seed : int
+        Seed of the sampled shapes and random inputs.
+    prepare : bool
+        Run the ONNX preparation steps.
+    compare_with_tvm : bool
+        Also build and run with TVM's planner alone.
+    progress : callable, optional
+
+    Returns
+    -------
+    (executable, DynamicReport)
+
+    Raises
+    ------
+    ShapeSpecError
+        A declared dim is not a symbolic dim of the model.
+    CompileError, ModelLoadError
+        As :func:`relax_memplan.compiler.compile_onnx`.
+    """
+    from . import frontend
+    from .onnx_prepare import STEP_NAMES
+
+    say = progress or (lambda _m: None)
+    onnx_model = frontend.load_onnx(model) if not hasattr(model, "graph") else model
+    say(f"importing {model} with symbolic dims")
+    mod, info = frontend.import_onnx(onnx_model, keep_dynamic=True,
+                                     prepare_steps=STEP_NAMES if prepare else ())
+    params = mod["main"].params
+    symbolic = sorted({d.name for p in params for d in getattr(p.ty, "shape", None) or ()
+                       if type(d).__name__ == "Var"})
+    unknown = sorted(set(dim_ranges) - set(symbolic))
+    if unknown:
+        raise ShapeSpecError(f"--dim {', '.join(unknown)}: not a symbolic dim of the model "
+                             f"(its dims: {', '.join(symbolic) or 'none'})")
+    settings = plan_pass if plan_pass is not None else PlanStaticMemory()
+    dyn = PlanDynamicMemory(strategy=strategy, alignment_bytes=settings.alignment_bytes,
+                            algorithms=settings.algorithms, time_limit_s=settings.time_limit_s)
+    say(f"building once with relax_memplan's {strategy} plan")
+    ex = build(mod, "llvm", "relax_memplan", settings, None, dynamic_pass=dyn, dim_ranges=dim_ranges)
+    ex_tvm = None
+    if compare_with_tvm:
+        say("building with TVM's StaticPlanBlockMemory (same declared ranges)")
+        ex_tvm = build(mod, "llvm", "tvm", None, None, dim_ranges=dim_ranges)
+    fplan = dyn.plans.get("main")
+    report = DynamicReport(model=str(model), strategy=strategy, dims=dict(dim_ranges),
+                           notes=[n for n in info.notes if "kept symbolic" not in n])
+    if fplan is None or not fplan.planned:
+        report.notes.append("no symbolic tensor was planned: "
+                            + (fplan.fallback_reason if fplan else "main has no symbolic tensors"))
+    else:
+        report.planned_tensors = len(fplan.planned)
+        report.left_to_tvm = dict(fplan.left_to_tvm)
+        report.notes += fplan.notes
+    ranges = {n: dim_ranges.get(n, (1, None)) for n in symbolic}
+    for dims in _sample_dims(ranges, sample_shapes, seed):
+        shapes = {p.name: tuple(evaluate_int(d, dims) if not isinstance(d, int) else d
+                                for d in p.ty.shape) for p in params}
+        say("running at " + ", ".join(f"{k}={v}" for k, v in dims.items()))
+        point_info = _with_shapes(info, shapes)
+        feed = frontend.make_random_inputs(onnx_model, point_info, seed=seed,
+                                           values=_fit_values(input_values, shapes))
+        arrays = list(feed.values())
+        got = run_and_measure(ex, arrays)
+        arena, lower_bound = (fplan.bytes_at(dims)[:2] if fplan is not None and fplan.planned
+                              else (0, 0))
+        row = ShapeMeasurement(dims=dims, runtime_alloc_bytes=got.alloc_bytes,
+                               arena_bytes=arena, lower_bound_bytes=lower_bound)
+        if ex_tvm is not None:
+            row.tvm_default_runtime_alloc_bytes = run_and_measure(ex_tvm, arrays).alloc_bytes
+        if verify:
+            row.max_abs_error = max_abs_error(got.outputs, frontend.run_onnxruntime(onnx_model, feed))
+        report.shapes.append(row)
+    return ex, report
+
+
+def _with_shapes(info, shapes):
+    import dataclasses
+
+    return dataclasses.replace(info, input_shapes={n: shapes.get(n, s) for n, s in info.input_shapes.items()})
+
+
+def _fit_values(values, shapes):
+    """Fixed input values; a scalar or fixed-shape value is used at every shape."""
+    out = {}
+    for name, value in (values or {}).items():
+        if name in shapes and tuple(np.shape(value)) != tuple(shapes[name]):
+            raise ShapeSpecError(f"value for input '{name}' has shape {np.shape(value)}, but the "
+                                 f"sampled shape needs {shapes[name]}")
+        out[name] = value
+    return out
