@@ -138,9 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI",
                    help="keep this dim symbolic with a declared range (repeatable; HI may be "
                    "omitted): compile once, plan with --strategy, measure at sampled shapes")
-    c.add_argument("--strategy", choices=("exact", "upper_bound"), default="exact",
-                   help="dynamic plan with --dim: exact symbolic arena (default) or one arena "
-                   "at the upper bounds")
+    c.add_argument("--strategy", choices=("exact", "upper_bound"),
+                   help="dynamic plan with --dim: exact symbolic arena or one arena at the upper "
+                   "bounds (default from config: exact)")
     c.add_argument("--sample-shapes", type=int, default=3, metavar="N",
                    help="with --dim: shapes to run at, the range ends first (default 3)")
     c.add_argument("--no-prepare", action="store_true",
@@ -204,7 +204,7 @@ def _compile(args) -> int:
         time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s,
     )
     progress = None if args.quiet else (lambda msg: print(f"[relax-memplan] {msg}", file=sys.stderr, flush=True))
-    if args.dim:
+    if args.dim or config.dims:
         return _compile_dynamic(args, plan_pass, input_values, config, progress)
     with _muted_native_stderr(args.quiet):
         result = compile_onnx(
@@ -259,18 +259,21 @@ def _compile_dynamic(args, plan_pass, input_values, config, progress) -> int:
     if args.model is None:
         raise RelaxMemplanError("--dim needs a model with symbolic dims (the built-in example has none)")
     if args.shape or args.plot or args.target == "cuda":
-        raise RelaxMemplanError("--dim cannot be combined with --shape, --plot or --target cuda yet")
+        raise RelaxMemplanError("--dim (or config dims) cannot be combined with --shape, --plot "
+                                "or --target cuda yet")
     if args.sample_shapes < 2:
         raise RelaxMemplanError("--sample-shapes must be >= 2 (the range ends)")
-    ranges = {}
+    ranges, given = dict(config.dims), set()
     for spec in args.dim:
         name, bounds = parse_dim_spec(spec)
-        if name in ranges:
+        if name in given:
             raise ShapeSpecError(f"--dim for '{name}' is given twice")
+        given.add(name)
         ranges[name] = bounds
+    strategy = args.strategy or config.planner.strategy
     with _muted_native_stderr(args.quiet):
         ex, report = compile_onnx_dynamic(
-            args.model, ranges, strategy=args.strategy, plan_pass=plan_pass,
+            args.model, ranges, strategy=strategy, plan_pass=plan_pass,
             sample_shapes=args.sample_shapes, verify=args.verify, input_values=input_values,
             seed=config.verify.seed, prepare=not args.no_prepare, progress=progress)
     print(report.format_text())

@@ -68,6 +68,9 @@ class PlannerConfig:
     algorithms : tuple of str or None
         Names of :data:`relax_memplan.planner.ALGORITHMS` to try, best result kept
         (the improvement search then runs in the time left); None tries all.
+    strategy : str
+        Plan for symbolic dims (with ``dims``/``--dim``): ``exact`` (an arena
+        sized per call) or ``upper_bound`` (one arena at the declared bounds).
     time_limit_s : float
         Time budget in seconds for the offset search of one arena; > 0.
     alignment_bytes : int
@@ -76,6 +79,7 @@ class PlannerConfig:
     """
 
     algorithms: tuple[str, ...] | None = None
+    strategy: str = "exact"
     time_limit_s: float = 1.0
     alignment_bytes: int = 64
 
@@ -97,6 +101,8 @@ class PlannerConfig:
             if not algorithms:
                 raise ConfigError("planner.algorithms is empty; use null for all algorithms")
             object.__setattr__(self, "algorithms", tuple(algorithms))
+        if self.strategy not in ("exact", "upper_bound"):
+            raise ConfigError(f"planner.strategy must be exact or upper_bound, got {self.strategy!r}")
         limit = _check_float("planner.time_limit_s", self.time_limit_s, 0.0, allow_minimum=False)
         object.__setattr__(self, "time_limit_s", limit)
         alignment = _check_int("planner.alignment_bytes", self.alignment_bytes, 1)
@@ -145,6 +151,10 @@ class Config:
         Offset planner settings.
     shapes : dict of str to tuple of int
         Input name to full input shape (same meaning as ``--shape``); dims > 0.
+    dims : dict of str to (int, int or None)
+        Symbolic dim name to its declared range ``[lower, upper]`` (inclusive,
+        elements; ``upper`` may be null), as ``--dim NAME=LO..HI``: the model is
+        then compiled once with those dims symbolic.
     verify : VerifyConfig
         Numerical check settings.
     """
@@ -152,6 +162,7 @@ class Config:
     target: str = "llvm"
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    dims: dict[str, tuple] = field(default_factory=dict)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
 
     def __post_init__(self):
@@ -173,6 +184,17 @@ class Config:
                 raise ConfigError(f"{key} must be a list of integers, got {dims!r}")
             shapes[name] = tuple(_check_int(f"{key}[{i}]", d, 1) for i, d in enumerate(dims))
         object.__setattr__(self, "shapes", shapes)
+        if not isinstance(self.dims, dict):
+            raise ConfigError(f"dims must be a mapping of dim name to [lower, upper], got {self.dims!r}")
+        dims = {}
+        for name, bounds in self.dims.items():
+            key = f"dims.{name}"
+            if isinstance(bounds, str) or not isinstance(bounds, (list, tuple)) or len(bounds) != 2:
+                raise ConfigError(f"{key} must be [lower, upper] (upper may be null), got {bounds!r}")
+            lower = _check_int(f"{key}[0]", bounds[0], 0)
+            upper = None if bounds[1] is None else _check_int(f"{key}[1]", bounds[1], max(lower, 1))
+            dims[str(name)] = (lower, upper)
+        object.__setattr__(self, "dims", dims)
 
     def replace_from_cli(
         self,
@@ -223,6 +245,7 @@ class Config:
             "target": self.target,
             "planner": planner,
             "shapes": {name: list(dims) for name, dims in self.shapes.items()},
+            "dims": {name: list(bounds) for name, bounds in self.dims.items()},
             "verify": dataclasses.asdict(self.verify),
         }
 
@@ -276,8 +299,9 @@ def _config_from_data(data) -> Config:
             section = {} if kwargs[key] is None else kwargs[key]
             _check_keys(key, section, cls, prefix=f"{key}.")
             kwargs[key] = cls(**section)
-    if kwargs.get("shapes") is None:
-        kwargs.pop("shapes", None)
+    for key in ("shapes", "dims"):
+        if key in kwargs and kwargs[key] is None:
+            kwargs.pop(key)
     return Config(**kwargs)
 
 

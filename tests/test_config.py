@@ -1,6 +1,7 @@
 """Tests of relax_memplan.config: YAML loading, validation, defaults, CLI overrides."""
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,17 @@ def test_replace_from_cli_applies_given_values_only():
     assert base.replace_from_cli() == base
     with pytest.raises(ConfigError, match="planner.alignment_bytes"):
         base.replace_from_cli(alignment_bytes=100)
+
+
+def test_dims_and_strategy_load_and_validate(tmp_path):
+    cfg = tmp_path / "dyn.yaml"
+    cfg.write_text("dims:\n  seq: [1, 128]\n  batch: [1, null]\nplanner:\n  strategy: upper_bound\n")
+    config = load_config(cfg)
+    assert config.dims == {"seq": (1, 128), "batch": (1, None)}
+    assert config.planner.strategy == "upper_bound"
+    for text, words in [("dims:\n  seq: 5\n", "dims.seq must be [lower, upper]"),
+                        ("dims:\n  seq: [4, 2]\n", "dims.seq[1] must be >= 4"),
+                        ("planner:\n  strategy: buckets\n", "planner.strategy must be")]:
+        cfg.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            load_config(cfg)
