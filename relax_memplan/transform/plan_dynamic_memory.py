@@ -21,8 +21,9 @@ Strategies
     expression of the dims, ``align(max over tensors below of offset + size)``,
     and the arena size as ``max(offset + size)``. This is done for several
     reference shapes (range ends, then random ones); every stacking that gives
-    the smallest arena at some probed shape is kept, and a ``Select`` on the
-    arena sizes picks, per call, the first stacking with the smallest arena.
+    the smallest arena at some probed shape is kept, and a ``Select`` picks one
+    per call: the first whose "selector" tensors (those on top at some probe)
+    end lowest. Any choice is valid; the arena is the chosen stacking's height.
     The VM computes all of it per call
     (``VMShapeLower``), so the arena is sized for the actual shape and is valid
     at every shape (also outside the sampled ones). Terms of a ``max`` that the
@@ -81,6 +82,9 @@ class DynamicFunctionPlan:
         ``exact``: one stacking order per reference shape kept; at run time the
         one giving the smallest arena is used (the first on ties);
         ``upper_bound``: unused (empty).
+    selectors : list of tuple of str
+        ``exact`` with several stackings: per stacking, the tensors whose tops
+        decide the choice (the first stacking with the smallest max top wins).
     static_offsets : dict of str to int
         ``upper_bound``: the constant offsets.
     static_arena_bytes : int or None
@@ -102,6 +106,7 @@ class DynamicFunctionPlan:
     left_to_tvm: Dict[str, str] = field(default_factory=dict)
     aligned_size_exprs: Dict[str, object] = field(default_factory=dict)
     orders: List[List[Tuple[str, Tuple[str, ...]]]] = field(default_factory=list)
+    selectors: List[Tuple[str, ...]] = field(default_factory=list)
     static_offsets: Dict[str, int] = field(default_factory=dict)
     static_arena_bytes: Optional[int] = None
     alignment_bytes: int = 64
@@ -137,7 +142,12 @@ class DynamicFunctionPlan:
         if self.strategy == "exact":
             sizes = {b.id: b.size_bytes for b in buffers}
             candidates = [stacked_offsets(order, sizes, self.alignment_bytes) for order in self.orders]
-            offsets, height = min(candidates, key=lambda c: c[1])  # first minimum, as at run time
+            if len(candidates) == 1:
+                offsets, height = candidates[0]
+            else:  # the first stacking whose selector height is smallest, as at run time
+                keys = [max(offs[u] + sizes[u] for u in sel)
+                        for (offs, _), sel in zip(candidates, self.selectors)]
+                offsets, height = candidates[keys.index(min(keys))]
         else:
             offsets, height = dict(self.static_offsets), self.static_arena_bytes or 0
         validate(buffers, offsets, capacity_bytes=height)
@@ -364,6 +374,16 @@ class PlanDynamicMemory:
             heights = [stacked_offsets(o, sizes, self.alignment_bytes)[1] for o in candidates]
             keep.add(heights.index(min(heights)))
         fplan.orders = [candidates[k] for k in sorted(keep)]
+        # Per stacking, the few tensors whose top is highest at some probe: the max of
+        # their tops (a short expression) decides which stacking to use per call.
+        fplan.selectors = []
+        for order in fplan.orders:
+            top_ids = set()
+            for dims_at in probes:
+                sizes = {b.id: b.size_bytes for b in fplan._buffers_at_ids(dims_at)}
+                offs, _ = stacked_offsets(order, sizes, self.alignment_bytes)
+                top_ids.add(max(offs, key=lambda u: offs[u] + sizes[u]))
+            fplan.selectors.append(tuple(sorted(top_ids)))
 
     def _rewriter(self, fplan: DynamicFunctionPlan, chosen, dev: int, scope: str, dims) -> ArenaRewriter:
         arena_var = relax.Var("arena_d%d" % dev, relax.ObjectType())
@@ -376,26 +396,29 @@ class PlanDynamicMemory:
         analyzer = _bound_analyzer(dims, fplan.ranges)
         probes = [s["dims"] for s in fplan.samples]
         tensors = {t.uid: t for t in chosen}
-        layouts = []  # (offsets, height) per stacking, as expressions
-        for order in fplan.orders:
+        layouts = []  # (offsets, height, selector height) per stacking, as expressions
+        for order, selector in zip(fplan.orders, fplan.selectors or [()] * len(fplan.orders)):
             offsets, top_of = {}, {}
             for uid, below in order:
                 base = _max_of([top_of[c] for c in below], analyzer, probes)
                 offsets[uid] = base
                 top_of[uid] = analyzer.simplify(base + fplan.aligned_size_exprs[uid])
-            layouts.append((offsets, _max_of(list(top_of.values()), analyzer, probes)))
-        longest = max(len(str(o)) for offs, _ in layouts for o in offs.values())
-        if len(layouts) > 1 and longest + sum(len(str(h)) for _, h in layouts) > self.max_expr_chars:
-            raise _ExpressionTooLarge(f"choosing among {len(layouts)} stackings needs expressions "
-                                      f"over {self.max_expr_chars} characters")
-        # the first stacking with the smallest arena, decided per call
+            height = _max_of(list(top_of.values()), analyzer, probes)
+            key = _max_of([top_of[u] for u in selector], analyzer, probes) if selector else height
+            layouts.append((offsets, height, key))
+        longest = max(len(str(o)) for offs, _, _ in layouts for o in offs.values())
+        if len(layouts) > 1 and longest + sum(len(str(k)) for _, _, k in layouts) > self.max_expr_chars:
+            raise _ExpressionTooLarge(
+                f"choosing among {len(layouts)} stackings needs expressions over "
+                f"{self.max_expr_chars} characters (longest offset {longest})")
+        # the first stacking with the smallest selector height, decided per call; any
+        # choice is valid since every stacking is, and the arena is that stacking's height
         offset_of, height = dict(layouts[-1][0]), layouts[-1][1]
         for k in range(len(layouts) - 2, -1, -1):
-            offs_k, h_k = layouts[k]
-            conds = [h_k <= h for (_, h) in layouts[k + 1:]]
-            better = conds[0]
-            for c in conds[1:]:
-                better = tirx.all(better, c)
+            offs_k, h_k, key_k = layouts[k]
+            better = None
+            for _, _, key in layouts[k + 1:]:
+                better = key_k <= key if better is None else tirx.all(better, key_k <= key)
             offset_of = {u: tirx.Select(better, offs_k[u], offset_of[u]) for u in offs_k}
             height = tirx.Select(better, h_k, height)
         # (each part is simplified already; simplifying the Selects is slow)
@@ -425,7 +448,7 @@ class PlanDynamicMemory:
                 except _ExpressionTooLarge as err:
                     if len(fplan.orders) > 1:
                         # fewer stackings to choose from: smaller expressions
-                        fplan.orders = fplan.orders[:1]
+                        fplan.orders, fplan.selectors = fplan.orders[:1], fplan.selectors[:1]
                         fplan.notes.append(f"{err}; kept only the first reference stacking")
                         continue
                     fplan.fallback_reason = f"{err}; left to TVM"
