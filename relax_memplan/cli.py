@@ -188,13 +188,7 @@ def _compile(args) -> int:
         args.target = config.target
     _check_environment(args)
     shapes = {name: tuple(dims) for name, dims in config.shapes.items()}
-    given = set()
-    for spec in args.shape:
-        name, dims = parse_shape_spec(spec)
-        if name in given:
-            raise ShapeSpecError(f"--shape for input '{name}' is given twice")
-        given.add(name)
-        shapes[name] = dims
+    shapes.update(_parse_repeated(args.shape, parse_shape_spec, "--shape"))
     input_values = _parse_inputs(args.input)
     target = args.target
     planner = config.planner
@@ -214,22 +208,12 @@ def _compile(args) -> int:
             dump_dir=args.dump_ir, progress=progress, prepare=not args.no_prepare,
         )
     print(result.report.format_text())
-    # library first (the likeliest to fail), the report last
-    try:
-        if args.output:
-            with _muted_native_stderr(args.quiet):
-                result.executable.export_library(args.output)
-            print(f"library written to {args.output}")
-        if args.plot:
-            from .plot import plot_plan
+    def plot():
+        from .plot import plot_plan
 
-            plot_plan(plan_pass.plans["main"], args.plot, title=result.report.model)
-            print(f"plan drawn to {args.plot}")
-        if args.report:
-            result.report.write_json(args.report)
-            print(f"report written to {args.report}")
-    except (OSError, RuntimeError) as err:
-        raise RelaxMemplanError(f"cannot write output: {summarize_error(err)}") from None
+        plot_plan(plan_pass.plans["main"], args.plot, title=result.report.model)
+
+    _write_outputs(args, result.executable, result.report.to_dict(), plot)
     if args.verify and result.report.main.verified is False:
         return EXIT_VERIFY_FAILED
     return 0
@@ -263,13 +247,8 @@ def _compile_dynamic(args, plan_pass, input_values, config, progress) -> int:
                                 "or --target cuda yet")
     if args.sample_shapes < 2:
         raise RelaxMemplanError("--sample-shapes must be >= 2 (the range ends)")
-    ranges, given = dict(config.dims), set()
-    for spec in args.dim:
-        name, bounds = parse_dim_spec(spec)
-        if name in given:
-            raise ShapeSpecError(f"--dim for '{name}' is given twice")
-        given.add(name)
-        ranges[name] = bounds
+    ranges = dict(config.dims)
+    ranges.update(_parse_repeated(args.dim, parse_dim_spec, "--dim"))
     strategy = args.strategy or config.planner.strategy
     with _muted_native_stderr(args.quiet):
         ex, report = compile_onnx_dynamic(
@@ -277,17 +256,38 @@ def _compile_dynamic(args, plan_pass, input_values, config, progress) -> int:
             sample_shapes=args.sample_shapes, verify=args.verify, input_values=input_values,
             seed=config.verify.seed, prepare=not args.no_prepare, progress=progress)
     print(report.format_text())
+    _write_outputs(args, ex, report.to_dict(), plot=None)
+    return 0
+
+
+def _parse_repeated(specs: List[str], parse, option: str) -> Dict:
+    """``NAME=...`` options given several times: parsed, a name given twice is an error."""
+    out: Dict = {}
+    for spec in specs:
+        name, value = parse(spec)
+        if name in out:
+            raise ShapeSpecError(f"{option} for '{name}' is given twice")
+        out[name] = value
+    return out
+
+
+def _write_outputs(args, executable, report: Dict, plot) -> None:
+    """Write -o, --plot, --report in that order (the likeliest to fail first)."""
     try:
         if args.output:
             with _muted_native_stderr(args.quiet):
-                ex.export_library(args.output)
+                executable.export_library(args.output)
             print(f"library written to {args.output}")
+        if args.plot and plot is not None:
+            plot()
+            print(f"plan drawn to {args.plot}")
         if args.report:
-            Path(args.report).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+            path = Path(args.report)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
             print(f"report written to {args.report}")
     except (OSError, RuntimeError) as err:
         raise RelaxMemplanError(f"cannot write output: {summarize_error(err)}") from None
-    return 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:
