@@ -1,0 +1,123 @@
+"""CPU (llvm) schedules for matmul-like kernels, applied after FuseTIR.
+
+TVM 0.27 has no CPU matmul schedule: a legalized matmul is a plain triple loop.
+This subpackage provides dlight rules (:class:`StaticMatmul`,
+:class:`GenericMatmul`), the pass that applies them with dlight's CPU GEMV
+and Reduction rules (:func:`cpu_schedule_pass`, appended to the ``legalize``
+phase by ``get_pipeline(..., schedule=True)``), and
+:func:`schedule_prim_func` to schedule one PrimFunc, e.g. a copy specialised
+to a shape bucket.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir import dlight
+from tvm.target import Target
+
+from .cpu_matmul import GenericMatmul, StaticMatmul, TileConfig, simd_lanes
+
+__all__ = [
+    "IS_SCHEDULED_ATTR",
+    "GenericMatmul",
+    "StaticMatmul",
+    "TileConfig",
+    "cpu_schedule_rules",
+    "cpu_schedule_pass",
+    "schedule_prim_func",
+    "simd_lanes",
+]
+
+IS_SCHEDULED_ATTR = "tirx.is_scheduled"
+"""The function attribute dlight's ``ApplyDefaultSchedule`` sets and skips on."""
+
+
+def _as_target(target: Union[str, dict, Target]) -> Target:
+    return target if isinstance(target, Target) else Target(target)
+
+
+class _Guarded(dlight.ScheduleRule):
+    """An upstream rule whose schedule-primitive failures mean "not applicable"."""
+
+    def __init__(self, rule: dlight.ScheduleRule):
+        self.rule = rule
+
+    def apply(self, func, target, tunable):
+        try:
+            return self.rule.apply(func, target, tunable)
+        except s_tir.ScheduleError:
+            return None
+
+
+def cpu_schedule_rules() -> list:
+    """The rules, most specific first: static matmul, generic matmul, GEMV, reduction.
+
+    dlight's CPU ``GEMV`` and ``Reduction`` (softmax, layer norm) follow ours;
+    a schedule-primitive failure inside them leaves the function unscheduled.
+
+    Returns
+    -------
+    list of tvm.s_tir.dlight.ScheduleRule
+    """
+    return [StaticMatmul(), GenericMatmul(),
+            _Guarded(dlight.cpu.GEMV()), _Guarded(dlight.cpu.Reduction())]
+
+
+def cpu_schedule_pass(target: Union[str, dict, Target]) -> tvm.transform.Pass:
+    """The module pass scheduling every unscheduled PrimFunc for an llvm target.
+
+    Runs after ``FuseTIR`` (end of the ``legalize`` phase). A PrimFunc whose
+    matmul extents are all constant gets :class:`StaticMatmul`, one with
+    symbolic extents :class:`GenericMatmul`; GEMV and reductions get dlight's
+    CPU rules; anything else is left as is. Scheduled functions get
+    ``tirx.is_scheduled = True``.
+
+    Parameters
+    ----------
+    target : str, dict or tvm.target.Target
+        An llvm target; the SIMD width comes from its ``mcpu``/``mattr``.
+
+    Returns
+    -------
+    tvm.transform.Pass
+        ``ApplyDefaultSchedule`` with :func:`cpu_schedule_rules`, run under ``target``.
+    """
+    tgt = _as_target(target)
+    inner = dlight.ApplyDefaultSchedule(*cpu_schedule_rules())
+
+    @tvm.transform.module_pass(opt_level=0, name="CPUSchedule")
+    def _pass(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        with tgt:
+            return inner(mod)
+
+    return _pass
+
+
+def schedule_prim_func(func: tirx.PrimFunc, target: Union[str, dict, Target]) -> tirx.PrimFunc:
+    """Schedule one PrimFunc with :func:`cpu_schedule_rules`.
+
+    Use it on specialised copies of a symbolic kernel (``func.specialize({m: 64})``
+    or ``BindSymbolicVars``): with all matmul extents constant the static rule
+    applies. A function already marked ``tirx.is_scheduled`` or that no rule
+    matches is returned unchanged.
+
+    Parameters
+    ----------
+    func : tvm.tirx.PrimFunc
+        An unscheduled (legalized, possibly fused) PrimFunc.
+    target : str, dict or tvm.target.Target
+        An llvm target.
+
+    Returns
+    -------
+    tvm.tirx.PrimFunc
+        The scheduled function with ``tirx.is_scheduled = True``, or ``func``.
+    """
+    if func.attrs is not None and IS_SCHEDULED_ATTR in func.attrs and func.attrs[IS_SCHEDULED_ATTR]:
+        return func
+    mod = tvm.IRModule({"main": func})
+    out = cpu_schedule_pass(target)(mod)["main"]
+    return out

@@ -1,0 +1,359 @@
+"""Dlight-style CPU (llvm) schedule rules for matmul, batch-matmul and dense.
+
+Where it runs
+-------------
+After ``FuseTIR`` at the end of the ``legalize`` phase (see
+:func:`relax_memplan.schedules.cpu_schedule_pass`), on PrimFuncs made by
+LegalizeOps of ``relax.matmul`` / ``relax.linear`` and of ONNX ``MatMul`` /
+``Gemm`` (NN and NT layouts, batched or not), with the producers (transpose,
+cast) and epilogues (bias add, relu, gelu...) that FuseOps/FuseTIR put in the
+same PrimFunc. Functions carrying ``tirx.is_scheduled`` are skipped by
+``ApplyDefaultSchedule`` and marked with it once scheduled.
+
+Algorithm
+---------
+The GotoBLAS/BLIS decomposition (Goto & van de Geijn, "Anatomy of
+high-performance matrix multiplication", TOMS 2008; Van Zee & van de Geijn,
+"BLIS", TOMS 2015), expressed with TensorIR schedule primitives as in TVM's
+"How to optimize GEMM on CPU" tutorial:
+
+* the column axis ``J`` is split into ``nr``-wide panels, and the row axis
+  ``I`` into ``mr``-high micro-tiles; an ``mr x nr`` accumulator tile is kept
+  in registers (``cache_write`` to a ``local`` buffer, inner loops unrolled and
+  the ``nr`` axis vectorised with the target's SIMD width) while the full
+  ``K`` reduction streams through it -- the BLIS micro-kernel;
+* for each column panel, the ``K x nr`` slice of ``B`` is packed contiguously
+  (``cache_read`` + ``compute_at``; BLIS's packed ``B`` micro-panel), which
+  also turns the strided NT (``B[j, k]``) layout into unit stride;
+* batch and panel loops are fused and parallelised (one panel per task);
+* the epilogue is ``reverse_compute_inline``-d into the write-back of the
+  tile, so bias/activation run on data still in cache.
+
+Two rules share that skeleton:
+
+* :class:`StaticMatmul` -- every loop extent is a constant (also after
+  ``PrimFunc.specialize`` / ``BindSymbolicVars`` of a shape var): the
+  register tile is chosen to divide the extents (no remainder code) and, with
+  FMA, uses 12 accumulators;
+* :class:`GenericMatmul` -- some extents symbolic (``M = batch * seq``):
+  one fixed 4 x 2-vector tile; rows/columns not provably divisible are
+  ``pad_einsum``-ed (the micro-kernel reads ``A`` through a zero-filling
+  select, the write-back is guarded), so every extent, 1 included, is correct.
+
+Kernel workspaces: the packed ``B`` panel (``K x nr`` floats per parallel
+task, e.g. 48 KiB at K=768, AVX2) is allocated by the kernel at run time
+(``TVMBackendAllocWorkspace``), invisible to Relax memory planning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+import tvm
+from tvm import DataType, s_tir, tirx
+from tvm.s_tir.dlight import ScheduleRule
+from tvm.target import Target
+from tvm.target.codegen import llvm_cpu_has_features
+
+from .analysis import MatmulAxes, match_matmul
+
+__all__ = ["TileConfig", "StaticMatmul", "GenericMatmul", "simd_lanes"]
+
+_ScheduleError = s_tir.ScheduleError
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Tile sizes of the matmul schedule (in elements, not bytes).
+
+    Attributes
+    ----------
+    mr : int
+        Rows of the register tile (micro-kernel height).
+    nr_vectors : int
+        Columns of the register tile, in SIMD vectors (``nr = nr_vectors * lanes``).
+    mc : int
+        Rows computed per packed ``B`` panel visit (``mc % mr == 0``); the
+        ``mc x K`` block of ``A`` is reused from L2 across the panel's
+        micro-tiles. ``0`` means no ``M`` blocking.
+    pack_b : bool
+        Pack the ``K x nr`` panel of ``B`` into a contiguous buffer.
+    unroll_max_step : int
+        ``pragma_auto_unroll_max_step`` on the tile loop.
+    pad_remainders : bool
+        ``pad_einsum`` rows/columns not provably divisible by ``mr``/``nr``
+        (else the split inserts predicates inside the micro-kernel).
+    """
+
+    mr: int = 4
+    nr_vectors: int = 2
+    mc: int = 0
+    pack_b: bool = True
+    unroll_max_step: int = 64
+    pad_remainders: bool = True
+
+
+def simd_lanes(target: Target, dtype: str = "float32") -> int:
+    """SIMD lanes of ``dtype`` for an llvm target (from its ``mcpu``/``mattr`` features).
+
+    Parameters
+    ----------
+    target : tvm.target.Target
+        An llvm target; plain ``llvm`` on x86-64 means SSE2 (128-bit vectors).
+    dtype : str
+        Element type.
+
+    Returns
+    -------
+    int
+        Elements per vector register.
+    """
+    bits = 128
+    try:
+        if llvm_cpu_has_features("avx512f", target):
+            bits = 512
+        elif llvm_cpu_has_features("avx", target):
+            bits = 256
+    except Exception:  # noqa: BLE001 -- non-x86 triples lack the feature names
+        bits = 128
+    elem_bits = DataType(dtype).bits
+    return max(1, bits // max(8, elem_bits))
+
+
+def _has_fma(target: Target) -> bool:
+    try:
+        return bool(llvm_cpu_has_features("fma", target))
+    except Exception:  # noqa: BLE001 -- non-x86 triples lack the feature name
+        return False
+
+
+def _fuse(sch: s_tir.Schedule, loops: List) -> Optional[s_tir.schedule.LoopRV]:
+    if not loops:
+        return None
+    return loops[0] if len(loops) == 1 else sch.fuse(*loops)
+
+
+def _try(prim, block) -> bool:
+    try:
+        prim(block)
+    except _ScheduleError:
+        return False
+    return True
+
+
+def _inline_neighbours(sch: s_tir.Schedule, axes: MatmulAxes) -> None:
+    """Inline spatial producers into the matmul and epilogue intermediates forward."""
+    for info in axes.producers:
+        _try(sch.compute_inline, info.block_rv)
+    # all but the last epilogue block: the last one writes the function output
+    for info in axes.consumers[:-1]:
+        _try(sch.compute_inline, info.block_rv)
+
+
+def _out_dtype(sch: s_tir.Schedule, block) -> str:
+    return str(sch.get(block).writes[0].source.dtype)
+
+
+class _CPUMatmulBase(ScheduleRule):
+    """Shared skeleton of the two rules; subclasses pick the tiles."""
+
+    def is_target_available(self, target: Target) -> bool:
+        return target is not None and target.kind.name == "llvm"
+
+    def choose_config(self, axes: MatmulAxes, lanes: int, target: Target) -> Optional[TileConfig]:
+        """Tile sizes for this matmul, or ``None`` when the rule does not apply."""
+        raise NotImplementedError
+
+    def apply(self, func: tirx.PrimFunc, target: Target, _tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        axes = match_matmul(sch)
+        if axes is None:
+            return None
+        lanes = simd_lanes(target, _out_dtype(sch, axes.block))
+        cfg = self.choose_config(axes, lanes, target)
+        if cfg is None:
+            return None
+        try:
+            _inline_neighbours(sch, axes)
+            _schedule_tiles(sch, axes, cfg, lanes)
+        except _ScheduleError:
+            # a primitive's precondition failed on an unusual variant: leave it unscheduled
+            return None
+        return sch
+
+
+def _loops_by_role(sch: s_tir.Schedule, axes: MatmulAxes):
+    loops = sch.get_loops(axes.block)[-len(axes.roles):]
+    return {r: [lp for lp, role in zip(loops, axes.roles) if role == r] for r in "SIJK"}
+
+
+def _product(extents):
+    out = 1
+    for e in extents:
+        out = e * out
+    return out
+
+
+def _pad_remainders(sch: s_tir.Schedule, axes: MatmulAxes, mr: int, nr: int) -> None:
+    """``pad_einsum`` the innermost row/column loop to ``mr``/``nr`` when not provably divisible.
+
+    Padding moves the remainder out of the micro-kernel: ``A`` (and ``B``) get
+    zero-padded copies, ``C`` a padded tile, and only the epilogue is guarded.
+    """
+    analyzer = tvm.sym.Analyzer()
+    padding = [1] * len(axes.roles)
+    for role, tile in (("I", mr), ("J", nr)):
+        if role not in axes.roles:
+            continue
+        total = _product(getattr(axes, f"{role.lower()}_extents"))
+        if isinstance(total, int):
+            divisible = total % tile == 0
+        else:
+            divisible = analyzer.can_prove_equal(tirx.floormod(total, tile), 0)
+        if not divisible:
+            padding[axes.roles.rindex(role)] = tile
+    if any(p != 1 for p in padding):
+        sch.pad_einsum(axes.block, padding)
+
+
+def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lanes: int) -> None:
+    """The BLIS-style loop nest on the (already analysed) matmul block."""
+    block = axes.block
+    nr = cfg.nr_vectors * lanes
+    if cfg.pad_remainders:
+        _pad_remainders(sch, axes, cfg.mr, nr)
+    padded = [p for p in sch.get_producers(block) if sch.get(p).name_hint.endswith("_pad")]
+    groups = _loops_by_role(sch, axes)
+    sch.reorder(*groups["S"], *groups["I"], *groups["J"], *groups["K"])
+    s = _fuse(sch, groups["S"])
+    i = _fuse(sch, groups["I"])
+    j = _fuse(sch, groups["J"])
+    k = _fuse(sch, groups["K"])
+
+    jo, jv, jl = sch.split(j, factors=[None, cfg.nr_vectors, lanes])
+    outer = [lp for lp in (s,) if lp is not None]
+    if i is None:  # one row: the tile is 1 x nr
+        io = ii = None
+    elif cfg.mc:
+        ic, io, ii = sch.split(i, factors=[None, cfg.mc // cfg.mr, cfg.mr])
+        outer.append(ic)
+    else:
+        io, ii = sch.split(i, factors=[None, cfg.mr])
+    outer.append(jo)
+    sch.reorder(*outer, *[lp for lp in (io, k, ii) if lp is not None], jv, jl)
+    par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    sch.parallel(par)
+    tile = io if io is not None else par
+
+    if cfg.pack_b:
+        packed = sch.cache_read(block, axes.b_read_index, "global")
+        sch.compute_at(packed, par, preserve_unit_loops=True)
+        _vectorize_inner(sch, packed, lanes)
+    for pad in padded:
+        # zero-padded copies of A / B: inline into the packing or keep as a parallel copy
+        if not _try(sch.compute_inline, pad):
+            _parallel_copy(sch, pad, lanes)
+
+    # register tile: accumulate in a local mr x nr buffer, write back once
+    write_back = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
+    _vectorize_inner(sch, write_back, lanes)
+    tail = write_back
+    pending = sch.get_consumers(tail)
+    while pending:
+        consumer = pending.pop(0)
+        if _try(sch.reverse_compute_inline, consumer):
+            pending = sch.get_consumers(tail)
+            continue
+        # e.g. an epilogue the write-back cannot absorb: run it per tile, after it
+        try:
+            sch.reverse_compute_at(consumer, tile, preserve_unit_loops=True)
+        except _ScheduleError:
+            _parallel_copy(sch, consumer, lanes)
+            continue
+        _vectorize_inner(sch, consumer, lanes)
+        tail = consumer
+        pending = sch.get_consumers(tail)
+
+    if ii is not None:
+        sch.unroll(ii)
+    sch.unroll(jv)
+    sch.vectorize(jl)
+    init = sch.decompose_reduction(block, k)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.annotate(tile, "pragma_auto_unroll_max_step", cfg.unroll_max_step)
+    sch.annotate(tile, "pragma_unroll_explicit", 1)
+
+
+def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Split the innermost loop of ``block`` by ``lanes`` and vectorise it."""
+    inner = sch.get_loops(block)[-1]
+    _, vec = sch.split(inner, factors=[None, lanes])
+    sch.vectorize(vec)
+
+
+def _parallel_copy(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """A spatial block left at the root: parallel outer loops, vectorised inner loop."""
+    loops = sch.get_loops(block)
+    if len(loops) > 1:
+        sch.parallel(sch.fuse(*loops[:-1]))
+    _vectorize_inner(sch, block, lanes)
+
+
+class StaticMatmul(_CPUMatmulBase):
+    """Matmul rule for constant extents: a register tile chosen for the shape.
+
+    Applies only when every loop extent of the matmul block is an ``IntImm``
+    (a specialised copy of a symbolic kernel qualifies). The first
+    ``(mr, nr_vectors)`` of the preference list that divides ``M`` and ``N``
+    is used, so the micro-kernel has no remainder; otherwise remainders are
+    padded. With FMA the tile may use 12 accumulator registers (BLIS's
+    Haswell kernel keeps 12 of 16), without FMA (plain x86-64 SSE2) 8, since
+    each multiply-add needs a temporary register.
+
+    Parameters
+    ----------
+    tiles_fma, tiles_no_fma : tuple of (int, int)
+        ``(mr, nr_vectors)`` preferences, best first.
+    """
+
+    def __init__(
+        self,
+        tiles_fma=((4, 3), (6, 2), (3, 4), (4, 2), (2, 4), (8, 1)),
+        tiles_no_fma=((4, 2), (2, 4), (8, 1), (2, 3), (3, 2)),
+    ):
+        self.tiles_fma = tuple(tiles_fma)
+        self.tiles_no_fma = tuple(tiles_no_fma)
+
+    def choose_config(self, axes, lanes, target):
+        if not axes.all_static():
+            return None
+        m = _product(axes.i_extents)
+        n = _product(axes.j_extents)
+        tiles = self.tiles_fma if _has_fma(target) else self.tiles_no_fma
+        best = next(((mr, v) for mr, v in tiles if m % mr == 0 and n % (v * lanes) == 0), None)
+        if best is None:
+            best = next(((mr, v) for mr, v in tiles if n % (v * lanes) == 0), tiles[0])
+        mr, vecs = best
+        return TileConfig(mr=min(mr, m), nr_vectors=vecs, mc=0, pack_b=True,
+                          unroll_max_step=256)
+
+
+class GenericMatmul(_CPUMatmulBase):
+    """Matmul rule for symbolic extents: fixed tiles with guarded remainders.
+
+    Parameters
+    ----------
+    config : TileConfig
+        The fixed tiles; splits are by factor, so any extent (1 included) is
+        handled by the predicates TVM inserts.
+    """
+
+    def __init__(self, config: TileConfig = TileConfig(mr=4, nr_vectors=2, mc=0, pack_b=True)):
+        self.config = config
+
+    def choose_config(self, axes, lanes, target):
+        return self.config

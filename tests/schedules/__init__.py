@@ -1,0 +1,1 @@
+"""Tests of relax_memplan.schedules."""

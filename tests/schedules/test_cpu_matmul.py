@@ -1,0 +1,191 @@
+"""CPU matmul schedules: numerics against numpy, that the rules apply, and the pipeline hook."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, te, tirx
+
+from relax_memplan.pipeline import get_pipeline
+from relax_memplan.schedules import (
+    IS_SCHEDULED_ATTR,
+    GenericMatmul,
+    StaticMatmul,
+    cpu_schedule_pass,
+    schedule_prim_func,
+)
+
+TARGET = tvm.target.Target({"kind": "llvm"})
+RTOL = 1e-4
+
+
+def _gelu(x):
+    from math import erf, sqrt
+
+    return x * 0.5 * (1.0 + np.vectorize(erf)(x / sqrt(2.0)).astype(x.dtype))
+
+
+def _dense_module(m, k, n, act=None, bias=True):
+    """Relax ``act(x @ w + b)``; ``m`` may be a ``tirx.Var``."""
+    x = relax.Var("x", relax.TensorType([m, k], "float32"))
+    w = relax.Var("w", relax.TensorType([k, n], "float32"))
+    b = relax.Var("b", relax.TensorType([n], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, w))
+            if bias:
+                y = bb.emit(relax.op.add(y, b))
+            if act == "relu":
+                y = bb.emit(relax.op.nn.relu(y))
+            elif act == "gelu":
+                y = bb.emit(relax.op.nn.gelu(y))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _fused_kernel(mod):
+    """The one fused PrimFunc LegalizeOps + FuseOps + FuseTIR make of ``mod``."""
+    seq = tvm.transform.Sequential([
+        relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FuseOps(), relax.transform.FuseTIR(),
+    ])
+    funcs = [f for _, f in seq(mod).functions_items() if isinstance(f, tirx.PrimFunc)]
+    assert len(funcs) == 1
+    return funcs[0]
+
+
+def _nt_batch_kernel(batch, m, k, n):
+    """``C[b, i, j] = sum_k A[b, i, k] * B[b, j, k]`` (NT batch matmul) from TE."""
+    a = te.placeholder((batch, m, k), name="A")
+    b = te.placeholder((batch, n, k), name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((batch, m, n), lambda s, i, j: te.sum(a[s, i, r] * b[s, j, r], axis=r),
+                   name="C")
+    return te.create_prim_func([a, b, c])
+
+
+def _run(func, *arrays, out_shape):
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                      target=TARGET)
+    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"))
+    lib["main"](*[tvm.runtime.tensor(a) for a in arrays], out)
+    return out.numpy()
+
+
+def _dense_inputs(m, k, n, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((m, k), dtype="float32"),
+            rng.standard_normal((k, n), dtype="float32"),
+            rng.standard_normal(n, dtype="float32"))
+
+
+def _reference(x, w, b, act):
+    y = x @ w + b
+    if act == "relu":
+        return np.maximum(y, 0)
+    if act == "gelu":
+        return _gelu(y)
+    return y
+
+
+@pytest.mark.parametrize("m,k,n,act", [(64, 64, 48, "relu"), (37, 96, 40, "gelu"),
+                                       (1, 32, 24, None)])
+def test_static_matmul_epilogue_matches_numpy(m, k, n, act):
+    func = _fused_kernel(_dense_module(m, k, n, act))
+    assert StaticMatmul().apply(func, TARGET, False) is not None
+    x, w, b = _dense_inputs(m, k, n)
+    out = _run(schedule_prim_func(func, TARGET), x, w, b, out_shape=(m, n))
+    np.testing.assert_allclose(out, _reference(x, w, b, act), rtol=RTOL, atol=RTOL)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_symbolic_matmul_matches_numpy_for_every_m(act):
+    m = tirx.Var("m", "int64")
+    func = _fused_kernel(_dense_module(m, 64, 40, act))
+    assert StaticMatmul().apply(func, TARGET, False) is None
+    assert GenericMatmul().apply(func, TARGET, False) is not None
+    lib = tvm.compile(tvm.IRModule({"main": schedule_prim_func(func, TARGET)
+                                    .with_attr("global_symbol", "main")}), target=TARGET)
+    for rows in (1, 7, 64, 100, 128):
+        x, w, b = _dense_inputs(rows, 64, 40, seed=rows)
+        out = tvm.runtime.tensor(np.zeros((rows, 40), "float32"))
+        lib["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w), tvm.runtime.tensor(b), out)
+        np.testing.assert_allclose(out.numpy(), _reference(x, w, b, act), rtol=RTOL, atol=RTOL,
+                                   err_msg=f"m={rows}")
+
+
+def test_nt_batch_matmul_static_and_symbolic():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((3, 20, 16), dtype="float32")
+    b = rng.standard_normal((3, 12, 16), dtype="float32")
+    ref = a @ b.transpose(0, 2, 1)
+    static = schedule_prim_func(_nt_batch_kernel(3, 20, 16, 12), TARGET)
+    np.testing.assert_allclose(_run(static, a, b, out_shape=ref.shape), ref, rtol=RTOL,
+                               atol=RTOL)
+    m = tirx.Var("m", "int64")
+    generic = schedule_prim_func(_nt_batch_kernel(3, m, 16, 12), TARGET)
+    assert generic.attrs[IS_SCHEDULED_ATTR]
+    np.testing.assert_allclose(_run(generic, a, b, out_shape=ref.shape), ref, rtol=RTOL,
+                               atol=RTOL)
+
+
+def test_scheduled_function_is_marked_parallel_and_vectorized():
+    func = schedule_prim_func(_fused_kernel(_dense_module(64, 64, 48, "relu")), TARGET)
+    assert func.attrs[IS_SCHEDULED_ATTR]
+    text = func.script()
+    for loop_kind in ("T.parallel(", "T.vectorized(", "T.unroll("):
+        assert loop_kind in text
+    # accumulation in a local tile; the epilogue writes the output from that tile
+    assert 'scope="local"' in text
+    assert "T.max(matmul_intermediate_local[" in text
+
+
+def test_specialized_kernel_gets_the_static_rule():
+    m = tirx.Var("m", "int64")
+    func = _fused_kernel(_dense_module(m, 64, 48, "relu"))
+    x_param = func.params[0]  # x: (m, 64); binding its shape binds m everywhere
+    rows = tirx.IntImm("int64", 64)
+    shape = (rows, x_param.shape[1])
+    special = func.specialize({x_param: tirx.decl_buffer(shape, "float32", "x")})
+    assert StaticMatmul().apply(special, TARGET, False) is not None
+    scheduled = schedule_prim_func(special, TARGET)
+    assert "_pad" not in scheduled.script()  # 64 rows divide the tile: no padding
+    x, w, b = _dense_inputs(64, 64, 48)
+    np.testing.assert_allclose(_run(scheduled, x, w, b, out_shape=(64, 48)),
+                               _reference(x, w, b, "relu"), rtol=RTOL, atol=RTOL)
+
+
+def test_already_scheduled_function_is_not_rescheduled():
+    func = _fused_kernel(_dense_module(16, 16, 16)).with_attr(IS_SCHEDULED_ATTR, True)
+    assert schedule_prim_func(func, TARGET).same_as(func)
+
+
+def test_non_matmul_prim_func_is_left_alone():
+    a = te.placeholder((32, 16), name="A")
+    elementwise = te.create_prim_func([a, te.compute((32, 16), lambda i, j: a[i, j] + 1.0)])
+    out = schedule_prim_func(elementwise, TARGET)
+    tvm.ir.assert_structural_equal(out, elementwise)
+    r = te.reduce_axis((0, 16), name="r")
+    row_max = te.create_prim_func([a, te.compute((32,), lambda i: te.max(a[i, r], axis=r))])
+    assert StaticMatmul().apply(row_max, TARGET, False) is None
+    assert GenericMatmul().apply(row_max, TARGET, False) is None
+
+
+def test_cpu_schedule_pass_schedules_every_matmul_in_a_module():
+    mod = tvm.IRModule({"dense": _fused_kernel(_dense_module(8, 16, 8, "relu")),
+                        "bmm": _nt_batch_kernel(2, 8, 16, 8)})
+    out = cpu_schedule_pass(TARGET)(mod)
+    for gv in ("dense", "bmm"):
+        assert out[gv].attrs[IS_SCHEDULED_ATTR]
+
+
+def test_pipeline_with_schedule_runs_symbolic_dense_end_to_end():
+    n = tirx.Var("n", "int64")
+    mod = _dense_module(n, 32, 24, "relu")
+    ex = tvm.compile(mod, "llvm", relax_pipeline=get_pipeline("llvm", schedule=True))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for rows in (1, 5, 16):
+        x, w, b = _dense_inputs(rows, 32, 24, seed=rows)
+        out = vm["main"](*[tvm.runtime.tensor(v) for v in (x, w, b)]).numpy()
+        np.testing.assert_allclose(out, _reference(x, w, b, "relu"), rtol=RTOL, atol=RTOL)
