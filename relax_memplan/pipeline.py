@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Mapping, Optional, Tuple, Union
+from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import tvm
 from tvm import relax
@@ -36,6 +36,8 @@ from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.record_storage import RecordStorage
+from .transform.specialize_kernels import SpecializeKernels, backend_schedule
+from .schedules import cpu_schedule_pass, schedule_prim_func
 
 __all__ = ["get_pipeline", "backend_phases", "PLANNERS"]
 
@@ -62,6 +64,9 @@ def backend_phases(
     record_pass: Optional[RecordStorage] = None,
     dynamic_pass: Optional[PlanDynamicMemory] = None,
     dim_ranges: Optional[Mapping[str, Tuple[Optional[int], Optional[int]]]] = None,
+    dispatch: Optional[Mapping[str, Sequence[int]]] = None,
+    dispatch_pass: Optional[SpecializeKernels] = None,
+    schedule: bool = False,
 ):
     """TVM's per-target phases, with the memory planner chosen.
 
@@ -81,6 +86,19 @@ def backend_phases(
     dim_ranges : mapping of str to (int or None, int or None), optional
         Declared dim ranges: ``AnnotateDimRanges`` runs first and, with our
         planner, ``InsertDimRangeCheck`` checks them at run time.
+    dispatch : mapping of str to sequence of int, optional
+        Shape buckets (``{"seq": [64, 128]}``): ``SpecializeKernels`` runs
+        right after ``FuseTIR``, scheduling each version with
+        :func:`~relax_memplan.schedules.schedule_prim_func` (llvm with
+        ``schedule=True``), else with the target's default
+        (:func:`~relax_memplan.transform.specialize_kernels.backend_schedule`).
+    dispatch_pass : SpecializeKernels, optional
+        A configured instance to insert instead (its ``specialized`` attribute
+        is filled while the pipeline runs); takes precedence over ``dispatch``.
+    schedule : bool
+        For an llvm target, append
+        :func:`~relax_memplan.schedules.cpu_schedule_pass` (CPU matmul/GEMV/
+        reduction schedules) at the end of the ``legalize`` phase.
 
     Returns
     -------
@@ -109,9 +127,18 @@ def backend_phases(
         if p.info.name == "StaticPlanBlockMemory" and record_pass is not None:
             finalize.append(record_pass)
     annotate = [AnnotateDimRanges(dim_ranges)] if dim_ranges else []
+    legalize = list(backend.legalize_passes(target))
+    if dispatch_pass is None and dispatch:
+        by = schedule_prim_func if schedule and kind == "llvm" else backend_schedule(target)
+        dispatch_pass = SpecializeKernels(dispatch, schedule=by)
+    if dispatch_pass is not None:
+        fuse_tir = [i for i, p in enumerate(legalize) if p.info.name == "FuseTIR"]
+        legalize.insert(fuse_tir[-1] + 1 if fuse_tir else len(legalize), dispatch_pass)
+    if schedule and kind == "llvm":
+        legalize.append(cpu_schedule_pass(target))
     return [
         ("library_dispatch", annotate + backend.library_dispatch_passes(target)),
-        ("legalize", backend.legalize_passes(target)),
+        ("legalize", legalize),
         ("dataflow_lower", backend.dataflow_lower_passes(target)),
         ("finalize", finalize),
     ]
@@ -125,6 +152,9 @@ def get_pipeline(
     dump_dir: Union[str, Path, None] = None,
     dynamic_pass: Optional[PlanDynamicMemory] = None,
     dim_ranges: Optional[Mapping[str, Tuple[Optional[int], Optional[int]]]] = None,
+    dispatch: Optional[Mapping[str, Sequence[int]]] = None,
+    dispatch_pass: Optional[SpecializeKernels] = None,
+    schedule: bool = False,
 ) -> tvm.transform.Pass:
     """The Relax pipeline to give ``tvm.compile(mod, target, relax_pipeline=...)``.
 
@@ -149,6 +179,13 @@ def get_pipeline(
     dim_ranges : mapping of str to (int or None, int or None), optional
         Declared ranges of symbolic dims (both planners get the attributes;
         ours also checks them at run time).
+    dispatch : mapping of str to sequence of int, optional
+        Shape buckets for kernel specialization (see :func:`backend_phases`).
+    dispatch_pass : SpecializeKernels, optional
+        A configured ``SpecializeKernels``, used instead of one made from
+        ``dispatch``; read its ``specialized`` attribute after the build.
+    schedule : bool
+        Schedule CPU kernels (llvm only; see :func:`backend_phases`).
 
     Returns
     -------
@@ -167,7 +204,9 @@ def get_pipeline(
         plan_pass = PlanStaticMemory()
     mine = planner == "relax_memplan"
     phases = backend_phases(tgt, plan_pass if mine else None, record_pass,
-                            dynamic_pass if mine else None, dim_ranges)
+                            dynamic_pass if mine else None, dim_ranges,
+                            dispatch=dispatch, dispatch_pass=dispatch_pass,
+                            schedule=schedule)
     dump = Path(dump_dir) if dump_dir is not None else None
 
     @tvm.transform.module_pass(opt_level=0, name=f"RelaxMemplanPipeline_{planner}")
