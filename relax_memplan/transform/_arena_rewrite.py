@@ -5,20 +5,20 @@ Private helper of the planning passes: given prologue bindings (the arena
 and a placement per allocation variable, rebuild a function body (recursing
 into ``R.If`` branches) where each placed tensor is
 ``R.memory.alloc_tensor(arena, offset, shape, dtype)`` followed, unless the
-offset is the constant 0, by ``vm.builtin.ensure_zero_offset`` (a zero-copy view
-when the offset is 64-byte aligned; kernels assert ``byte_offset == 0``).
+offset is the constant 0, by ``R.memory.ensure_zero_offset`` (lowered by
+``LowerRuntimeBuiltin`` to ``vm.builtin.ensure_zero_offset``: a zero-copy view when
+the offset is 64-byte aligned; kernels assert ``byte_offset == 0``). The op, not a
+``call_packed`` of the builtin, so that CUDA's ``RewriteCUDAGraph`` (which treats any
+``vm.builtin.*`` call as dynamic) still captures the kernels that use the views.
 """
 
 from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple
 
-import tvm
-from tvm import relax, tirx
+from tvm import relax
 
 __all__ = ["ArenaRewriter", "alloc_arena"]
-
-_ENSURE_ZERO_OFFSET = "vm.builtin.ensure_zero_offset"
 
 
 def alloc_arena(size_bytes, device_index: int, storage_scope: str):
@@ -80,5 +80,5 @@ class ArenaRewriter:
             return [relax.VarBinding(binding.var, alloc, binding.span)]
         label = offset if isinstance(offset, int) else "dyn"
         raw = relax.Var(f"{t.name}_at{label}", binding.var.ty)
-        view = tvm.ir.Call(relax.ExternFunc(_ENSURE_ZERO_OFFSET), [raw], ty_args=[binding.var.ty])
+        view = relax.op.memory.ensure_zero_offset(raw)
         return [relax.VarBinding(raw, alloc), relax.VarBinding(binding.var, view, binding.span)]

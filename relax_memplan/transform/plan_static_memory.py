@@ -22,8 +22,9 @@ What it does
 3. One ``R.memory.alloc_storage`` of ``uint8`` (the arena) is bound at the
    top of the function; each planned ``R.builtin.alloc_tensor`` becomes
    ``R.memory.alloc_tensor(arena, offset, ...)`` followed, for a non-zero
-   offset, by ``vm.builtin.ensure_zero_offset`` (a zero-copy view at a
-   64-byte-aligned offset; kernels assert ``byte_offset == 0``).
+   offset, by ``R.memory.ensure_zero_offset`` (``vm.builtin.ensure_zero_offset``
+   once lowered: a zero-copy view at a 64-byte-aligned offset; kernels assert
+   ``byte_offset == 0``).
 
 Function attributes
 -------------------

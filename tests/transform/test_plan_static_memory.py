@@ -94,7 +94,7 @@ def test_arena_attrs_and_ir_shape():
     text = func.script()
     assert text.count("R.memory.alloc_storage") == 1
     assert 'R.dtype("uint8")' in text
-    assert "vm.builtin.ensure_zero_offset" in text
+    assert "R.memory.ensure_zero_offset" in text
     # only the output is left as builtin.alloc_tensor for TVM
     assert text.count("R.builtin.alloc_tensor") == 1
 

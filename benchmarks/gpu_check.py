@@ -1,0 +1,331 @@
+"""Run bert-tiny and the built-in example on a CUDA GPU: our planner against TVM's, side by side.
+
+Each case is built twice for CUDA (our pipeline, and the same pipeline with TVM's
+``StaticPlanBlockMemory`` alone), then run on ``tvm.cuda(0)`` through
+``relax.VirtualMachine``:
+
+* numerics: max abs error against onnxruntime on the CPU, same inputs;
+* device bytes: every ``vm.builtin.alloc_storage`` counted by an instrument hook
+  (naive allocator, :func:`relax_memplan.runtime.run_and_measure`), as on the CPU;
+* time: median ms per call of ``vm.time_evaluator`` (pooled allocator, the VM default;
+  it synchronizes the device).
+
+Cases: the built-in example CNN, bert-tiny at batch 1 seq 16, and bert-tiny compiled once
+with ``batch`` in [1, 4] and ``seq`` in [1, 128] symbolic (our ``exact`` plan against TVM's
+planner given the same ranges), run at two shapes. Prints a table and writes JSON to
+``benchmarks/results/gpu_check.json``. A few minutes on a GPU host.
+
+Without a GPU (``tvm.cuda(0).exist`` is False) it prints a message and exits 0;
+``--build-only`` then still builds every case (CUDA source only; nothing runs), which is
+how it is checked on a CPU machine.
+
+The CUDA kernels are compiled when the module is built on a GPU host, by TVM's
+``tvm_callback_cuda_compile``: NVRTC by default (needs ``pip install cuda-bindings``), or
+nvcc with ``TVM_CUDA_COMPILE_MODE=nvcc``; this script picks nvcc when the bindings are
+missing and nvcc is on the PATH.
+
+Usage: python benchmarks/gpu_check.py [--models DIR] [--json PATH] [--arch sm_90]
+       [--cases example,bert,bert-dynamic] [--cuda-graph] [--build-only]
+
+Exit status: 0 done (or no GPU), 1 a build or run failed, 3 an error above tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from relax_memplan import frontend
+from relax_memplan.analysis.dims import evaluate_int
+from relax_memplan.compiler import build, max_abs_error
+from relax_memplan.errors import RelaxMemplanError
+from relax_memplan.examples import example_cnn
+from relax_memplan.onnx_prepare import STEP_NAMES
+from relax_memplan.runtime import run_and_measure
+from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
+from relax_memplan.transform.plan_static_memory import PlanStaticMemory
+from relax_memplan.transform.record_storage import RecordStorage
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_JSON = REPO / "benchmarks" / "results" / "gpu_check.json"
+BERT_FILE = "bert-tiny-randw.onnx"
+BERT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+PLANNERS = ("relax_memplan", "tvm")
+
+# GPU float math (erf, exp, reduction order) differs from onnxruntime's CPU kernels more
+# than our CPU builds do: max|out - ref| <= RTOL * max|ref| + ATOL.
+RTOL = 1e-3
+ATOL = 1e-4
+EXIT_FAILED = 1
+EXIT_ABOVE_TOLERANCE = 3
+
+
+@dataclass(frozen=True)
+class Case:
+    """One model and the shapes it is run at.
+
+    ``shapes`` fixes the inputs at import (a static build); ``dim_ranges`` keeps the
+    model's dims symbolic with these ranges and ``run_dims`` lists the dims to run at.
+    """
+
+    name: str
+    model_file: Optional[str]  # in --models; None: the built-in example
+    shapes: Optional[Dict[str, Tuple[int, ...]]] = None
+    dim_ranges: Optional[Dict[str, Tuple[int, int]]] = None
+    run_dims: Tuple[Dict[str, int], ...] = ()
+
+
+CASES = {
+    "example": Case("built-in example", None),
+    "bert": Case("bert-tiny b1 s16", BERT_FILE, shapes={n: (1, 16) for n in BERT_INPUTS}),
+    "bert-dynamic": Case("bert-tiny b1..4 s1..128", BERT_FILE,
+                         dim_ranges={"batch": (1, 4), "seq": (1, 128)},
+                         run_dims=({"batch": 1, "seq": 16}, {"batch": 4, "seq": 128})),
+}
+
+
+@dataclass
+class Row:
+    """One build of one case at one shape (bytes in bytes, time in milliseconds)."""
+
+    case: str
+    planner: str
+    dims: Dict[str, int] = field(default_factory=dict)
+    build_s: float = 0.0
+    planned_bytes: Optional[int] = None  # ours: arena at these dims; TVM: its static plan
+    lower_bound_bytes: Optional[int] = None
+    runtime_alloc_bytes: Optional[int] = None
+    runtime_num_allocs: Optional[int] = None
+    median_ms: Optional[float] = None
+    max_abs_error: Optional[float] = None
+    error_tolerance: Optional[float] = None
+    error: Optional[str] = None
+
+    @property
+    def verified(self) -> Optional[bool]:
+        if self.max_abs_error is None or self.error_tolerance is None:
+            return None
+        return self.max_abs_error <= self.error_tolerance
+
+
+def _choose_cuda_compiler() -> Optional[str]:
+    """Make TVM's CUDA compile callback usable here; returns a note when it changed a setting."""
+    if os.environ.get("TVM_CUDA_COMPILE_MODE"):
+        return None
+    if importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings"):
+        return None
+    if shutil.which("nvcc"):
+        os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+        return "cuda-bindings not installed: compiling kernels with nvcc (TVM_CUDA_COMPILE_MODE=nvcc)"
+    raise RelaxMemplanError("cannot compile CUDA kernels: neither cuda-bindings (pip install "
+                            "cuda-bindings, for NVRTC) nor nvcc on the PATH")
+
+
+def _target(dev: tvm.runtime.Device, arch: Optional[str]) -> tvm.target.Target:
+    if arch is None:
+        arch = "sm_" + dev.compute_version.replace(".", "") if dev.exist else "sm_80"
+    return tvm.target.Target({"kind": "cuda", "arch": arch})
+
+
+def _arch(target: tvm.target.Target) -> str:
+    return str(target.attrs.get("arch", target.kind.name))
+
+
+def _input_shapes(mod: tvm.IRModule, dims: Dict[str, int]) -> Dict[str, Tuple[int, ...]]:
+    return {p.name: tuple(d if isinstance(d, int) else evaluate_int(d, dims) for d in p.ty.shape)
+            for p in mod["main"].params}
+
+
+def _build_case(case: Case, models_dir: Path, target, cuda_graph: bool, say):
+    """Import and build both ways: (onnx model, module, info, {planner: (executable, planning
+    passes, seconds)})."""
+    onnx_model = example_cnn() if case.model_file is None else frontend.load_onnx(
+        models_dir / case.model_file)
+    dynamic = case.dim_ranges is not None
+    mod, info = frontend.import_onnx(onnx_model, case.shapes, keep_dynamic=dynamic,
+                                     prepare_steps=STEP_NAMES)
+    builds = {}
+    for planner in PLANNERS:
+        say(f"{case.name}: building for {_arch(target)} with {planner}'s planner")
+        plan = PlanStaticMemory() if planner == "relax_memplan" else None
+        dyn = PlanDynamicMemory(strategy="exact") if planner == "relax_memplan" and dynamic else None
+        record = RecordStorage()
+        t0 = time.perf_counter()
+        kwargs = {"dim_ranges": case.dim_ranges} if dynamic else {}
+        if dyn is not None:
+            kwargs["dynamic_pass"] = dyn
+        config = {"relax.backend.use_cuda_graph": cuda_graph}
+        with tvm.transform.PassContext(config=config):
+            ex = build(mod, target, planner, plan, record, **kwargs)
+        builds[planner] = (ex, plan, dyn, record, time.perf_counter() - t0)
+    return onnx_model, mod, info, builds
+
+
+def _planned_bytes(planner, plan, dyn, record, dims) -> Tuple[Optional[int], Optional[int]]:
+    """(bytes of the static plan at ``dims``, lower bound) for the report."""
+    if dyn is not None and "main" in dyn.plans and dyn.plans["main"].planned:
+        arena, lower, _ = dyn.plans["main"].bytes_at(dims)
+        return arena, lower
+    if planner == "relax_memplan" and plan is not None and "main" in plan.plans:
+        return plan.plans["main"].arena_bytes, plan.plans["main"].lower_bound_bytes
+    summary = record.summaries.get("main")
+    return (summary.planned_bytes if summary else None), None
+
+
+def _run(row: Row, ex, arrays, reference, dev, number: int, repeat: int) -> None:
+    measured = run_and_measure(ex, arrays, device=dev)
+    row.runtime_alloc_bytes, row.runtime_num_allocs = measured.alloc_bytes, measured.num_allocs
+    row.max_abs_error = max_abs_error(measured.outputs, reference)
+    ref_max = max((float(np.max(np.abs(r))) for r in reference if np.asarray(r).size), default=0.0)
+    row.error_tolerance = RTOL * ref_max + ATOL
+    tvm.get_global_func("vm.builtin.memory_manager.clear")()
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(np.asarray(x, order="C"), dev) for x in arrays]
+    timer = vm.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=50)
+    row.median_ms = timer(*args).median * 1e3
+
+
+def check_case(case: Case, models_dir: Path, target, dev, run: bool, number: int, repeat: int,
+               say, cuda_graph: bool = False) -> List[Row]:
+    """Build ``case`` both ways and, when ``run``, run and measure each build at each shape."""
+    try:
+        onnx_model, mod, info, builds = _build_case(case, models_dir, target, cuda_graph, say)
+    except RelaxMemplanError as err:  # build() turns any TVM failure into CompileError
+        return [Row(case.name, p, error=f"build failed: {err}") for p in PLANNERS]
+    rows = []
+    for dims in case.run_dims or ({},):
+        shapes = _input_shapes(mod, dims)
+        feed = arrays = reference = None
+        if run:
+            point = dataclasses.replace(info, input_shapes={n: shapes.get(n, s)
+                                                            for n, s in info.input_shapes.items()})
+            feed = frontend.make_random_inputs(onnx_model, point, seed=0)
+            arrays = list(feed.values())
+            reference = frontend.run_onnxruntime(onnx_model, feed)
+        for planner in PLANNERS:
+            ex, plan, dyn, record, seconds = builds[planner]
+            row = Row(case.name, planner, dict(dims), build_s=round(seconds, 2))
+            row.planned_bytes, row.lower_bound_bytes = _planned_bytes(planner, plan, dyn, record, dims)
+            if run:
+                say(f"{case.name}: running {planner}'s build at {dims or 'its shapes'}")
+                try:
+                    _run(row, ex, arrays, reference, dev, number, repeat)
+                except (RelaxMemplanError, RuntimeError, ValueError, TypeError) as err:
+                    row.error = f"run failed: {' '.join(str(err).split())[:300]}"
+            rows.append(row)
+    return rows
+
+
+def _fmt(n, spec=",") -> str:
+    return "-" if n is None else format(n, spec)
+
+
+def format_table(rows: List[Row]) -> str:
+    header = (f"{'case':<24}{'planner':<15}{'dims':<18}{'LB':>11}{'planned':>11}{'run bytes':>12}"
+              f"{'allocs':>7}{'ms':>9}{'max err':>10}  ok")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        dims = ",".join(f"{k}={v}" for k, v in r.dims.items()) or "static"
+        ok = {True: "yes", False: "NO", None: "-"}[r.verified]
+        lines.append(f"{r.case:<24}{r.planner:<15}{dims:<18}{_fmt(r.lower_bound_bytes):>11}"
+                     f"{_fmt(r.planned_bytes):>11}{_fmt(r.runtime_alloc_bytes):>12}"
+                     f"{_fmt(r.runtime_num_allocs, 'd'):>7}{_fmt(r.median_ms, '.3f'):>9}"
+                     f"{_fmt(r.max_abs_error, '.2g'):>10}  {ok}")
+        if r.error:
+            lines.append(f"    {r.error}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=str(REPO.parent / "shared" / "models"),
+                        help="folder holding bert-tiny-randw.onnx")
+    parser.add_argument("--json", help=f"where to write the results (default {DEFAULT_JSON} "
+                        "after a GPU run; --build-only writes only when this is given)")
+    parser.add_argument("--arch", help="CUDA arch, e.g. sm_90 (default: GPU 0's, or sm_80 "
+                        "with --build-only and no GPU)")
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help=f"comma-separated, from {', '.join(CASES)}")
+    parser.add_argument("--build-only", action="store_true",
+                        help="build every case but run nothing (works without a GPU)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="build with relax.backend.use_cuda_graph (RewriteCUDAGraph captures "
+                        "the static kernel sequences; both planners)")
+    parser.add_argument("--number", type=int, default=20, help="calls per timed repeat")
+    parser.add_argument("--repeat", type=int, default=5, help="timed repeats (median taken)")
+    args = parser.parse_args(argv)
+    unknown = [c for c in args.cases.split(",") if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
+    dev = tvm.cuda(0)
+    run = not args.build_only
+    if run and not dev.exist:
+        print("gpu_check: no CUDA GPU here (tvm.cuda(0).exist is False): nothing measured. "
+              "Run it on a GPU host, or use --build-only to check the builds.")
+        return 0
+    say = lambda msg: print(f"[gpu_check] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    notes = []
+    if run:
+        try:
+            note = _choose_cuda_compiler()
+        except RelaxMemplanError as err:
+            print(f"gpu_check: error: {err}", file=sys.stderr)
+            return EXIT_FAILED
+        if note:
+            notes.append(note)
+            say(note)
+    target = _target(dev, args.arch)
+    models_dir = Path(args.models)
+    rows: List[Row] = []
+    for key in args.cases.split(","):
+        case = CASES[key]
+        if case.model_file is not None and not (models_dir / case.model_file).exists():
+            notes.append(f"{case.name}: skipped, {models_dir / case.model_file} not found")
+            say(notes[-1])
+            continue
+        rows += check_case(case, models_dir, target, dev, run, args.number, args.repeat, say,
+                           cuda_graph=args.cuda_graph)
+    print(f"device: {dev.device_name if dev.exist else 'none (build only)'}; "
+          f"target {_arch(target)}; cuda graph {'on' if args.cuda_graph else 'off'}; "
+          f"tolerance {RTOL} * max|ref| + {ATOL}")
+    print(format_table(rows))
+    for note in notes:
+        print(f"note: {note}")
+    out = Path(args.json) if args.json else (DEFAULT_JSON if run else None)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "device": dev.device_name if dev.exist else None,
+            "target": str(target),
+            "tvm_version": tvm.__version__,
+            "build_only": not run,
+            "cuda_graph": args.cuda_graph,
+            "rtol": RTOL,
+            "atol": ATOL,
+            "notes": notes,
+            "rows": [dict(dataclasses.asdict(r), verified=r.verified) for r in rows],
+        }
+        out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        print(f"written {out}")
+    if any(r.error for r in rows):
+        return EXIT_FAILED
+    if any(r.verified is False for r in rows):
+        return EXIT_ABOVE_TOLERANCE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
