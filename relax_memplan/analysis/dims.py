@@ -9,12 +9,13 @@ is taken as >= 0 (a shape dim); a dim with no upper bound is unbounded.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional
 
 import tvm
 from tvm import relax, tirx
 
-__all__ = ["DimRange", "signature_dims", "declared_ranges", "evaluate_bytes", "evaluate_int"]
+__all__ = ["DimRange", "signature_dims", "declared_ranges", "evaluate_bytes", "evaluate_int",
+           "int_evaluator"]
 
 
 @dataclass(frozen=True)
@@ -141,3 +142,31 @@ def evaluate_int(expr, values: Mapping[str, int]) -> int:
     if kind == "Not":
         return not evaluate_int(expr.a, values)
     return evaluate_bytes(expr, values)
+
+
+def int_evaluator(expr) -> Callable[[Mapping[str, int]], int]:
+    """``expr`` compiled once into a Python closure: ``f(dims) == evaluate_int(expr, dims)``.
+
+    For the many evaluations of the same size expressions at different shapes
+    (enumerating a declared range); node kinds outside shape arithmetic fall
+    back to :func:`evaluate_int` at call time.
+    """
+    kind = type(expr).__name__
+    if kind == "IntImm":
+        value = int(expr)
+        return lambda _dims: value
+    if kind == "Var":
+        name = expr.name
+        return lambda dims: int(dims[name])
+    if kind in _BINARY:
+        op, a, b = _BINARY[kind], int_evaluator(expr.a), int_evaluator(expr.b)
+        return lambda dims: op(a(dims), b(dims))
+    if kind == "Select":
+        c, t, f = (int_evaluator(e) for e in (expr.condition, expr.true_value, expr.false_value))
+        return lambda dims: t(dims) if c(dims) else f(dims)
+    if kind == "Cast":
+        return int_evaluator(expr.value)
+    if kind == "Not":
+        a = int_evaluator(expr.a)
+        return lambda dims: not a(dims)
+    return lambda dims: evaluate_int(expr, dims)

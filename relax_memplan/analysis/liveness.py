@@ -37,7 +37,7 @@ A tensor is *not plannable* (and keeps TVM's behaviour) when
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional
 
 import tvm
 from tvm import relax, tirx

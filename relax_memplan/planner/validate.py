@@ -13,7 +13,7 @@ of looking at all pairs.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from typing import Mapping, Optional, Sequence
 
 from .buffer import Buffer, check_unique_ids

@@ -24,211 +24,61 @@ Strategies
     the smallest arena at some probed shape is kept, and a ``Select`` picks one
     per call: the first whose "selector" tensors (those on top at some probe)
     end lowest. Any choice is valid; the arena is the chosen stacking's height.
-    The VM computes all of it per call
-    (``VMShapeLower``), so the arena is sized for the actual shape and is valid
-    at every shape (also outside the sampled ones). Terms of a ``max`` that the
-    arithmetic analyzer proves dominated over the declared ranges are dropped,
-    which keeps the expressions small. (Offsets are written in the signature's
-    dims: TVM 0.27's ``VMShapeLower`` cannot load an ``alloc_tensor`` offset
-    bound to a var defined by ``match_cast``.)
+    Then the ratio target is checked (arena / lower bound <= ``max_ratio``) at
+    **every** shape of the declared ranges when there are at most
+    ``max_enumerated_shapes`` of them (else at ``check_samples`` random
+    shapes); each shape above it is *pinned*: planned on its own, with constant
+    offsets chosen by ``Select`` on the dims (at most ``max_pinned``, the most
+    wasteful first). The VM computes all of it per call (``VMShapeLower``), so
+    the arena is sized for the actual shape and is valid at every shape.
+``buckets``
+    As ``exact``, plus one piece per declared bucket value (``buckets={"seq":
+    [64, 128]}``): at ``seq == 64`` the stackings planned at seq 64 are used
+    (the other dims stay symbolic), elsewhere the generic exact plan.
+
+Size classes (a bounded policy for TVM's pooled allocator)
+---------------------------------------------------------
+The pooled VM allocator caches freed buffers by exact size and never shrinks,
+so an exact arena (a new size for nearly every shape) grows it without bound.
+With ``size_classes=True`` every bounded dim is rounded up to a geometric class
+(``lower``, then x ``size_class_growth``, ending at ``upper``); the arena is
+allocated at the largest height over the dims' class cell (a constant per cell,
+chosen by ``Select``; ``max`` with the actual height for safety) and each
+symbolic function output gets its own storage of its size at the cell's corner.
+The pool then keeps at most one arena and one storage per output per cell.
+Offsets stay exact.
 
 Only dims defined by the function's parameters are used; a tensor whose size
 depends on a var defined inside the body (data-dependent shapes) is left to
 TVM. Before the plan is used it is checked with the planner's validator at the
-ends of the declared ranges and at sampled shapes; if that ever fails the
-function is left to TVM and the reason recorded (never a silently wrong plan).
+ends of the declared ranges, at sampled shapes and at every pinned shape; if
+that ever fails the function is left to TVM and the reason recorded (never a
+silently wrong plan).
 """
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass, field
+import itertools
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tvm
-import tvm_ffi
 from tvm import relax, tirx
 
-from ..analysis.dims import DimRange, declared_ranges, evaluate_bytes, evaluate_int, signature_dims
-from ..analysis.liveness import SYMBOLIC_SHAPE, FunctionLiveness, TensorLiveness, analyze_liveness
-from ..planner import (Buffer, PlanError, peak_live_bytes, plan, stacked_offsets,
-                       stacking_order, validate)
+from ..analysis.dims import DimRange, declared_ranges, int_evaluator, signature_dims
+from ..analysis.liveness import SYMBOLIC_SHAPE, TensorLiveness, analyze_liveness
+from ..planner import Buffer, PlanError, peak_live_bytes, plan, stacked_offsets, stacking_order
 from ._arena_rewrite import ArenaRewriter, alloc_arena
 from ._args import check_planner_args
+from ._dynamic_exprs import (ExpressionTooLarge, aligned, bound_analyzer, class_select,
+                             layout_heights, plan_exprs)
+from ._dynamic_plan import (DynamicFunctionPlan, Piece, count_points, range_points, sample_points,
+                            size_class_values)
 
-__all__ = ["PlanDynamicMemory", "DynamicFunctionPlan", "STRATEGIES"]
+__all__ = ["PlanDynamicMemory", "DynamicFunctionPlan", "Piece", "STRATEGIES"]
 
-STRATEGIES = ("upper_bound", "exact")
+STRATEGIES = ("upper_bound", "exact", "buckets")
 
-
-@dataclass
-class DynamicFunctionPlan:
-    """What :class:`PlanDynamicMemory` decided for one function.
-
-    Attributes
-    ----------
-    name : str
-    strategy : str
-    liveness : FunctionLiveness
-    ranges : dict of str to DimRange
-        Declared ranges of the signature dims.
-    planned : list of str
-        Uids of the tensors placed in the arena.
-    left_to_tvm : dict of str to str
-        Uid -> reason, for allocations left to TVM.
-    aligned_size_exprs : dict of str to PrimExpr
-        Uid -> bytes rounded up to the alignment, as an expression of the dims.
-    orders : list of list of (str, tuple of str)
-        ``exact``: one stacking order per reference shape kept; at run time the
-        one giving the smallest arena is used (the first on ties);
-        ``upper_bound``: unused (empty).
-    selectors : list of tuple of str
-        ``exact`` with several stackings: per stacking, the tensors whose tops
-        decide the choice (the first stacking with the smallest max top wins).
-    static_offsets : dict of str to int
-        ``upper_bound``: the constant offsets.
-    static_arena_bytes : int or None
-        ``upper_bound``: the constant arena size.
-    alignment_bytes : int
-    samples : list of dict
-        Shapes the plan was validated at: ``{"dims", "arena_bytes", "lower_bound_bytes"}``.
-    fallback_reason : str or None
-        Set when the function was left to TVM entirely.
-    notes : list of str
-        Degradations, e.g. fewer stackings kept because expressions grew too long.
-    """
-
-    name: str
-    strategy: str
-    liveness: FunctionLiveness
-    ranges: Dict[str, DimRange]
-    planned: List[str] = field(default_factory=list)
-    left_to_tvm: Dict[str, str] = field(default_factory=dict)
-    aligned_size_exprs: Dict[str, object] = field(default_factory=dict)
-    orders: List[List[Tuple[str, Tuple[str, ...]]]] = field(default_factory=list)
-    selectors: List[Tuple[str, ...]] = field(default_factory=list)
-    static_offsets: Dict[str, int] = field(default_factory=dict)
-    static_arena_bytes: Optional[int] = None
-    alignment_bytes: int = 64
-    samples: List[Dict] = field(default_factory=list)
-    fallback_reason: Optional[str] = None
-    notes: List[str] = field(default_factory=list)
-
-    def _buffers_at_ids(self, dims: Mapping[str, int]) -> List[Buffer]:
-        return self._buffers_at(dims)
-
-    def _buffers_at(self, dims: Mapping[str, int]) -> List[Buffer]:
-        tensors = {t.uid: t for t in self.liveness.tensors}
-        out = []
-        for uid in self.planned:
-            size = evaluate_int(self.aligned_size_exprs[uid], dims)
-            out.append(Buffer(uid, tensors[uid].start, tensors[uid].end, max(size, 1),
-                              self.alignment_bytes))
-        return out
-
-    def bytes_at(self, dims: Mapping[str, int]) -> Tuple[int, int, Dict[str, int]]:
-        """Arena bytes, lower bound (peak live aligned bytes) and offsets at concrete dims.
-
-        Raises
-        ------
-        relax_memplan.planner.PlanError
-            If the plan is not valid at ``dims`` (it always should be).
-        ValueError
-            If a dim has no value in ``dims``.
-        """
-        if not self.planned:
-            raise ValueError(f"function {self.name} was left to TVM: {self.fallback_reason}")
-        buffers = self._buffers_at(dims)
-        if self.strategy == "exact":
-            sizes = {b.id: b.size_bytes for b in buffers}
-            candidates = [stacked_offsets(order, sizes, self.alignment_bytes) for order in self.orders]
-            if len(candidates) == 1:
-                offsets, height = candidates[0]
-            else:  # the first stacking whose selector height is smallest, as at run time
-                keys = [max(offs[u] + sizes[u] for u in sel)
-                        for (offs, _), sel in zip(candidates, self.selectors)]
-                offsets, height = candidates[keys.index(min(keys))]
-        else:
-            offsets, height = dict(self.static_offsets), self.static_arena_bytes or 0
-        validate(buffers, offsets, capacity_bytes=height)
-        return height, peak_live_bytes(buffers), offsets
-
-
-def _aligned(expr, alignment: int):
-    a = tirx.IntImm("int64", alignment)
-    return tvm.sym.Analyzer().simplify(tirx.floordiv(expr + a - tirx.IntImm("int64", 1), a) * a)
-
-
-def _bound_analyzer(dims: Mapping[str, tirx.Var], ranges: Mapping[str, DimRange]):
-    analyzer = tvm.sym.Analyzer()
-    for name, var in dims.items():
-        r = ranges[name]
-        if r.upper is not None:
-            analyzer.bind(var, tvm.ir.Range.from_min_extent(
-                tirx.IntImm("int64", r.lower), tirx.IntImm("int64", r.upper - r.lower + 1)))
-    return analyzer
-
-
-class _ExpressionTooLarge(Exception):
-    pass
-
-
-_PROOF_BUDGET = 64  # can_prove calls per max() built
-_PROOF_MAX_CHARS = 1500
-
-
-def _max_of(exprs, analyzer, probes):
-    """``max(0, *exprs)``, dropping terms provably no larger than a kept one.
-
-    ``probes`` are dim values inside the declared ranges: a term larger at any
-    probe cannot be dominated, which spares most (slow) ``can_prove`` calls.
-    """
-    values = {}
-
-    def at(e):
-        key = e.__hash__()
-        if key not in values:
-            values[key] = (e, [evaluate_int(e, p) for p in probes])
-        return values[key][1]
-
-    budget = [_PROOF_BUDGET]
-
-    def dominated(e, k):  # provably e <= k everywhere in the ranges? (False when unsure)
-        if any(x > y for x, y in zip(at(e), at(k))):
-            return False
-        if tvm_ffi.structural_equal(e, k):
-            return True
-        # keeping a term is always safe; proofs on long terms are slow
-        if budget[0] <= 0 or len(str(e)) + len(str(k)) > _PROOF_MAX_CHARS:
-            return False
-        budget[0] -= 1
-        return analyzer.can_prove(e <= k)
-
-    kept = []
-    for e in sorted(exprs, key=lambda e: -max(at(e), default=0)):
-        if any(dominated(e, k) for k in kept):
-            continue
-        kept = [k for k in kept if not dominated(k, e)] + [e]
-    out = tirx.IntImm("int64", 0)
-    for e in kept:
-        out = e if isinstance(out, tirx.IntImm) and int(out) == 0 else tirx.max(out, e)
-    return analyzer.simplify(out)
-
-
-def _sample_points(ranges: Mapping[str, DimRange], names: Sequence[str], reference: Mapping[str, int],
-                   count: int, seed: int) -> List[Dict[str, int]]:
-    rng = random.Random(seed)
-
-    def hi(n):
-        r = ranges[n]
-        return r.upper if r.upper is not None else 4 * max(reference[n], 1)
-
-    points = [{n: max(ranges[n].lower, 1) for n in names}, {n: hi(n) for n in names}]
-    for _ in range(count):
-        point = {n: rng.randint(max(ranges[n].lower, 1), hi(n)) for n in names}
-        if point not in points:
-            points.append(point)
-    return points
+_OUTPUT = "function output"
 
 
 @tvm.transform.module_pass(opt_level=0, name="PlanDynamicMemory")
@@ -237,25 +87,42 @@ class PlanDynamicMemory:
 
     Parameters
     ----------
-    strategy : {"exact", "upper_bound"}
+    strategy : {"exact", "upper_bound", "buckets"}
         How sizes that depend on dims are planned.
     alignment_bytes : int
         Offset alignment, a power of two >= 64.
     algorithms : sequence of str, optional
-        Planner algorithms for the reference placement (default all).
+        Planner algorithms for the reference placements (default all).
     time_limit_s : float
-        Offset-search budget per function, seconds.
+        Offset-search budget per function and piece, seconds.
     num_samples : int
         Random shapes (besides the range ends) at which each plan is validated.
     seed : int
         Seed of the sampled shapes.
     max_expr_chars : int
-        ``exact``: a function whose offset expressions grow longer than this
-        (printed) is left to TVM, with the reason recorded.
+        ``exact``/``buckets``: a function whose offset expressions grow longer
+        than this (printed) is left to TVM, with the reason recorded.
     num_references : int
-        ``exact``: reference shapes to plan at (range ends first, then random);
-        each stacking that gives the smallest arena at some probed shape is
-        kept, and the VM picks the smallest per call.
+        ``exact``/``buckets``: reference shapes to plan at (range ends first, then
+        random); each stacking that gives the smallest arena at some probed shape
+        is kept, and the VM picks the smallest per call.
+    buckets : mapping of str to sequence of int, optional
+        ``buckets``: dim name -> bucket values (each inside the dim's declared
+        range; values outside are skipped with a note).
+    max_ratio : float
+        ``exact``/``buckets``: shapes whose arena exceeds this times their lower
+        bound are pinned (planned on their own).
+    max_enumerated_shapes : int
+        Check the ratio at every shape when the declared ranges hold at most
+        this many; otherwise at ``check_samples`` random shapes.
+    check_samples : int
+    max_pinned : int
+        At most this many pinned shapes per function (the most wasteful first).
+    size_classes : bool
+        Round the arena and symbolic output storages up to geometric size classes
+        (a bounded policy for the pooled VM allocator).
+    size_class_growth : float
+        Ratio between consecutive class values of a dim (> 1).
 
     Attributes
     ----------
@@ -266,7 +133,8 @@ class PlanDynamicMemory:
     ------
     ValueError
         Unknown strategy, alignment not a power of two >= 64, empty or unknown
-        algorithms, time limit not > 0.
+        algorithms, time limit not > 0, ``buckets`` strategy without buckets or
+        with a bucket value < 1, ``max_ratio < 1``, ``size_class_growth <= 1``.
     TypeError
         An argument of the wrong type.
     """
@@ -274,16 +142,29 @@ class PlanDynamicMemory:
     def __init__(self, strategy: str = "exact", alignment_bytes: int = 64,
                  algorithms: Optional[Sequence[str]] = None, time_limit_s: float = 1.0,
                  num_samples: int = 6, seed: int = 0, max_expr_chars: int = 20000,
-                 num_references: int = 4):
+                 num_references: int = 8, buckets: Optional[Mapping[str, Sequence[int]]] = None,
+                 max_ratio: float = 1.02, max_enumerated_shapes: int = 4096, check_samples: int = 64,
+                 max_pinned: int = 64, size_classes: bool = False, size_class_growth: float = 2.0):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy '{strategy}'; use one of {STRATEGIES}")
         self.alignment_bytes, self.algorithms, self.time_limit_s = check_planner_args(
             alignment_bytes, algorithms, time_limit_s)
+        self.buckets = _check_buckets(strategy, buckets)
+        if not max_ratio >= 1.0:
+            raise ValueError(f"max_ratio must be >= 1, got {max_ratio}")
+        if not size_class_growth > 1.0:
+            raise ValueError(f"size_class_growth must be > 1, got {size_class_growth}")
         self.strategy = strategy
         self.num_samples = num_samples
         self.seed = seed
         self.max_expr_chars = max_expr_chars
         self.num_references = num_references
+        self.max_ratio = float(max_ratio)
+        self.max_enumerated_shapes = max_enumerated_shapes
+        self.check_samples = check_samples
+        self.max_pinned = max_pinned
+        self.size_classes = bool(size_classes)
+        self.size_class_growth = float(size_class_growth)
         self.plans: Dict[str, DynamicFunctionPlan] = {}
 
     # ---- selection ---------------------------------------------------------
@@ -322,68 +203,191 @@ class PlanDynamicMemory:
             return None
         (dev, scope), = groups
         fplan.planned = [t.uid for t in chosen]
-        fplan.aligned_size_exprs = {t.uid: _aligned(t.size_expr, self.alignment_bytes) for t in chosen}
+        fplan.aligned_size_exprs = {t.uid: aligned(t.size_expr, self.alignment_bytes) for t in chosen}
         used = sorted({v.name for t in chosen for v in tirx.analysis.undefined_vars(t.size_expr)
                        if t.size_bytes is None})
+        fplan.used_dims = used
         reference = {n: (fplan.ranges[n].upper if fplan.ranges[n].upper is not None
                          else max(fplan.ranges[n].lower, 1)) for n in used}
-
-        def buffers_at(sizes):
-            return [Buffer(t.uid, t.start, t.end, max(sizes[t.uid], 1), self.alignment_bytes)
-                    for t in chosen]
+        self._reference = reference
 
         if self.strategy == "upper_bound":
-            analyzer = _bound_analyzer(dims, fplan.ranges)
-            ref_sizes = {t.uid: int(analyzer.const_int_bound(fplan.aligned_size_exprs[t.uid]).max_value)
-                         for t in chosen}
-            result = plan(buffers_at(ref_sizes), algorithms=self.algorithms, time_limit_s=self.time_limit_s)
+            analyzer = bound_analyzer(dims, fplan.ranges)
+            ref_sizes = {u: int(analyzer.const_int_bound(e).max_value)
+                         for u, e in fplan.aligned_size_exprs.items()}
+            result = plan(self._buffers(chosen, ref_sizes), algorithms=self.algorithms,
+                          time_limit_s=self.time_limit_s)
             fplan.static_offsets = dict(result.offsets)
             fplan.static_arena_bytes = result.height_bytes
         else:
-            self._exact_orders(fplan, chosen, used, reference, buffers_at)
+            fplan.pieces = self._bucket_pieces(fplan, chosen, used, reference)
+            fplan.pieces.append(Piece("generic", {}, *self._exact_orders(
+                fplan, chosen, used, fplan.ranges, reference)))
+            self._pin_shapes(fplan, used, reference)
         try:
-            for dims_at in _sample_points(fplan.ranges, used, reference, self.num_samples, self.seed):
+            for dims_at in sample_points(fplan.ranges, used, reference, self.num_samples, self.seed):
                 arena, lb, _ = fplan.bytes_at(dims_at)
                 fplan.samples.append({"dims": dims_at, "arena_bytes": arena, "lower_bound_bytes": lb})
+            for piece in fplan.pieces[:-1]:
+                if piece.kind == "pinned":
+                    fplan.bytes_at(piece.when)
         except PlanError as err:  # never expected; keep TVM's behaviour if it happens
             fplan.fallback_reason = f"plan failed validation at a sampled shape: {err}"
             fplan.planned = []
             return None
         return fplan, chosen, dev, scope, dims
 
-    def _exact_orders(self, fplan, chosen, used, reference, buffers_at) -> None:
+    def _buffers(self, chosen, sizes) -> List[Buffer]:
+        return [Buffer(t.uid, t.start, t.end, max(sizes[t.uid], 1), self.alignment_bytes) for t in chosen]
+
+    def _bucket_pieces(self, fplan, chosen, used, reference) -> List[Piece]:
+        names = [n for n in sorted(self.buckets) if n in used]
+        for n in sorted(set(self.buckets) - set(used)):
+            fplan.notes.append(f"bucket dim '{n}': no planned size of {fplan.name} depends on it")
+        values = {}
+        for n in names:
+            inside = [v for v in self.buckets[n] if v in fplan.ranges[n]]
+            skipped = sorted(set(self.buckets[n]) - set(inside))
+            if skipped:
+                fplan.notes.append(f"bucket values {skipped} of '{n}' are outside its declared "
+                                   f"range {fplan.ranges[n]}: skipped")
+            values[n] = inside
+        pieces = []
+        for combo in itertools.product(*(values[n] for n in names)):
+            when = dict(zip(names, combo))
+            if not when:
+                continue
+            ranges = dict(fplan.ranges, **{n: DimRange(v, v) for n, v in when.items()})
+            pieces.append(Piece("bucket", when, *self._exact_orders(
+                fplan, chosen, used, ranges, dict(reference, **when))))
+        return pieces
+
+    def _exact_orders(self, fplan, chosen, used, ranges, reference):
         """Stackings planned at several reference shapes; keep those best somewhere."""
-        refs = [reference, {n: max(fplan.ranges[n].lower, 1) for n in used}]
-        refs += [p for p in _sample_points(fplan.ranges, used, reference, self.num_references, self.seed + 1)
+        refs = [reference, {n: max(ranges[n].lower, 1) for n in used}]
+        refs += [p for p in sample_points(ranges, used, reference, self.num_references, self.seed + 1)
                  if p not in refs]
         refs = refs[: max(1, self.num_references)]
         budget = self.time_limit_s / len(refs)
+        probes = refs + sample_points(ranges, used, reference, self.num_samples, self.seed + 2)
         candidates = []
         for ref in refs:
-            sizes = {t.uid: evaluate_int(fplan.aligned_size_exprs[t.uid], ref) for t in chosen}
-            ref_buffers = buffers_at(sizes)
+            ref_buffers = self._buffers(chosen, fplan.sizes_at(ref))
             result = plan(ref_buffers, algorithms=self.algorithms, time_limit_s=budget)
             order = stacking_order(ref_buffers, result.offsets)
             if order not in candidates:
                 candidates.append(order)
-        # keep a stacking only if it gives the smallest arena at one of the probe shapes
-        probes = refs + _sample_points(fplan.ranges, used, reference, self.num_samples, self.seed + 2)
-        keep = set()
-        for dims_at in probes:
-            sizes = {b.id: b.size_bytes for b in fplan._buffers_at_ids(dims_at)}
-            heights = [stacked_offsets(o, sizes, self.alignment_bytes)[1] for o in candidates]
-            keep.add(heights.index(min(heights)))
-        fplan.orders = [candidates[k] for k in sorted(keep)]
+        orders = self._best_orders(fplan, candidates, self._check_points(ranges, used, reference)[0])
+        if len(orders) == 1:
+            return orders, [()]
         # Per stacking, the few tensors whose top is highest at some probe: the max of
         # their tops (a short expression) decides which stacking to use per call.
-        fplan.selectors = []
-        for order in fplan.orders:
+        selectors = []
+        for order in orders:
             top_ids = set()
             for dims_at in probes:
-                sizes = {b.id: b.size_bytes for b in fplan._buffers_at_ids(dims_at)}
+                sizes = fplan.sizes_at(dims_at)
                 offs, _ = stacked_offsets(order, sizes, self.alignment_bytes)
                 top_ids.add(max(offs, key=lambda u: offs[u] + sizes[u]))
-            fplan.selectors.append(tuple(sorted(top_ids)))
+            selectors.append(tuple(sorted(top_ids)))
+        return orders, selectors
+
+    def _check_points(self, ranges, used, reference):
+        """Every shape in ``ranges`` when few enough, else random ones; and whether it was every one."""
+        total = count_points(ranges, used)
+        if total is not None and total <= self.max_enumerated_shapes:
+            return list(range_points(ranges, used)), True
+        return sample_points(ranges, used, reference, self.check_samples, self.seed + 3), False
+
+    def _best_orders(self, fplan, candidates, points) -> List:
+        """Stackings to keep, best first: the one with the fewest shapes above ``max_ratio``
+        (then the lowest total height), then any that lowers that count when chosen per call."""
+        lbs = [peak_live_bytes(fplan.buffers_at(p)) for p in points]
+        sizes = [fplan.sizes_at(p) for p in points]
+        heights = [[stacked_offsets(o, sz, self.alignment_bytes)[1] for sz in sizes] for o in candidates]
+
+        def score(rows):
+            best = [min(col) for col in zip(*rows)]
+            return sum(h > self.max_ratio * lb for h, lb in zip(best, lbs)), sum(best)
+
+        kept = [min(range(len(candidates)), key=lambda k: score([heights[k]]))]
+        while len(kept) < len(candidates):
+            current = score([heights[k] for k in kept])
+            if current[0] == 0:
+                break
+            k = min((k for k in range(len(candidates)) if k not in kept),
+                    key=lambda k: score([heights[j] for j in kept + [k]]))
+            if score([heights[j] for j in kept + [k]])[0] >= current[0]:
+                break
+            kept.append(k)
+        return [candidates[k] for k in kept]
+
+    def _pin_shapes(self, fplan: DynamicFunctionPlan, used, reference) -> None:
+        """Plan on its own every checked shape whose arena is above ``max_ratio`` x its lower bound."""
+        points, enumerated = self._check_points(fplan.ranges, used, reference)
+        measured = [(p, *fplan.ratio_at(p)) for p in points]
+        bad = sorted((m for m in measured if m[1] > self.max_ratio * m[2]), key=lambda m: m[2] - m[1])
+        budget = min(0.05, self.time_limit_s)
+        pins = []
+        for p, height, _lb in bad[: self.max_pinned]:
+            buffers = fplan.buffers_at(p)
+            result = plan(buffers, algorithms=self.algorithms, time_limit_s=budget, search=False)
+            if result.height_bytes < height:
+                pins.append(Piece("pinned", dict(p), [stacking_order(buffers, result.offsets)], [()]))
+        if len(bad) > self.max_pinned:
+            fplan.notes.append(f"{len(bad)} shapes above {self.max_ratio} x the lower bound; "
+                               f"pinned the {self.max_pinned} most wasteful")
+        fplan.pieces = pins + fplan.pieces
+        self._record_check(fplan, points, enumerated)
+
+    def _record_check(self, fplan, points, enumerated) -> None:
+        worst, heights = 1.0, {}
+        for p in points:
+            height, lb = fplan.ratio_at(p)
+            heights[tuple(p[n] for n in fplan.used_dims)] = height
+            worst = max(worst, height / lb if lb else 1.0)
+        fplan.checked = {"shapes": len(points), "enumerated": enumerated, "max_ratio": round(worst, 4),
+                         "pinned": sum(p.kind == "pinned" for p in fplan.pieces)}
+        self._heights = heights if enumerated else None
+
+    # ---- size classes -------------------------------------------------------
+    def _class_arena(self, fplan, dims, height):
+        """The arena size expression rounded up to its class cell (``height`` when classes are off)."""
+        fplan.class_values = {n: size_class_values(fplan.ranges[n], self.size_class_growth)
+                              for n in fplan.used_dims if fplan.ranges[n].upper is not None}
+        if len(fplan.class_values) != len(fplan.used_dims):
+            fplan.notes.append("size classes need an upper bound on every dim; arena left exact")
+            fplan.class_values = {}
+            return height
+        names = fplan.used_dims
+        cells = list(itertools.product(*(fplan.class_values[n] for n in names)))
+        table = {c: 0 for c in cells}
+        if self._heights is not None:  # every shape measured: the largest height in each cell
+            for point, h in self._heights.items():
+                cell = fplan.cell_of(dict(zip(names, point)))
+                table[cell] = max(table[cell], h)
+        else:  # sizes grow with the dims: every stacking's height at the corner bounds the cell
+            table = {c: layout_heights(fplan, dict(zip(names, c))) for c in cells}
+        fplan.class_arena_bytes = table
+        return tirx.max(height, class_select(names, fplan.class_values, table, dims))
+
+    def _output_storage(self, fplan, dims, dev, scope, prologue, placement) -> None:
+        """Size-class storages for symbolic function outputs (one each, offset 0)."""
+        for t in fplan.liveness.tensors:
+            if t.reason != _OUTPUT or t.size_bytes is not None or t.device_index != dev \
+                    or t.storage_scope != scope:
+                continue
+            free = sorted({v.name for v in tirx.analysis.undefined_vars(t.size_expr)})
+            if any(n not in dims or fplan.ranges[n].upper is None for n in free):
+                continue
+            values = {n: size_class_values(fplan.ranges[n], self.size_class_growth) for n in free}
+            size = int_evaluator(t.size_expr)
+            table = {c: max(size(dict(zip(free, c))), 1) for c in itertools.product(*values.values())}
+            fplan.output_class_bytes[t.uid] = table
+            storage = relax.Var(f"{t.name}_storage", relax.ObjectType())
+            nbytes = tirx.max(t.size_expr, class_select(free, values, table, dims))
+            prologue.append(relax.VarBinding(storage, alloc_arena(nbytes, dev, scope)))
+            placement[t.var] = (storage, 0, t)
 
     def _rewriter(self, fplan: DynamicFunctionPlan, chosen, dev: int, scope: str, dims) -> ArenaRewriter:
         arena_var = relax.Var("arena_d%d" % dev, relax.ObjectType())
@@ -392,71 +396,59 @@ class PlanDynamicMemory:
             prologue.append(relax.VarBinding(arena_var, alloc_arena(fplan.static_arena_bytes, dev, scope)))
             for t in chosen:
                 placement[t.var] = (arena_var, fplan.static_offsets[t.uid], t)
-            return ArenaRewriter(prologue, placement)
-        analyzer = _bound_analyzer(dims, fplan.ranges)
-        probes = [s["dims"] for s in fplan.samples]
-        tensors = {t.uid: t for t in chosen}
-        layouts = []  # (offsets, height, selector height) per stacking, as expressions
-        for order, selector in zip(fplan.orders, fplan.selectors or [()] * len(fplan.orders)):
-            offsets, top_of = {}, {}
-            for uid, below in order:
-                base = _max_of([top_of[c] for c in below], analyzer, probes)
-                offsets[uid] = base
-                top_of[uid] = analyzer.simplify(base + fplan.aligned_size_exprs[uid])
-            height = _max_of(list(top_of.values()), analyzer, probes)
-            key = _max_of([top_of[u] for u in selector], analyzer, probes) if selector else height
-            layouts.append((offsets, height, key))
-        longest = max(len(str(o)) for offs, _, _ in layouts for o in offs.values())
-        if len(layouts) > 1 and longest + sum(len(str(k)) for _, _, k in layouts) > self.max_expr_chars:
-            raise _ExpressionTooLarge(
-                f"choosing among {len(layouts)} stackings needs expressions over "
-                f"{self.max_expr_chars} characters (longest offset {longest})")
-        # the first stacking with the smallest selector height, decided per call; any
-        # choice is valid since every stacking is, and the arena is that stacking's height
-        offset_of, height = dict(layouts[-1][0]), layouts[-1][1]
-        for k in range(len(layouts) - 2, -1, -1):
-            offs_k, h_k, key_k = layouts[k]
-            better = None
-            for _, _, key in layouts[k + 1:]:
-                better = key_k <= key if better is None else tirx.all(better, key_k <= key)
-            offset_of = {u: tirx.Select(better, offs_k[u], offset_of[u]) for u in offs_k}
-            height = tirx.Select(better, h_k, height)
-        # (each part is simplified already; simplifying the Selects is slow)
-        offset_of = {u: (int(o) if isinstance(o, tirx.IntImm) else o) for u, o in offset_of.items()}
-        too_big = [uid for uid, off in offset_of.items() if len(str(off)) > self.max_expr_chars]
-        if too_big:
-            raise _ExpressionTooLarge(f"offset expression of {too_big[0]} exceeds "
-                                      f"{self.max_expr_chars} characters")
-        prologue.append(relax.VarBinding(arena_var, alloc_arena(height, dev, scope)))
-        for uid, offset in offset_of.items():
-            placement[tensors[uid].var] = (arena_var, offset, tensors[uid])
+        else:
+            offset_of, height = plan_exprs(fplan, dims, self.max_expr_chars, self.max_enumerated_shapes)
+            if self.size_classes:
+                height = self._class_arena(fplan, dims, height)
+            prologue.append(relax.VarBinding(arena_var, alloc_arena(height, dev, scope)))
+            tensors = {t.uid: t for t in chosen}
+            for uid, offset in offset_of.items():
+                placement[tensors[uid].var] = (arena_var, offset, tensors[uid])
+        if self.size_classes:
+            self._output_storage(fplan, dims, dev, scope, prologue, placement)
         return ArenaRewriter(prologue, placement)
+
+    def _degrade(self, fplan: DynamicFunctionPlan, err: Exception) -> bool:
+        """Make the expressions smaller after ``err``; False when nothing is left to drop."""
+        pins = [p for p in fplan.pieces if p.kind == "pinned"]
+        generic = fplan.generic
+        if len(generic.orders) > 1:
+            generic.orders, generic.selectors = generic.orders[:1], [()]
+            fplan.notes.append(f"{err}; kept only the first reference stacking")
+            fplan.pieces = [p for p in fplan.pieces if p.kind != "pinned"]
+            self._pin_shapes(fplan, fplan.used_dims, self._reference)  # ratios changed
+            return True
+        if pins:
+            keep = pins[: len(pins) // 2]
+            fplan.pieces = keep + [p for p in fplan.pieces if p.kind != "pinned"]
+            fplan.notes.append(f"{err}; kept {len(keep)} of {len(pins)} pinned shapes")
+            self._record_check(fplan, *self._check_points(fplan.ranges, fplan.used_dims, self._reference))
+            return True
+        return False
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         updates = {}
         for gv, func in mod.functions_items():
             if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
                 continue
+            self._heights, self._reference = None, {}
             planned = self._plan_function(func, gv.name_hint, mod)
             if planned is None:
                 continue
             fplan, chosen, dev, scope, dims = planned
-            rewriter = None
+            rewriter, degraded = None, False
             while rewriter is None:
                 try:
                     rewriter = self._rewriter(fplan, chosen, dev, scope, dims)
-                except _ExpressionTooLarge as err:
-                    if len(fplan.orders) > 1:
-                        # fewer stackings to choose from: smaller expressions
-                        fplan.orders, fplan.selectors = fplan.orders[:1], fplan.selectors[:1]
-                        fplan.notes.append(f"{err}; kept only the first reference stacking")
-                        continue
-                    fplan.fallback_reason = f"{err}; left to TVM"
-                    fplan.planned, fplan.orders = [], []
-                    break
+                except ExpressionTooLarge as err:
+                    degraded = self._degrade(fplan, err)
+                    if not degraded:
+                        fplan.fallback_reason = f"{err}; left to TVM"
+                        fplan.planned, fplan.pieces = [], []
+                        break
             if rewriter is None:
                 continue
-            if fplan.notes:  # samples were measured with all stackings: measure again
+            if degraded or fplan.class_arena_bytes:  # measured before the change: measure again
                 fplan.samples = [dict(s, arena_bytes=fplan.bytes_at(s["dims"])[0]) for s in fplan.samples]
             new_func = rewriter.rewrite_function(func)
             updates[gv] = new_func.with_attrs({"relax_memplan.strategy": self.strategy})
@@ -466,3 +458,21 @@ class PlanDynamicMemory:
         for gv, func in updates.items():
             new_mod[gv] = func
         return relax.transform.Normalize()(new_mod)
+
+
+def _check_buckets(strategy: str, buckets) -> Dict[str, Tuple[int, ...]]:
+    if buckets is None:
+        if strategy == "buckets":
+            raise ValueError("strategy 'buckets' needs buckets, e.g. {'seq': [64, 128]}")
+        return {}
+    if not isinstance(buckets, Mapping):
+        raise TypeError(f"buckets must be a mapping of dim name to values, got {buckets!r}")
+    out = {}
+    for name, values in buckets.items():
+        if isinstance(values, (int, str)) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                      for v in values):
+            raise TypeError(f"buckets['{name}'] must be a list of ints, got {values!r}")
+        if any(v < 1 for v in values):
+            raise ValueError(f"buckets['{name}'] has a value < 1: {list(values)}")
+        out[str(name)] = tuple(sorted(set(values)))
+    return out

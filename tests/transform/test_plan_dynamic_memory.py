@@ -36,13 +36,15 @@ def _reference(x, y):
     return (np.exp(a @ b) + b.sum(axis=0)) * a
 
 
-def _build(strategy, ranges):
-    dyn = PlanDynamicMemory(strategy=strategy, time_limit_s=0.1)
-    ex = tvm.compile(Chain, "llvm", relax_pipeline=get_pipeline("llvm", dynamic_pass=dyn, dim_ranges=ranges))
+def _build(strategy, ranges, mod=Chain, **kwargs):
+    if strategy == "buckets":
+        kwargs.setdefault("buckets", {"n": [16, 32]})
+    dyn = PlanDynamicMemory(strategy=strategy, time_limit_s=0.1, **kwargs)
+    ex = tvm.compile(mod, "llvm", relax_pipeline=get_pipeline("llvm", dynamic_pass=dyn, dim_ranges=ranges))
     return dyn, ex
 
 
-@pytest.fixture(scope="module", params=["exact", "upper_bound"])
+@pytest.fixture(scope="module", params=["exact", "upper_bound", "buckets"])
 def bounded(request):
     return request.param, *_build(request.param, {"n": (1, 64)})
 
@@ -69,7 +71,7 @@ def test_numerics_and_bytes_at_several_sizes(bounded, n):
 def test_exact_arena_grows_with_the_shape(bounded):
     strategy, dyn, _ = bounded
     sizes = [dyn.plans["main"].bytes_at({"n": n})[0] for n in (1, 16, 64)]
-    if strategy == "exact":
+    if strategy != "upper_bound":
         assert sizes[0] < sizes[1] < sizes[2]
     else:
         assert sizes[0] == sizes[1] == sizes[2]
@@ -169,7 +171,7 @@ def test_exact_chooses_among_stackings_per_call():
     ex = tvm.compile(TwoDims, "llvm", relax_pipeline=get_pipeline(
         "llvm", dynamic_pass=dyn, dim_ranges={"n": (1, 64), "m": (1, 64)}))
     fplan = dyn.plans["main"]
-    assert len(fplan.orders) >= 2 and not fplan.notes
+    assert not fplan.notes and fplan.checked["max_ratio"] <= 1.02
     for n, m in [(1, 64), (64, 1), (30, 40), (64, 64), (1, 1)]:
         x = np.random.default_rng(n).uniform(-1, 0, (n, 16)).astype("float32")
         y = np.random.default_rng(m + 100).uniform(-1, 0, (m, 16)).astype("float32")
@@ -181,3 +183,85 @@ def test_exact_chooses_among_stackings_per_call():
         arena, lower_bound, _ = fplan.bytes_at({"n": n, "m": m})
         assert got.alloc_sizes_bytes[0] == arena
         assert arena <= 1.02 * lower_bound
+
+
+def test_exact_is_within_the_ratio_target_at_every_shape_of_the_range(bounded):
+    strategy, dyn, _ = bounded
+    fplan = dyn.plans["main"]
+    if strategy == "upper_bound":
+        assert fplan.checked == {}
+        return
+    assert fplan.checked["enumerated"] and fplan.checked["shapes"] == 64
+    assert fplan.checked["max_ratio"] <= 1.02
+    for n in range(1, 65):
+        arena, lower_bound, _ = fplan.bytes_at({"n": n})
+        assert lower_bound <= arena <= 1.02 * lower_bound
+
+
+def test_buckets_use_the_plan_made_at_the_bucket_value(bounded):
+    strategy, dyn, ex = bounded
+    if strategy != "buckets":
+        return
+    fplan = dyn.plans["main"]
+    assert [(p.kind, p.when) for p in fplan.pieces if p.kind == "bucket"] == [
+        ("bucket", {"n": 16}), ("bucket", {"n": 32})]
+    assert fplan.piece_for({"n": 16}).when == {"n": 16}
+    assert fplan.piece_for({"n": 17}).kind == "generic"
+    for n in (16, 32, 17):
+        x = np.full((n, 8), -0.5, "float32")
+        y = np.full((8, 8), -0.25, "float32")
+        got = run_and_measure(ex, [x, y])
+        np.testing.assert_allclose(got.outputs[0], _reference(x, y), rtol=1e-5)
+        assert got.alloc_sizes_bytes[0] == fplan.bytes_at({"n": n})[0]
+
+
+def test_shapes_above_the_ratio_target_are_pinned_and_run_at_their_own_plan():
+    """One stacking kept (num_references=1) and a ratio target of 1.0: the shapes where
+    that stacking is above the lower bound get their own constant plan, chosen per call."""
+    dyn, ex = _build("exact", {"n": (1, 12), "m": (1, 12)}, mod=TwoDims, num_references=1,
+                     max_ratio=1.0)
+    fplan = dyn.plans["main"]
+    pinned = [p.when for p in fplan.pieces if p.kind == "pinned"]
+    assert pinned and fplan.checked["pinned"] == len(pinned)
+    assert fplan.checked["max_ratio"] < 1.02
+    for dims in pinned[:3] + [{"n": 12, "m": 12}]:
+        n, m = dims["n"], dims["m"]
+        x = np.full((n, 16), -0.5, "float32")
+        y = np.full((m, 16), -0.25, "float32")
+        got = run_and_measure(ex, [x, y])
+        arena, lower_bound, _ = fplan.bytes_at(dims)
+        assert got.alloc_sizes_bytes[0] == arena
+        if dims in pinned:
+            assert arena == lower_bound
+
+
+def test_size_classes_keep_few_distinct_allocation_sizes():
+    """Bounded pool policy: arena and output storage sizes are those of the dims' class cell."""
+    dyn, ex = _build("exact", {"n": (1, 64)}, size_classes=True)
+    fplan = dyn.plans["main"]
+    assert fplan.class_values == {"n": [1, 2, 4, 8, 16, 32, 64]}
+    seen = set()
+    y = np.full((8, 8), -0.25, "float32")
+    for n in range(1, 65):
+        x = np.full((n, 8), -0.5, "float32")
+        got = run_and_measure(ex, [x, y])
+        np.testing.assert_allclose(got.outputs[0], _reference(x, y), rtol=1e-5)
+        arena, lower_bound, _ = fplan.bytes_at({"n": n})
+        cell = fplan.cell_of({"n": n})
+        assert got.alloc_sizes_bytes[0] == arena == fplan.class_arena_bytes[cell] >= lower_bound
+        (out_uid, table), = fplan.output_class_bytes.items()
+        assert got.alloc_sizes_bytes[1] == table[cell] == cell[0] * 8 * 4
+        seen.add(tuple(got.alloc_sizes_bytes))
+    assert len(seen) == 7  # one (arena, output) pair per class
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"strategy": "buckets"}, "needs buckets"),
+    ({"strategy": "buckets", "buckets": {"n": [0, 16]}}, "value < 1"),
+    ({"strategy": "buckets", "buckets": {"n": 16}}, "list of ints"),
+    ({"max_ratio": 0.9}, "max_ratio"),
+    ({"size_class_growth": 1.0}, "size_class_growth"),
+])
+def test_bad_dynamic_arguments_are_rejected(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        PlanDynamicMemory(**kwargs)
