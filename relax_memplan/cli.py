@@ -138,9 +138,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI",
                    help="keep this dim symbolic with a declared range (repeatable; HI may be "
                    "omitted): compile once, plan with --strategy, measure at sampled shapes")
-    c.add_argument("--strategy", choices=("exact", "upper_bound"),
-                   help="dynamic plan with --dim: exact symbolic arena or one arena at the upper "
-                   "bounds (default from config: exact)")
+    c.add_argument("--strategy", choices=("exact", "upper_bound", "buckets", "all"),
+                   help="dynamic plan with --dim: exact symbolic arena, one arena at the upper "
+                   "bounds, buckets (exact + plans at --bucket values), or all of them side by "
+                   "side (default from config: exact)")
+    c.add_argument("--bucket", action="append", default=[], metavar="NAME=V1,V2,...",
+                   help="bucket values of a dim for --strategy buckets (repeatable)")
+    c.add_argument("--size-classes", action="store_true",
+                   help="with --dim: round arenas and outputs up to geometric size classes, so "
+                   "TVM's pooled allocator keeps few distinct sizes (bounded pool)")
+    c.add_argument("--dispatch", action="append", default=[], metavar="NAME=V1,V2,...",
+                   help="with --dim: specialize kernels using this dim at these values (plus "
+                   "the generic kernel), chosen at run time (repeatable)")
+    c.add_argument("--schedule", action="store_true",
+                   help="apply relax_memplan's CPU matmul schedules (llvm)")
     c.add_argument("--sample-shapes", type=int, default=3, metavar="N",
                    help="with --dim: shapes to run at, the range ends first (default 3)")
     c.add_argument("--no-prepare", action="store_true",
@@ -200,12 +211,16 @@ def _compile(args) -> int:
     progress = None if args.quiet else (lambda msg: print(f"[relax-memplan] {msg}", file=sys.stderr, flush=True))
     if args.dim or config.dims:
         return _compile_dynamic(args, plan_pass, input_values, config, progress)
+    if args.bucket or args.dispatch or args.size_classes or config.dispatch:
+        raise RelaxMemplanError("--bucket, --dispatch and --size-classes (or config dispatch) "
+                                "need symbolic dims: give --dim NAME=LO..HI")
     with _muted_native_stderr(args.quiet):
         result = compile_onnx(
             args.model, shapes, target=target, plan_pass=plan_pass, verify=args.verify,
             measure=not args.no_measure, input_values=input_values,
             seed=config.verify.seed, rtol=config.verify.rtol, atol=config.verify.atol,
             dump_dir=args.dump_ir, progress=progress, prepare=not args.no_prepare,
+            schedule=args.schedule or config.schedule,
         )
     print(result.report.format_text())
     def plot():
@@ -238,7 +253,7 @@ def _release_quietly(err: BaseException) -> None:
 
 
 def _compile_dynamic(args, plan_pass, input_values, config, progress) -> int:
-    from .dynamic_compile import compile_onnx_dynamic, parse_dim_spec
+    from .dynamic_compile import compile_onnx_dynamic, parse_dim_spec, parse_values_spec
 
     if args.model is None:
         raise RelaxMemplanError("--dim needs a model with symbolic dims (the built-in example has none)")
@@ -249,14 +264,34 @@ def _compile_dynamic(args, plan_pass, input_values, config, progress) -> int:
         raise RelaxMemplanError("--sample-shapes must be >= 2 (the range ends)")
     ranges = dict(config.dims)
     ranges.update(_parse_repeated(args.dim, parse_dim_spec, "--dim"))
+    buckets = dict(config.planner.buckets)
+    buckets.update(_parse_repeated(args.bucket, parse_values_spec, "--bucket"))
+    dispatch = dict(config.dispatch)
+    dispatch.update(_parse_repeated(args.dispatch, parse_values_spec, "--dispatch"))
+    for option, named in (("--bucket", buckets), ("--dispatch", dispatch)):
+        unknown = sorted(set(named) - set(ranges))
+        if unknown:
+            raise RelaxMemplanError(f"{option} {', '.join(unknown)}: not a dim given with --dim "
+                                    f"(dims: {', '.join(sorted(ranges))})")
     strategy = args.strategy or config.planner.strategy
-    with _muted_native_stderr(args.quiet):
-        ex, report = compile_onnx_dynamic(
-            args.model, ranges, strategy=strategy, plan_pass=plan_pass,
-            sample_shapes=args.sample_shapes, verify=args.verify, input_values=input_values,
-            seed=config.verify.seed, prepare=not args.no_prepare, progress=progress)
-    print(report.format_text())
-    _write_outputs(args, ex, report.to_dict(), plot=None)
+    if strategy == "buckets" and not buckets:
+        raise RelaxMemplanError("--strategy buckets needs --bucket NAME=V1,V2,... (or planner.buckets)")
+    strategies = ([s for s in ("upper_bound", "exact", "buckets") if s != "buckets" or buckets]
+                  if strategy == "all" else [strategy])
+    reports = {}
+    for k, name in enumerate(strategies):
+        with _muted_native_stderr(args.quiet):
+            ex, report = compile_onnx_dynamic(
+                args.model, ranges, strategy=name, plan_pass=plan_pass, buckets=buckets or None,
+                size_classes=args.size_classes or config.planner.size_classes,
+                dispatch=dispatch or None, schedule=args.schedule or config.schedule,
+                sample_shapes=args.sample_shapes, verify=args.verify, input_values=input_values,
+                seed=config.verify.seed, prepare=not args.no_prepare, progress=progress,
+                compare_with_tvm=k == 0)
+        print(report.format_text())
+        reports[name] = report.to_dict()
+    _write_outputs(args, ex, reports[strategy] if strategy != "all" else {"strategies": reports},
+                   plot=None)
     return 0
 
 

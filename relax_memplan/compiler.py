@@ -12,7 +12,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import tvm
-from tvm import relax
 
 from .errors import CompileError, RelaxMemplanError, VerificationError, summarize_error
 from .pipeline import get_pipeline
@@ -119,6 +118,7 @@ def compile_module(
     compare_with_tvm: bool = True,
     dump_dir=None,
     progress: Progress = None,
+    schedule: bool = False,
 ) -> CompileResult:
     """Build ``mod`` with our pipeline (and TVM's for comparison), run it, report memory.
 
@@ -147,6 +147,8 @@ def compile_module(
         Write the IR after each phase of our pipeline there.
     progress : callable, optional
         Called with a short message before each step.
+    schedule : bool
+        Apply our CPU matmul schedules to both builds (llvm only).
 
     Returns
     -------
@@ -162,11 +164,11 @@ def compile_module(
     plan_pass = plan_pass if plan_pass is not None else PlanStaticMemory()
     ours_rec, tvm_rec = RecordStorage(), RecordStorage()
     say(f"building with relax_memplan's planner for {tgt.kind.name}")
-    ex = build(mod, tgt, "relax_memplan", plan_pass, ours_rec, dump_dir)
+    ex = build(mod, tgt, "relax_memplan", plan_pass, ours_rec, dump_dir, schedule=schedule)
     ex_tvm = None
     if compare_with_tvm:
         say("building with TVM's StaticPlanBlockMemory for comparison")
-        ex_tvm = build(mod, tgt, "tvm", None, tvm_rec)
+        ex_tvm = build(mod, tgt, "tvm", None, tvm_rec, schedule=schedule)
 
     functions: Dict[str, FunctionMemoryReport] = {}
     for fname, fplan in plan_pass.plans.items():
@@ -231,6 +233,7 @@ def compile_onnx(
     dump_dir=None,
     progress: Progress = None,
     prepare: bool = True,
+    schedule: bool = False,
 ) -> CompileResult:
     """Import an ONNX model with TVM's frontend, compile it with our planner, report memory.
 
@@ -261,6 +264,9 @@ def compile_onnx(
     prepare : bool
         Run the ONNX preparation steps (:mod:`relax_memplan.onnx_prepare`)
         before TVM's importer; ``False`` uses TVM's importer as it is.
+    schedule : bool
+        Apply our CPU matmul schedules (:mod:`relax_memplan.schedules`) to both
+        builds (llvm only).
 
     Returns
     -------
@@ -309,7 +315,7 @@ def compile_onnx(
         reference = frontend.run_onnxruntime(onnx_model, feed)
     result = compile_module(
         mod, arrays, target=target, plan_pass=plan_pass, reference=reference, rtol=rtol, atol=atol,
-        name=name, notes=info.notes, dump_dir=dump_dir, progress=progress,
+        name=name, notes=info.notes, dump_dir=dump_dir, progress=progress, schedule=schedule,
     )
     result.report.inputs = {
         n: {"shape": list(s), "dtype": info.input_dtypes[n]} for n, s in info.input_shapes.items()

@@ -59,6 +59,23 @@ def _check_float(key: str, value, minimum: float, allow_minimum: bool) -> float:
     return float(value)
 
 
+STRATEGIES = ("exact", "upper_bound", "buckets")
+
+
+def _check_buckets(key: str, value) -> dict[str, tuple[int, ...]]:
+    """``{dim: [values]}`` with positive int values, sorted and de-duplicated."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key} must be a mapping of dim name to a list of values, got {value!r}")
+    out = {}
+    for name, values in value.items():
+        if isinstance(values, str) or not isinstance(values, (list, tuple)) or not values:
+            raise ConfigError(f"{key}.{name} must be a non-empty list of integers, got {values!r}")
+        out[str(name)] = tuple(sorted({_check_int(f"{key}.{name}[{i}]", v, 1) for i, v in enumerate(values)}))
+    return out
+
+
 @dataclass(frozen=True)
 class PlannerConfig:
     """Settings of the arena offset planner (YAML section ``planner``).
@@ -70,7 +87,13 @@ class PlannerConfig:
         (the improvement search then runs in the time left); None tries all.
     strategy : str
         Plan for symbolic dims (with ``dims``/``--dim``): ``exact`` (an arena
-        sized per call) or ``upper_bound`` (one arena at the declared bounds).
+        sized per call), ``upper_bound`` (one arena at the declared bounds) or
+        ``buckets`` (``exact`` plus a plan made at each value of ``buckets``).
+    buckets : dict of str to tuple of int
+        Dim name -> bucket values for the ``buckets`` strategy, e.g. ``{seq: [64, 128]}``.
+    size_classes : bool
+        Round dynamic arenas and outputs up to geometric size classes, so TVM's
+        pooled allocator keeps few distinct sizes (bounded pool).
     time_limit_s : float
         Time budget in seconds for the offset search of one arena; > 0.
     alignment_bytes : int
@@ -82,8 +105,15 @@ class PlannerConfig:
     strategy: str = "exact"
     time_limit_s: float = 1.0
     alignment_bytes: int = 64
+    buckets: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    size_classes: bool = False
 
     def __post_init__(self):
+        object.__setattr__(self, "buckets", _check_buckets("planner.buckets", self.buckets))
+        if not isinstance(self.size_classes, bool):
+            raise ConfigError(f"planner.size_classes must be true or false, got {self.size_classes!r}")
+        if self.strategy == "buckets" and not self.buckets:
+            raise ConfigError("planner.strategy buckets needs planner.buckets, e.g. {seq: [64, 128]}")
         algorithms = self.algorithms
         if algorithms is not None:
             if isinstance(algorithms, str) or not isinstance(algorithms, (list, tuple)):
@@ -101,8 +131,9 @@ class PlannerConfig:
             if not algorithms:
                 raise ConfigError("planner.algorithms is empty; use null for all algorithms")
             object.__setattr__(self, "algorithms", tuple(algorithms))
-        if self.strategy not in ("exact", "upper_bound"):
-            raise ConfigError(f"planner.strategy must be exact or upper_bound, got {self.strategy!r}")
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"planner.strategy must be one of {', '.join(STRATEGIES)}, "
+                              f"got {self.strategy!r}")
         limit = _check_float("planner.time_limit_s", self.time_limit_s, 0.0, allow_minimum=False)
         object.__setattr__(self, "time_limit_s", limit)
         alignment = _check_int("planner.alignment_bytes", self.alignment_bytes, 1)
@@ -155,6 +186,12 @@ class Config:
         Symbolic dim name to its declared range ``[lower, upper]`` (inclusive,
         elements; ``upper`` may be null), as ``--dim NAME=LO..HI``: the model is
         then compiled once with those dims symbolic.
+    dispatch : dict of str to tuple of int
+        Kernel specialization: dim name -> bucket values (``{seq: [64, 128]}``);
+        each kernel using the dim gets a version per value plus the generic one,
+        chosen at run time.
+    schedule : bool
+        Apply our CPU matmul schedules (llvm; :mod:`relax_memplan.schedules`).
     verify : VerifyConfig
         Numerical check settings.
     """
@@ -163,9 +200,14 @@ class Config:
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     dims: dict[str, tuple] = field(default_factory=dict)
+    dispatch: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    schedule: bool = False
     verify: VerifyConfig = field(default_factory=VerifyConfig)
 
     def __post_init__(self):
+        object.__setattr__(self, "dispatch", _check_buckets("dispatch", self.dispatch))
+        if not isinstance(self.schedule, bool):
+            raise ConfigError(f"schedule must be true or false, got {self.schedule!r}")
         if self.target not in TARGET_KINDS:
             raise ConfigError(f"target must be one of {list(TARGET_KINDS)}, got {self.target!r}")
         for key, cls in (("planner", PlannerConfig), ("verify", VerifyConfig)):
@@ -241,11 +283,14 @@ class Config:
         planner = dataclasses.asdict(self.planner)
         if planner["algorithms"] is not None:
             planner["algorithms"] = list(planner["algorithms"])
+        planner["buckets"] = {name: list(v) for name, v in self.planner.buckets.items()}
         return {
             "target": self.target,
             "planner": planner,
             "shapes": {name: list(dims) for name, dims in self.shapes.items()},
             "dims": {name: list(bounds) for name, bounds in self.dims.items()},
+            "dispatch": {name: list(v) for name, v in self.dispatch.items()},
+            "schedule": self.schedule,
             "verify": dataclasses.asdict(self.verify),
         }
 
@@ -299,7 +344,7 @@ def _config_from_data(data) -> Config:
             section = {} if kwargs[key] is None else kwargs[key]
             _check_keys(key, section, cls, prefix=f"{key}.")
             kwargs[key] = cls(**section)
-    for key in ("shapes", "dims"):
+    for key in ("shapes", "dims", "dispatch"):
         if key in kwargs and kwargs[key] is None:
             kwargs.pop(key)
     return Config(**kwargs)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-from tvm import relax
+import tvm
 
 from .analysis.dims import evaluate_int
 from .compiler import build, max_abs_error
@@ -23,8 +23,10 @@ from .errors import ShapeSpecError
 from .runtime import run_and_measure
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
+from .transform.specialize_kernels import SpecializeKernels, backend_schedule, dispatch_path
 
-__all__ = ["ShapeMeasurement", "DynamicReport", "parse_dim_spec", "compile_onnx_dynamic"]
+__all__ = ["ShapeMeasurement", "DynamicReport", "parse_dim_spec", "parse_values_spec",
+           "compile_onnx_dynamic"]
 
 
 def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, Optional[int]]]:
@@ -49,6 +51,25 @@ def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, Optional[int]]]:
     return name.strip(), (lower, upper)
 
 
+def parse_values_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
+    """``"seq=64,128"`` -> ``("seq", (64, 128))`` (bucket values of a dim).
+
+    Raises
+    ------
+    ShapeSpecError
+        Malformed text or a value that is not an integer >= 1.
+    """
+    name, sep, rest = text.partition("=")
+    try:
+        values = tuple(sorted({int(v) for v in rest.split(",")}))
+    except ValueError:
+        values = ()
+    if not sep or not name.strip() or not values or min(values) < 1:
+        raise ShapeSpecError(f"bad bucket spec {text!r}: expected NAME=V1,V2,... with integers >= 1, "
+                             f"e.g. seq=64,128")
+    return name.strip(), values
+
+
 @dataclass
 class ShapeMeasurement:
     """Bytes at one sampled shape (all sizes in bytes)."""
@@ -59,6 +80,7 @@ class ShapeMeasurement:
     lower_bound_bytes: int
     tvm_default_runtime_alloc_bytes: Optional[int] = None
     max_abs_error: Optional[float] = None
+    kernel_paths: Optional[List[str]] = None
 
     @property
     def arena_over_lower_bound(self) -> float:
@@ -77,6 +99,8 @@ class DynamicReport:
     planned_tensors: int = 0
     left_to_tvm: Dict[str, str] = field(default_factory=dict)
     notes: List[str] = field(default_factory=list)
+    checked: Dict = field(default_factory=dict)
+    specialized: Dict[str, Dict[str, List[int]]] = field(default_factory=dict)
 
     def to_dict(self) -> Dict:
         """JSON-ready dict."""
@@ -87,6 +111,8 @@ class DynamicReport:
             "planned_tensors": self.planned_tensors,
             "left_to_tvm": self.left_to_tvm,
             "notes": self.notes,
+            "ratio_check": self.checked,
+            "specialized_kernels": self.specialized,
             "shapes": [dict(vars(s), arena_over_lower_bound=round(s.arena_over_lower_bound, 4))
                        for s in self.shapes],
         }
@@ -108,6 +134,18 @@ class DynamicReport:
             for why in self.left_to_tvm.values():
                 reasons[why] = reasons.get(why, 0) + 1
             lines.append("  left to TVM: " + ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items())))
+        if self.checked:
+            where = (f"every one of the {self.checked['shapes']} shapes in range" if self.checked["enumerated"]
+                     else f"{self.checked['shapes']} sampled shapes")
+            lines.append(f"  arena / lower bound checked at {where}: worst {self.checked['max_ratio']:.3f}"
+                         f" ({self.checked['pinned']} shapes pinned to their own plan)")
+        if self.specialized:
+            lines.append(f"  kernels specialized: {len(self.specialized)} ("
+                         + ", ".join(sorted(self.specialized)[:6])
+                         + (", ..." if len(self.specialized) > 6 else "") + ")")
+            for s in self.shapes:
+                dims = ", ".join(f"{k}={v}" for k, v in s.dims.items())
+                lines.append(f"    at {dims}: {' + '.join(s.kernel_paths or ['generic'])} kernels")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -132,6 +170,11 @@ def compile_onnx_dynamic(
     *,
     strategy: str = "exact",
     plan_pass: Optional[PlanStaticMemory] = None,
+    dynamic_pass: Optional[PlanDynamicMemory] = None,
+    buckets: Optional[Mapping[str, Sequence[int]]] = None,
+    size_classes: bool = False,
+    dispatch: Optional[Mapping[str, Sequence[int]]] = None,
+    schedule: bool = False,
     sample_shapes: int = 3,
     verify: bool = False,
     input_values: Optional[Dict[str, np.ndarray]] = None,
@@ -147,9 +190,22 @@ def compile_onnx_dynamic(
     model : path or onnx.ModelProto
     dim_ranges : mapping of str to (int, int or None)
         Declared ranges of the model's symbolic dims (names as in the ONNX file).
-    strategy : {"exact", "upper_bound"}
+    strategy : {"exact", "upper_bound", "buckets"}
     plan_pass : PlanStaticMemory, optional
         Settings (alignment, algorithms, time limit) for the planning passes.
+    dynamic_pass : PlanDynamicMemory, optional
+        A configured dynamic planner, used instead of one made from ``strategy``,
+        ``buckets`` and ``size_classes`` (read its ``plans`` after the call).
+    buckets : mapping of str to sequence of int, optional
+        Bucket values for the ``buckets`` strategy (``{"seq": [64, 128]}``).
+    size_classes : bool
+        Round the arena and symbolic outputs up to geometric size classes
+        (bounded pooled-allocator policy; see :class:`PlanDynamicMemory`).
+    dispatch : mapping of str to sequence of int, optional
+        Kernel specialization buckets (:class:`~relax_memplan.transform.SpecializeKernels`);
+        the report says which path each sampled shape took.
+    schedule : bool
+        Apply our CPU matmul schedules (:mod:`relax_memplan.schedules`).
     sample_shapes : int
         Shapes to run at (>= 2: the range ends come first).
     verify : bool
@@ -191,14 +247,18 @@ def compile_onnx_dynamic(
         raise ShapeSpecError(f"--dim {', '.join(unknown)}: not a symbolic dim of the model "
                              f"(its dims: {', '.join(symbolic) or 'none'})")
     settings = plan_pass if plan_pass is not None else PlanStaticMemory()
-    dyn = PlanDynamicMemory(strategy=strategy, alignment_bytes=settings.alignment_bytes,
-                            algorithms=settings.algorithms, time_limit_s=settings.time_limit_s)
+    dyn = dynamic_pass if dynamic_pass is not None else PlanDynamicMemory(
+        strategy=strategy, alignment_bytes=settings.alignment_bytes, algorithms=settings.algorithms,
+        time_limit_s=settings.time_limit_s, buckets=buckets, size_classes=size_classes)
+    strategy = dyn.strategy
+    kernels = SpecializeKernels(dispatch, schedule=_dispatch_schedule(schedule)) if dispatch else None
     say(f"building once with relax_memplan's {strategy} plan")
-    ex = build(mod, "llvm", "relax_memplan", settings, None, dynamic_pass=dyn, dim_ranges=dim_ranges)
+    ex = build(mod, "llvm", "relax_memplan", settings, None, dynamic_pass=dyn, dim_ranges=dim_ranges,
+               dispatch_pass=kernels, schedule=schedule)
     ex_tvm = None
     if compare_with_tvm:
         say("building with TVM's StaticPlanBlockMemory (same declared ranges)")
-        ex_tvm = build(mod, "llvm", "tvm", None, None, dim_ranges=dim_ranges)
+        ex_tvm = build(mod, "llvm", "tvm", None, None, dim_ranges=dim_ranges, schedule=schedule)
     fplan = dyn.plans.get("main")
     report = DynamicReport(model=str(model), strategy=strategy, dims=dict(dim_ranges),
                            notes=[n for n in info.notes if "kept symbolic" not in n])
@@ -207,8 +267,16 @@ def compile_onnx_dynamic(
                             + (fplan.fallback_reason if fplan else "main has no symbolic tensors"))
     else:
         report.planned_tensors = len(fplan.planned)
-        report.left_to_tvm = dict(fplan.left_to_tvm)
+        report.left_to_tvm = {u: r for u, r in fplan.left_to_tvm.items()
+                              if u not in fplan.output_class_bytes}
         report.notes += fplan.notes
+        report.checked = dict(fplan.checked)
+        if fplan.class_values:
+            report.notes.append("size classes: " + "; ".join(
+                f"{n} in {v}" for n, v in fplan.class_values.items()))
+    if kernels is not None:
+        report.specialized = {k: dict(v) for k, v in kernels.specialized.items()}
+        report.notes += list(kernels.skipped)
     ranges = {n: dim_ranges.get(n, (1, None)) for n in symbolic}
     for dims in _sample_dims(ranges, sample_shapes, seed):
         shapes = {p.name: tuple(evaluate_int(d, dims) if not isinstance(d, int) else d
@@ -223,12 +291,23 @@ def compile_onnx_dynamic(
                               else (0, 0))
         row = ShapeMeasurement(dims=dims, runtime_alloc_bytes=got.alloc_bytes,
                                arena_bytes=arena, lower_bound_bytes=lower_bound)
+        if kernels is not None:
+            paths = dispatch_path(kernels.specialized, dims)
+            row.kernel_paths = sorted(set(paths.values()))
         if ex_tvm is not None:
             row.tvm_default_runtime_alloc_bytes = run_and_measure(ex_tvm, arrays).alloc_bytes
         if verify:
             row.max_abs_error = max_abs_error(got.outputs, frontend.run_onnxruntime(onnx_model, feed))
         report.shapes.append(row)
     return ex, report
+
+
+def _dispatch_schedule(schedule: bool):
+    if schedule:
+        from .schedules import schedule_prim_func
+
+        return schedule_prim_func
+    return backend_schedule(tvm.target.Target("llvm"))
 
 
 def _with_shapes(info, shapes):

@@ -166,3 +166,33 @@ def test_bad_dim_spec_is_one_line(capsys, dim, words):
     line = _one_line_error(capsys, ["compile", str(shared_model("mobilenetv2-tiny.onnx")),
                                     "--dim", dim, "-q"])
     assert words in line
+
+
+def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path):
+    report = tmp_path / "all.json"
+    status = main(["compile", str(shared_model("mobilenetv2-tiny.onnx")), "--dim", "batch=1..4",
+                   "--strategy", "all", "--bucket", "batch=2", "--size-classes", "--sample-shapes", "3",
+                   "-q", "--report", str(report), "--time-limit", "0.2"])
+    assert status == 0
+    data = json.loads(report.read_text())["strategies"]
+    assert sorted(data) == ["buckets", "exact", "upper_bound"]
+    assert data["exact"]["ratio_check"]["enumerated"] and data["exact"]["ratio_check"]["shapes"] == 4
+    upper = {tuple(s["dims"].values()): s for s in data["upper_bound"]["shapes"]}
+    for name in ("exact", "buckets"):
+        for s in data[name]["shapes"]:
+            # size classes: the arena of the batch's class (1, 2, 4), never below the lower bound
+            assert s["lower_bound_bytes"] <= s["arena_bytes"] <= upper[tuple(s["dims"].values())]["arena_bytes"]
+    assert "size classes: batch in [1, 2, 4]" in data["exact"]["notes"]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [(["--bucket", "batch=2"], "need symbolic dims"),
+     (["--dim", "batch=1..4", "--strategy", "buckets"], "needs --bucket"),
+     (["--dim", "batch=1..4", "--bucket", "seq=2"], "--bucket seq: not a dim given with --dim"),
+     (["--dim", "batch=1..4", "--bucket", "batch=a"], "expected NAME=V1,V2"),
+     (["--dim", "batch=1..4", "--dispatch", "batch=0"], "integers >= 1")],
+)
+def test_bad_bucket_and_dispatch_options_are_one_line(capsys, argv, words):
+    line = _one_line_error(capsys, ["compile", str(shared_model("mobilenetv2-tiny.onnx")), "-q"] + argv)
+    assert words in line

@@ -149,7 +149,23 @@ def test_dims_and_strategy_load_and_validate(tmp_path):
     assert config.planner.strategy == "upper_bound"
     for text, words in [("dims:\n  seq: 5\n", "dims.seq must be [lower, upper]"),
                         ("dims:\n  seq: [4, 2]\n", "dims.seq[1] must be >= 4"),
-                        ("planner:\n  strategy: buckets\n", "planner.strategy must be")]:
+                        ("planner:\n  strategy: buckets_of_joy\n", "planner.strategy must be"),
+                        ("planner:\n  strategy: buckets\n", "planner.strategy buckets needs planner.buckets"),
+                        ("planner:\n  buckets: {seq: [0, 64]}\n", "planner.buckets.seq[0] must be >= 1"),
+                        ("planner:\n  buckets: {seq: 64}\n", "planner.buckets.seq must be a non-empty list"),
+                        ("planner:\n  size_classes: 2\n", "planner.size_classes must be true or false"),
+                        ("dispatch: {seq: [64, x]}\n", "dispatch.seq[1] must be"),
+                        ("schedule: maybe\n", "schedule must be true or false")]:
         cfg.write_text(text)
         with pytest.raises(ConfigError, match=re.escape(words)):
             load_config(cfg)
+
+
+def test_buckets_dispatch_and_size_classes_load(tmp_path):
+    cfg = tmp_path / "dyn.yaml"
+    cfg.write_text("planner:\n  strategy: buckets\n  buckets: {seq: [128, 64, 64]}\n"
+                   "  size_classes: true\ndispatch: {seq: [64]}\nschedule: true\n")
+    config = load_config(cfg)
+    assert config.planner.buckets == {"seq": (64, 128)} and config.planner.size_classes
+    assert config.dispatch == {"seq": (64,)} and config.schedule
+    assert config.to_dict()["planner"]["buckets"] == {"seq": [64, 128]}
