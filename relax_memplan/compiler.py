@@ -63,10 +63,20 @@ def max_abs_error(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) 
     return err
 
 
+_KERNEL_OPTIONS = ("dim_ranges", "dispatch", "dispatch_pass", "schedule")
+"""``get_pipeline`` options that change the kernels, not the memory plan: kept by the retry
+with TVM's planner that decides whose fault a failed build is."""
+
+
 def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage], dump_dir=None,
           **pipeline_kwargs):
     """``tvm.compile`` with our pipeline; a failure becomes a one-line :class:`CompileError`
-    that says whether TVM's own planner fails too."""
+    that says whether TVM's own planner fails too.
+
+    To say so, a failed build with our planner is retried with TVM's planner and the same
+    kernel options (``dim_ranges``, ``dispatch``/``dispatch_pass``, ``schedule``), without our
+    planning passes (``plan_pass``, ``dynamic_pass``): a failure caused by a kernel option then
+    fails the retry too and is not blamed on our planner."""
     pipeline = get_pipeline(target, planner=planner, plan_pass=plan_pass, record_pass=record,
                             dump_dir=dump_dir, **pipeline_kwargs)
     try:
@@ -74,17 +84,30 @@ def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage],
     except Exception as err:  # TVM raises many types; re-raised as one clear error
         if planner == "tvm":
             raise CompileError.from_tvm(planner, err) from err
-        # Whose fault? Build again with TVM's planner alone to say so.
+        # Whose fault? Build again with TVM's planner alone (same kernels) to say so.
+        kernel_options = {k: v for k, v in pipeline_kwargs.items() if k in _KERNEL_OPTIONS}
         try:
             tvm.compile(mod, target, relax_pipeline=get_pipeline(
-                target, planner="tvm", dim_ranges=pipeline_kwargs.get("dim_ranges")))
+                target, planner="tvm", **kernel_options))
         except Exception:  # noqa: BLE001 - any failure means TVM itself cannot build it
             raise CompileError(
-                f"TVM cannot build this model (it fails with TVM's own memory planner too): "
-                f"{summarize_error(err)}") from err
+                f"TVM cannot build this model{_with_options(kernel_options)} (it fails with "
+                f"TVM's own memory planner too): {summarize_error(err)}") from err
         raise CompileError(
             f"the build with relax_memplan's planner failed although TVM's own planner builds "
             f"it (please report this): {summarize_error(err)}") from err
+
+
+def _with_options(kernel_options) -> str:
+    """`` with dispatch={...}, schedule=True`` for the kernel options in use, else ``""``."""
+    shown = []
+    if kernel_options.get("dispatch_pass") is not None:
+        shown.append(f"dispatch={dict(kernel_options['dispatch_pass'].buckets)}")
+    elif kernel_options.get("dispatch"):
+        shown.append(f"dispatch={dict(kernel_options['dispatch'])}")
+    if kernel_options.get("schedule"):
+        shown.append("schedule=True")
+    return f" with {', '.join(shown)}" if shown else ""
 
 
 def _physical_memory_bytes() -> Optional[int]:

@@ -166,6 +166,37 @@ def test_bert_tiny_dynamic_dims_build_gpu_kernels_and_a_device_arena_at_the_boun
     assert lower_small < lower_big <= arena_big
 
 
+def test_bert_tiny_seq1_builds_gpu_kernels_with_both_planners():
+    # dlight's GEMV rule asserts on the attention matmul(probs, V) when the reduction (seq)
+    # has length 1; our pipeline's GPU rules then fall through to the next rule.
+    path = shared_model(BERT)
+    mod, _ = frontend.import_onnx(path, _bert_shapes(1), prepare_steps=STEP_NAMES)
+    working = _check_all_kernels_bound(_legalized(mod))
+    for planner, plan_pass in (("relax_memplan", _plan_pass()), ("tvm", None)):
+        ex = build(mod, CUDA, planner, plan_pass, None)
+        _check_global_kernels(ex, working)
+
+
+def test_bert_tiny_dynamic_with_dispatch_builds_gpu_kernels():
+    # SpecializeKernels leaves reshape/copy kernels alone (RewriteDataflowReshape must still
+    # recognise them) and specializes matmul/softmax/layer norm, each branch a GPU kernel.
+    from relax_memplan.transform.specialize_kernels import (  # pylint: disable=import-outside-toplevel
+        SpecializeKernels,
+        backend_schedule,
+    )
+
+    path = shared_model(BERT)
+    mod, _ = frontend.import_onnx(path, keep_dynamic=True)
+    ranges = {"batch": (1, 2), "seq": (1, 128)}
+    dispatch = SpecializeKernels({"seq": [32, 128]}, schedule=backend_schedule(CUDA))
+    working = _check_all_kernels_bound(_legalized(mod, dim_ranges=ranges, dispatch_pass=dispatch))
+    assert any(k.startswith("softmax") for k in dispatch.specialized)
+    assert not any(k.startswith("reshape") for k in dispatch.specialized)
+    ex = build(mod, CUDA, "relax_memplan", _plan_pass(), None, dim_ranges=ranges,
+               dispatch={"seq": [32, 128]})
+    _check_global_kernels(ex, working)
+
+
 @I.ir_module
 class MatmulChain:
     @R.function

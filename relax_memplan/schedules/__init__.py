@@ -7,6 +7,10 @@ and Reduction rules (:func:`cpu_schedule_pass`, appended to the ``legalize``
 phase by ``get_pipeline(..., schedule=True)``), and
 :func:`schedule_prim_func` to schedule one PrimFunc, e.g. a copy specialised
 to a shape bucket.
+
+For CUDA, :mod:`relax_memplan.schedules.gpu` has dlight's GPU rules made robust
+(:func:`gpu_schedule_pass`, used by the pipeline in place of TVM's), and
+:func:`host_target` gives an llvm target for the CPU this process runs on.
 """
 
 from __future__ import annotations
@@ -19,15 +23,22 @@ from tvm.s_tir import dlight
 from tvm.target import Target
 
 from .cpu_matmul import GenericMatmul, StaticMatmul, TileConfig, simd_lanes
+from .host import host_target
+from .gpu import GuardedRule, gpu_schedule_pass, gpu_schedule_rules, schedule_gpu_prim_func
 
 __all__ = [
     "IS_SCHEDULED_ATTR",
     "GenericMatmul",
+    "GuardedRule",
     "StaticMatmul",
     "TileConfig",
     "cpu_schedule_rules",
     "cpu_schedule_pass",
+    "gpu_schedule_rules",
+    "gpu_schedule_pass",
+    "host_target",
     "schedule_prim_func",
+    "schedule_gpu_prim_func",
     "simd_lanes",
 ]
 

@@ -31,6 +31,28 @@ no thread index), so the GPU lowering accepts kernels inside the branches;
 ``SplitHostDevice`` then makes one device kernel per branch and the test on
 ``seq`` stays on the host.
 
+Which kernels are specialized ("affected kernels")
+--------------------------------------------------
+Only kernels where a known extent can change the code a schedule makes: a
+kernel is specialized when its signature uses a bucketed var **and** it has at
+least one reduction block (an ``SBlock`` with a ``CommReduce`` iter var:
+matmul / dense / batch matmul and their fused epilogues, softmax, layer norm,
+mean...). Skipped, with a line in :attr:`SpecializeKernels.skipped`:
+
+* kernels without a reduction -- elementwise, broadcast, injective, reshape,
+  transpose, copy, gather (``take``), cast: nothing to tile for a size, and a
+  reshape kernel must stay recognisable to ``RewriteDataflowReshape``, which
+  turns it into a view (its ``HasReshapePattern`` check fails on any body that
+  is not a single root block). The ``op_pattern`` attribute is not used: FuseTIR
+  drops it on fused kernels and legalized reshapes carry ``kOpaque``;
+* kernels already marked ``tirx.is_scheduled`` (a version would get the same,
+  size-independent schedule) or already dispatching (``relax_memplan.buckets``);
+* kernels whose body is not a single root block (not a legalized kernel).
+
+The dispatch ``if`` itself is put in an empty root block, so the result is
+still a one-block kernel to TVM's analyses (``RewriteDataflowReshape`` asks
+``HasReshapePattern`` about every one-input kernel, softmax included).
+
 Why inside the PrimFunc rather than an ``R.If`` in Relax: the Relax graph,
 every tensor and its shape are the same whichever version runs, so the memory
 plan made later (``finalize`` phase) is valid on every path without any
@@ -48,6 +70,7 @@ import itertools
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import tvm
+import tvm_ffi
 from tvm import relax, s_tir, tirx
 from tvm.target import Target
 
@@ -165,16 +188,15 @@ def backend_schedule(target: Target) -> Optional[ScheduleFn]:
     callable or None
         For ``cuda``: dlight's GPU rules in the order of TVM's CUDA
         ``legalize_passes`` (Matmul, GEMV, Reduction, GeneralReduction,
-        Fallback). For other kinds ``None``: TVM's CPU pipeline schedules
-        nothing.
+        Fallback), as our pipeline runs them: a rule that fails on a kernel
+        counts as not applicable (:func:`relax_memplan.schedules.gpu_schedule_rules`).
+        For other kinds ``None``: TVM's CPU pipeline schedules nothing.
     """
     if target.kind.name != "cuda":
         return None
-    from tvm.s_tir import dlight  # pylint: disable=import-outside-toplevel
+    from ..schedules.gpu import gpu_schedule_rules  # pylint: disable=import-outside-toplevel
 
-    gpu = dlight.gpu
-    return dlight_schedule(gpu.Matmul(), gpu.GEMV(), gpu.Reduction(), gpu.GeneralReduction(),
-                           gpu.Fallback())
+    return dlight_schedule(*gpu_schedule_rules())
 
 
 def _signature_vars(func: tirx.PrimFunc) -> Dict[str, tirx.Var]:
@@ -196,6 +218,30 @@ def _free_vars(expr) -> List[tirx.Var]:
     if isinstance(expr, (tirx.IntImm, int)):
         return []
     return list(tirx.analysis.undefined_vars(expr))
+
+
+def _reduction_blocks(func: tirx.PrimFunc) -> List[str]:
+    """Names of the blocks of ``func`` with a reduction (``CommReduce``) iter var."""
+    found: List[str] = []
+
+    def on_block(block, visitor):
+        if any(iv.iter_type == tirx.IterVar.CommReduce for iv in block.iter_vars):
+            found.append(block.name_hint)
+        visitor.default_visit(block)
+
+    tvm_ffi.structural_visit(func.body, [(s_tir.SBlock, on_block)])
+    return found
+
+
+def _skip_reason(func: tirx.PrimFunc) -> Optional[str]:
+    """Why ``func`` is not worth specializing (``None``: it is an affected kernel)."""
+    if func.attrs is not None and _IS_SCHEDULED in func.attrs and bool(func.attrs[_IS_SCHEDULED]):
+        return "already scheduled (a version would get the same schedule)"
+    if not isinstance(func.body, s_tir.SBlockRealize):
+        return "its body is not a single root block (not a legalized kernel)"
+    if not _reduction_blocks(func):
+        return "no reduction (elementwise, broadcast, reshape, copy or gather kernel)"
+    return None
 
 
 def _callers(mod: tvm.IRModule) -> Dict[str, List[relax.Function]]:
@@ -274,11 +320,23 @@ def _branch(generic: tirx.PrimFunc, scheduled: tirx.PrimFunc, kept: List[int]) -
     return tirx.SeqStmt(binds + decls + [renewed.body])
 
 
+def _root_block(body: tirx.Stmt) -> s_tir.SBlockRealize:
+    """``body`` under an empty root block, the form TVM's analyses expect of a kernel.
+
+    ``RewriteDataflowReshape`` asks ``HasReshapePattern`` about every one-input
+    kernel (softmax included), which checks that the body is an ``SBlockRealize``.
+    """
+    block = s_tir.SBlock(iter_vars=[], reads=[], writes=[], name_hint="root", body=body)
+    return s_tir.SBlockRealize(iter_values=[], predicate=True, block=block)
+
+
 @tvm.transform.module_pass(opt_level=0, name="SpecializeKernels")
 class SpecializeKernels:
     """Specialize symbolic kernels to shape buckets, dispatching inside each kernel.
 
-    See the module docstring for where it runs and how the dispatch is built.
+    See the module docstring for where it runs, how the dispatch is built and which
+    kernels are specialized (those with a reduction block; never pure reshape/copy,
+    elementwise or gather kernels, nor already scheduled ones).
 
     Parameters
     ----------
@@ -301,7 +359,8 @@ class SpecializeKernels:
         Filled (anew) each time the pass runs: kernel name -> var name -> bucket values it
         has a version for (one branch per combination of the values).
     skipped : list of str
-        One line per bucket value or kernel left out, with the reason.
+        One line per bucket value or kernel left out, with the reason
+        (``"<kernel>: not specialized: no reduction (...)"``, ...).
 
     Raises
     ------
@@ -393,6 +452,7 @@ class SpecializeKernels:
         body = generic.body
         for cond, stmt in reversed(branches):
             body = tirx.IfThenElse(cond, stmt, body)
+        body = _root_block(body)
         attr = {n: [int(v) for v in var_values[n]] for n in names}
         return (generic.with_body(body)
                 .with_attr(_IS_SCHEDULED, True)
@@ -413,6 +473,10 @@ class SpecializeKernels:
             sig = _signature_vars(func)
             used = [n for n in self.buckets if n in sig]
             if not used:
+                continue
+            reason = _skip_reason(func)
+            if reason is not None:
+                self.skipped.append(f"{name}: not specialized: {reason}")
                 continue
             var_values = {}
             for n in used:
