@@ -4,7 +4,8 @@ Phases (from ``tvm.relax.backend.<target>.pipeline``):
 
 1. ``library_dispatch`` -- library dispatch passes of the target;
 2. ``legalize`` -- LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps,
-   FuseTIR (and dlight GPU schedules for CUDA);
+   FuseTIR (and dlight GPU schedules for CUDA, with a rule that fails on a
+   kernel skipped: :func:`~relax_memplan.schedules.gpu_schedule_pass`);
 3. ``dataflow_lower`` -- RewriteDataflowReshape, ToNonDataflow,
    RemovePurityChecking, CallTIRRewrite;
 4. ``finalize`` -- memory planning, then LowerAllocTensor, KillAfterLastUse,
@@ -37,7 +38,7 @@ from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.record_storage import RecordStorage
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule
-from .schedules import cpu_schedule_pass, schedule_prim_func
+from .schedules import cpu_schedule_pass, gpu_schedule_pass, schedule_prim_func
 
 __all__ = ["get_pipeline", "backend_phases", "PLANNERS"]
 
@@ -83,8 +84,8 @@ def backend_phases(
     dynamic_pass : PlanDynamicMemory, optional
         Our planner for symbolic sizes, inserted (after the dim-range check)
         before ``plan_pass``.
-    dim_ranges : mapping of str to (int or None, int or None), optional
-        Declared dim ranges: ``AnnotateDimRanges`` runs first and, with our
+    dim_ranges : mapping of str to (int or None, int or None[, int]), optional
+        Declared dim ranges, optionally with a step: ``AnnotateDimRanges`` runs first and, with our
         planner, ``InsertDimRangeCheck`` checks them at run time.
     dispatch : mapping of str to sequence of int, optional
         Shape buckets (``{"seq": [64, 128]}``): ``SpecializeKernels`` runs
@@ -128,6 +129,10 @@ def backend_phases(
             finalize.append(record_pass)
     annotate = [AnnotateDimRanges(dim_ranges)] if dim_ranges else []
     legalize = list(backend.legalize_passes(target))
+    if kind == "cuda":
+        # dlight's GPU rules, each failure of a rule meaning "try the next one"
+        legalize = [gpu_schedule_pass(target) if p.info.name == "ApplyDefaultSchedule" else p
+                    for p in legalize]
     if dispatch_pass is None and dispatch:
         by = schedule_prim_func if schedule and kind == "llvm" else backend_schedule(target)
         dispatch_pass = SpecializeKernels(dispatch, schedule=by)
@@ -176,7 +181,7 @@ def get_pipeline(
     dynamic_pass : PlanDynamicMemory, optional
         Our planner for symbolic sizes (``relax_memplan`` planner only); without
         it symbolic tensors are left to TVM.
-    dim_ranges : mapping of str to (int or None, int or None), optional
+    dim_ranges : mapping of str to (int or None, int or None[, int]), optional
         Declared ranges of symbolic dims (both planners get the attributes;
         ours also checks them at run time).
     dispatch : mapping of str to sequence of int, optional
