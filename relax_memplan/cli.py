@@ -135,9 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR after each pipeline phase")
     c.add_argument("--time-limit", type=_positive_seconds, metavar="SECONDS",
                    help="offset-search budget per arena (default from config)")
-    c.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI",
+    c.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI[:STEP]",
                    help="keep this dim symbolic with a declared range (repeatable; HI may be "
-                   "omitted): compile once, plan with --strategy, measure at sampled shapes")
+                   "omitted; :STEP allows only LO, LO+STEP, ...): compile once, plan with "
+                   "--strategy, measure at sampled shapes")
     c.add_argument("--strategy", choices=("exact", "upper_bound", "buckets", "all"),
                    help="dynamic plan with --dim: exact symbolic arena, one arena at the upper "
                    "bounds, buckets (exact + plans at --bucket values), or all of them side by "

@@ -182,10 +182,11 @@ class Config:
         Offset planner settings.
     shapes : dict of str to tuple of int
         Input name to full input shape (same meaning as ``--shape``); dims > 0.
-    dims : dict of str to (int, int or None)
+    dims : dict of str to (int, int or None[, int])
         Symbolic dim name to its declared range ``[lower, upper]`` (inclusive,
-        elements; ``upper`` may be null), as ``--dim NAME=LO..HI``: the model is
-        then compiled once with those dims symbolic.
+        elements; ``upper`` may be null) or ``[lower, upper, step]``, as
+        ``--dim NAME=LO..HI[:STEP]``: the model is then compiled once with those
+        dims symbolic.
     dispatch : dict of str to tuple of int
         Kernel specialization: dim name -> bucket values (``{seq: [64, 128]}``);
         each kernel using the dim gets a version per value plus the generic one,
@@ -231,11 +232,18 @@ class Config:
         dims = {}
         for name, bounds in self.dims.items():
             key = f"dims.{name}"
-            if isinstance(bounds, str) or not isinstance(bounds, (list, tuple)) or len(bounds) != 2:
-                raise ConfigError(f"{key} must be [lower, upper] (upper may be null), got {bounds!r}")
+            if isinstance(bounds, str) or not isinstance(bounds, (list, tuple)) or len(bounds) not in (2, 3):
+                raise ConfigError(f"{key} must be [lower, upper] or [lower, upper, step] "
+                                  f"(upper may be null without a step), got {bounds!r}")
             lower = _check_int(f"{key}[0]", bounds[0], 0)
             upper = None if bounds[1] is None else _check_int(f"{key}[1]", bounds[1], max(lower, 1))
-            dims[str(name)] = (lower, upper)
+            if len(bounds) == 3:
+                step = _check_int(f"{key}[2]", bounds[2], 1)
+                if upper is None:
+                    raise ConfigError(f"{key}: a step needs an upper bound")
+                dims[str(name)] = (lower, upper, step) if step > 1 else (lower, upper)
+            else:
+                dims[str(name)] = (lower, upper)
         object.__setattr__(self, "dims", dims)
 
     def replace_from_cli(

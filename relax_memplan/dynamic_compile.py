@@ -29,26 +29,32 @@ __all__ = ["ShapeMeasurement", "DynamicReport", "parse_dim_spec", "parse_values_
            "compile_onnx_dynamic"]
 
 
-def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, Optional[int]]]:
-    """``"seq=1..128"`` -> ``("seq", (1, 128))``; ``"seq=4.."`` -> ``("seq", (4, None))``.
+def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
+    """``"seq=1..128"`` -> ``("seq", (1, 128))``; ``"seq=4.."`` -> ``("seq", (4, None))``;
+    ``"height=160..640:32"`` -> ``("height", (160, 640, 32))`` (only 160, 192, ..., 640).
 
     Raises
     ------
     ShapeSpecError
-        Malformed text, bounds not integers, lower > upper or upper < 1.
+        Malformed text, bounds not integers, lower > upper, upper < 1 or step < 1.
     """
     name, sep, rng = text.partition("=")
+    rng, colon, step_text = rng.partition(":")
     lo, dots, hi = rng.partition("..")
-    if not sep or not name.strip() or not dots:
-        raise ShapeSpecError(f"bad dim spec {text!r}: expected NAME=LO..HI, e.g. seq=1..128")
+    if not sep or not name.strip() or not dots or (colon and not step_text.strip()):
+        raise ShapeSpecError(f"bad dim spec {text!r}: expected NAME=LO..HI or NAME=LO..HI:STEP, "
+                             f"e.g. seq=1..128")
     try:
         lower = int(lo) if lo.strip() else 0
         upper = int(hi) if hi.strip() else None
+        step = int(step_text) if colon else 1
     except ValueError:
-        raise ShapeSpecError(f"bad dim spec {text!r}: bounds must be integers") from None
+        raise ShapeSpecError(f"bad dim spec {text!r}: bounds and step must be integers") from None
     if lower < 0 or (upper is not None and (upper < max(lower, 1))):
         raise ShapeSpecError(f"bad dim spec {text!r}: need 0 <= LO <= HI and HI >= 1")
-    return name.strip(), (lower, upper)
+    if step < 1 or (step > 1 and upper is None):
+        raise ShapeSpecError(f"bad dim spec {text!r}: a step must be >= 1 and needs HI")
+    return name.strip(), ((lower, upper, step) if step > 1 else (lower, upper))
 
 
 def parse_values_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
@@ -150,16 +156,20 @@ class DynamicReport:
         return "\n".join(lines)
 
 
-def _sample_dims(ranges: Mapping[str, Tuple[int, Optional[int]]], count: int, seed: int) -> List[Dict[str, int]]:
+def _sample_dims(ranges: Mapping[str, Tuple], count: int, seed: int) -> List[Dict[str, int]]:
+    """The range ends, then random shapes on each dim's grid (an unbounded dim up to 4x its lower)."""
     rng = random.Random(seed)
-    lo = {n: max(r[0], 1) for n, r in ranges.items()}
-    hi = {n: (r[1] if r[1] is not None else 4 * lo[n]) for n, r in ranges.items()}
-    points = [dict(lo), dict(hi)]
+    axes = {}
+    for n, r in ranges.items():
+        lo, hi, step = max(r[0], 1), r[1], (r[2] if len(r) > 2 else 1)
+        lo = r[0] + -(-(lo - r[0]) // step) * step
+        axes[n] = range(lo, (hi if hi is not None else 4 * lo) + 1, step)
+    points = [{n: a[0] for n, a in axes.items()}, {n: a[-1] for n, a in axes.items()}]
     while len(points) < max(count, 2) and len(points) < 64:
-        p = {n: rng.randint(lo[n], hi[n]) for n in ranges}
+        p = {n: rng.choice(a) for n, a in axes.items()}
         if p not in points:
             points.append(p)
-        elif all(lo[n] == hi[n] for n in ranges):
+        elif all(len(a) == 1 for a in axes.values()):
             break
     return points[: max(count, 2)]
 
@@ -188,8 +198,9 @@ def compile_onnx_dynamic(
     Parameters
     ----------
     model : path or onnx.ModelProto
-    dim_ranges : mapping of str to (int, int or None)
-        Declared ranges of the model's symbolic dims (names as in the ONNX file).
+    dim_ranges : mapping of str to (int, int or None[, int])
+        Declared ranges of the model's symbolic dims (names as in the ONNX file),
+        optionally with a step: ``{"height": (160, 640, 32)}``.
     strategy : {"exact", "upper_bound", "buckets"}
     plan_pass : PlanStaticMemory, optional
         Settings (alignment, algorithms, time limit) for the planning passes.

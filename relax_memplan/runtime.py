@@ -18,7 +18,7 @@ from tvm import relax
 
 from .analysis.liveness import dtype_size_bytes
 
-__all__ = ["RuntimeMemory", "run_and_measure", "to_numpy_list"]
+__all__ = ["RuntimeMemory", "run_and_measure", "to_numpy_list", "release_pooled_memory"]
 
 
 @dataclass
@@ -105,3 +105,16 @@ def run_and_measure(
     result = vm[func_name](*args)
     outputs = to_numpy_list(result)
     return RuntimeMemory(alloc_bytes=sum(sizes), alloc_sizes_bytes=sizes, outputs=outputs)
+
+
+def release_pooled_memory() -> None:
+    """Give every buffer cached by TVM's pooled VM allocator back to the system.
+
+    TVM's pooled allocator (``memory_cfg="pooled"``, the VM default) is
+    process-global per device, caches every freed buffer by its exact size and
+    never shrinks on its own; this calls ``vm.builtin.memory_manager.clear``.
+    Buffers still referenced (live tensors) are not affected; the next calls
+    allocate afresh. With ``PlanDynamicMemory(size_classes=True)`` the cache
+    stays bounded (one arena per size-class cell) and this is rarely needed.
+    """
+    tvm.get_global_func("vm.builtin.memory_manager.clear")()

@@ -160,7 +160,8 @@ def test_dynamic_dims_measured_at_range_ends(tmp_path):
 @pytest.mark.parametrize(
     "dim, words",
     [("batch", "NAME=LO..HI"), ("batch=a..4", "integers"), ("batch=5..4", "LO <= HI"),
-     ("seq=1..4", "not a symbolic dim")],
+     ("seq=1..4", "not a symbolic dim"), ("batch=1..4:0", "step must be >= 1"),
+     ("batch=1..:2", "needs HI"), ("batch=1..4:", "NAME=LO..HI:STEP")],
 )
 def test_bad_dim_spec_is_one_line(capsys, dim, words):
     line = _one_line_error(capsys, ["compile", str(shared_model("mobilenetv2-tiny.onnx")),
@@ -180,9 +181,9 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path):
     upper = {tuple(s["dims"].values()): s for s in data["upper_bound"]["shapes"]}
     for name in ("exact", "buckets"):
         for s in data[name]["shapes"]:
-            # size classes: the arena of the batch's class (1, 2, 4), never below the lower bound
+            # size classes: the arena of the batch's class (1, 4), never below the lower bound
             assert s["lower_bound_bytes"] <= s["arena_bytes"] <= upper[tuple(s["dims"].values())]["arena_bytes"]
-    assert "size classes: batch in [1, 2, 4]" in data["exact"]["notes"]
+    assert "size classes: batch in [1, 4]" in data["exact"]["notes"]
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,10 @@
 
 Ranges come from the function attributes TVM already uses:
 ``tir_var_upper_bound`` (``{"seq": 128}``, inclusive) and
-``tir_var_lower_bound`` (``{"seq": 1}``, inclusive). A dim with no lower bound
-is taken as >= 0 (a shape dim); a dim with no upper bound is unbounded.
+``tir_var_lower_bound`` (``{"seq": 1}``, inclusive), plus our
+``relax_memplan.dim_step`` (``{"height": 32}``: only ``lower + k * step``). A dim
+with no lower bound is taken as >= 0 (a shape dim); a dim with no upper bound is
+unbounded.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Callable, Dict, Mapping, Optional
 import tvm
 from tvm import relax, tirx
 
-__all__ = ["DimRange", "signature_dims", "declared_ranges", "evaluate_bytes", "evaluate_int",
+__all__ = ["DimRange", "STEP_ATTR", "signature_dims", "declared_ranges", "evaluate_bytes", "evaluate_int",
            "int_evaluator"]
 
 
@@ -28,22 +30,40 @@ class DimRange:
         Smallest allowed value (0 when none was declared).
     upper : int or None
         Largest allowed value, ``None`` when unbounded.
+    step : int
+        Allowed values are ``lower + k * step`` (e.g. image sides that must be
+        multiples of 32); 1 allows every integer.
     """
 
     lower: int = 0
     upper: Optional[int] = None
+    step: int = 1
 
     def __post_init__(self):
         if self.lower < 0:
             raise ValueError(f"a dim's lower bound must be >= 0, got {self.lower}")
         if self.upper is not None and self.upper < max(self.lower, 1):
             raise ValueError(f"upper bound {self.upper} is below lower bound {self.lower} (or < 1)")
+        if self.step < 1:
+            raise ValueError(f"a dim's step must be >= 1, got {self.step}")
 
     def __contains__(self, value: int) -> bool:
-        return value >= self.lower and (self.upper is None or value <= self.upper)
+        return (value >= self.lower and (self.upper is None or value <= self.upper)
+                and (value - self.lower) % self.step == 0)
+
+    def values(self, start: Optional[int] = None):
+        """Allowed values from ``start`` (default ``max(lower, 1)``, moved onto the grid) to ``upper``."""
+        first = max(self.lower, 1) if start is None else start
+        first = self.lower + -(-(first - self.lower) // self.step) * self.step
+        return range(first, self.upper + 1, self.step)
 
     def __str__(self) -> str:
-        return f"[{self.lower}, {'inf' if self.upper is None else self.upper}]"
+        text = f"[{self.lower}, {'inf' if self.upper is None else self.upper}]"
+        return text + (f" in steps of {self.step}" if self.step > 1 else "")
+
+
+#: Function attribute (names to ints) of declared dim steps, written by ``AnnotateDimRanges``.
+STEP_ATTR = "relax_memplan.dim_step"
 
 
 def signature_dims(func: relax.Function) -> Dict[str, tirx.Var]:
@@ -66,8 +86,9 @@ def declared_ranges(func: relax.Function) -> Dict[str, DimRange]:
     """Declared range of every signature dim (undeclared ones: ``[0, inf]``)."""
     upper = _int_map(func, "tir_var_upper_bound")
     lower = _int_map(func, "tir_var_lower_bound")
+    step = _int_map(func, STEP_ATTR)
     return {
-        name: DimRange(lower=lower.get(name, 0), upper=upper.get(name))
+        name: DimRange(lower=lower.get(name, 0), upper=upper.get(name), step=step.get(name, 1))
         for name in signature_dims(func)
     }
 

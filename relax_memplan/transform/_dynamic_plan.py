@@ -62,14 +62,21 @@ class Piece:
 
 
 def size_class_values(r: DimRange, growth: float) -> List[int]:
-    """Class values of one dim: ``lower``, then x ``growth`` (rounded up), ending at ``upper``.
+    """Class values of one dim: ``upper``, ``upper / growth``, ... (floored), down to ``lower``.
 
-    A dim value ``d`` belongs to the smallest class value ``>= d``.
+    Anchored at the upper bound, so the largest class is the bound itself and the
+    classes below it shrink geometrically: the bytes a caching allocator keeps for
+    one buffer per class stay within ``growth / (growth - 1)`` x the largest one
+    (for sizes linear in the dim). A dim value ``d`` belongs to the smallest
+    class value ``>= d``.
     """
-    values = [max(r.lower, 1)]
-    while values[-1] < r.upper:
-        values.append(min(r.upper, max(values[-1] + 1, math.ceil(values[-1] * growth))))
-    return values
+    lowest = max(r.lower, 1)
+    values = [r.upper]
+    while values[-1] > lowest:
+        below = max(lowest, min(values[-1] - 1, math.floor(values[-1] / growth)))
+        below = r.lower + (below - r.lower) // r.step * r.step  # onto the declared grid
+        values.append(max(below, r.values()[0]))
+    return sorted(set(values))
 
 
 def class_of(values: Sequence[int], d: int) -> int:
@@ -82,7 +89,7 @@ def class_of(values: Sequence[int], d: int) -> int:
 
 def range_points(ranges: Mapping[str, DimRange], names: Sequence[str]) -> Iterator[Dict[str, int]]:
     """Every shape in the declared (bounded) ranges of ``names``."""
-    axes = [range(max(ranges[n].lower, 1), ranges[n].upper + 1) for n in names]
+    axes = [ranges[n].values() for n in names]
     for values in itertools.product(*axes):
         yield dict(zip(names, values))
 
@@ -91,7 +98,7 @@ def count_points(ranges: Mapping[str, DimRange], names: Sequence[str]) -> Option
     """Number of shapes in the ranges, ``None`` if a range is unbounded."""
     if any(ranges[n].upper is None for n in names):
         return None
-    return math.prod(ranges[n].upper - max(ranges[n].lower, 1) + 1 for n in names)
+    return math.prod(len(ranges[n].values()) for n in names)
 
 
 def sample_points(ranges: Mapping[str, DimRange], names: Sequence[str], reference: Mapping[str, int],
@@ -99,13 +106,15 @@ def sample_points(ranges: Mapping[str, DimRange], names: Sequence[str], referenc
     """The range ends, then ``count`` random shapes (an unbounded dim is drawn up to 4x its reference)."""
     rng = random.Random(seed)
 
-    def hi(n):
+    def grid(n):
         r = ranges[n]
-        return r.upper if r.upper is not None else 4 * max(reference[n], 1)
+        hi = r.upper if r.upper is not None else 4 * max(reference[n], 1)
+        return range(r.values()[0] if r.upper is not None else max(r.lower, 1), hi + 1, r.step)
 
-    points = [{n: max(ranges[n].lower, 1) for n in names}, {n: hi(n) for n in names}]
+    axes = {n: grid(n) for n in names}
+    points = [{n: axes[n][0] for n in names}, {n: axes[n][-1] for n in names}]
     for _ in range(count):
-        point = {n: rng.randint(max(ranges[n].lower, 1), hi(n)) for n in names}
+        point = {n: rng.choice(axes[n]) for n in names}
         if point not in points:
             points.append(point)
     return points

@@ -3,7 +3,7 @@
 Where it runs: anywhere before memory planning (our pipeline runs it first).
 Writes the function attributes TVM's planners read: ``tir_var_lower_bound``
 and ``tir_var_upper_bound`` (both inclusive, names to ints), merged into any
-already present. :class:`~relax_memplan.transform.InsertDimRangeCheck` turns
+already present, and ``relax_memplan.dim_step`` for dims declared with a step. :class:`~relax_memplan.transform.InsertDimRangeCheck` turns
 them into a run-time check; :class:`~relax_memplan.transform.PlanDynamicMemory`
 plans with them.
 """
@@ -15,7 +15,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple
 import tvm
 from tvm import relax
 
-from ..analysis.dims import DimRange, signature_dims
+from ..analysis.dims import STEP_ATTR, DimRange, signature_dims
 
 __all__ = ["AnnotateDimRanges"]
 
@@ -26,9 +26,10 @@ class AnnotateDimRanges:
 
     Parameters
     ----------
-    ranges : mapping of str to (int or None, int or None)
-        Dim name -> (lower, upper), inclusive, in elements; ``None`` leaves that
-        end undeclared. ``{"seq": (1, 128)}``.
+    ranges : mapping of str to (int or None, int or None[, int])
+        Dim name -> (lower, upper) or (lower, upper, step), inclusive, in
+        elements; ``None`` leaves that end undeclared. ``{"seq": (1, 128)}``,
+        ``{"height": (160, 640, 32)}`` (multiples of 32 from 160).
     func_names : sequence of str, optional
         Functions to annotate; default every Relax function whose signature
         has one of the dims.
@@ -37,13 +38,15 @@ class AnnotateDimRanges:
     ------
     ValueError
         When running: a named dim appears in no annotated function's signature
-        (the message lists the dims there are), or a range is empty.
+        (the message lists the dims there are). At construction: an empty range
+        or a step < 1.
     """
 
     def __init__(self, ranges: Mapping[str, Tuple[Optional[int], Optional[int]]],
                  func_names: Optional[Sequence[str]] = None):
         self.ranges: Dict[str, DimRange] = {
-            name: DimRange(lower=lo or 0, upper=hi) for name, (lo, hi) in ranges.items()
+            name: DimRange(lower=r[0] or 0, upper=r[1], step=r[2] if len(r) > 2 else 1)
+            for name, r in ranges.items()
         }
         self.func_names = tuple(func_names) if func_names is not None else None
 
@@ -64,12 +67,17 @@ class AnnotateDimRanges:
             attrs = func.attrs
             lower = dict(attrs["tir_var_lower_bound"]) if attrs and "tir_var_lower_bound" in attrs else {}
             upper = dict(attrs["tir_var_upper_bound"]) if attrs and "tir_var_upper_bound" in attrs else {}
+            step = dict(attrs[STEP_ATTR]) if attrs and STEP_ATTR in attrs else {}
             for name, r in mine.items():
                 if r.lower > 0:
                     lower[name] = r.lower
                 if r.upper is not None:
                     upper[name] = r.upper
+                if r.step > 1:
+                    step[name] = r.step
             new_attrs = {}
+            if step:
+                new_attrs[STEP_ATTR] = {str(k): int(v) for k, v in step.items()}
             if lower:
                 new_attrs["tir_var_lower_bound"] = {str(k): int(v) for k, v in lower.items()}
             if upper:

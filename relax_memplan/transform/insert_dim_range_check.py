@@ -3,7 +3,8 @@
 Where it runs: after ``CallTIRRewrite`` (a PrimFunc is then called directly
 with shape values) and before memory planning, so the check is the first
 binding of the function, ahead of every allocation and kernel. Reads
-``tir_var_lower_bound`` / ``tir_var_upper_bound``; writes no attribute.
+``tir_var_lower_bound`` / ``tir_var_upper_bound`` / ``relax_memplan.dim_step``;
+writes no attribute.
 
 For each function with a declared range, a PrimFunc
 ``relax_memplan_check_dims_<function>`` taking the dims as int64 scalars holds
@@ -34,6 +35,9 @@ def _check_func(dims, ranges):
         cond = p >= tirx.IntImm("int64", r.lower)
         if r.upper is not None:
             cond = tirx.all(cond, p <= tirx.IntImm("int64", r.upper))
+        if r.step > 1:
+            on_grid = tirx.floormod(p - tirx.IntImm("int64", r.lower), tirx.IntImm("int64", r.step))
+            cond = tirx.all(cond, on_grid == tirx.IntImm("int64", 0))
         msg = f"relax_memplan: dim '{name}' is outside its declared range {r}"
         # TVM 0.27's Python AssertStmt passes its arguments positionally to a
         # constructor taking (condition, kind, message_parts).

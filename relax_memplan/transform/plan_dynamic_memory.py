@@ -41,7 +41,7 @@ Size classes (a bounded policy for TVM's pooled allocator)
 The pooled VM allocator caches freed buffers by exact size and never shrinks,
 so an exact arena (a new size for nearly every shape) grows it without bound.
 With ``size_classes=True`` every bounded dim is rounded up to a geometric class
-(``lower``, then x ``size_class_growth``, ending at ``upper``); the arena is
+(``upper``, ``upper / size_class_growth``, ..., down to ``lower``); the arena is
 allocated at the largest height over the dims' class cell (a constant per cell,
 chosen by ``Select``; ``max`` with the actual height for safety) and each
 symbolic function output gets its own storage of its size at the cell's corner.
@@ -122,7 +122,9 @@ class PlanDynamicMemory:
         Round the arena and symbolic output storages up to geometric size classes
         (a bounded policy for the pooled VM allocator).
     size_class_growth : float
-        Ratio between consecutive class values of a dim (> 1).
+        Ratio between consecutive class values of a dim (> 1). Larger: fewer
+        classes, so fewer cached sizes, but a call may allocate up to about this
+        factor x its exact arena (never more than the ``upper_bound`` arena).
 
     Attributes
     ----------
@@ -144,7 +146,7 @@ class PlanDynamicMemory:
                  num_samples: int = 6, seed: int = 0, max_expr_chars: int = 20000,
                  num_references: int = 8, buckets: Optional[Mapping[str, Sequence[int]]] = None,
                  max_ratio: float = 1.02, max_enumerated_shapes: int = 4096, check_samples: int = 64,
-                 max_pinned: int = 64, size_classes: bool = False, size_class_growth: float = 2.0):
+                 max_pinned: int = 64, size_classes: bool = False, size_class_growth: float = 4.0):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy '{strategy}'; use one of {STRATEGIES}")
         self.alignment_bytes, self.algorithms, self.time_limit_s = check_planner_args(

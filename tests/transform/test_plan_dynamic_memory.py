@@ -237,7 +237,7 @@ def test_shapes_above_the_ratio_target_are_pinned_and_run_at_their_own_plan():
 
 def test_size_classes_keep_few_distinct_allocation_sizes():
     """Bounded pool policy: arena and output storage sizes are those of the dims' class cell."""
-    dyn, ex = _build("exact", {"n": (1, 64)}, size_classes=True)
+    dyn, ex = _build("exact", {"n": (1, 64)}, size_classes=True, size_class_growth=2.0)
     fplan = dyn.plans["main"]
     assert fplan.class_values == {"n": [1, 2, 4, 8, 16, 32, 64]}
     seen = set()
@@ -265,3 +265,47 @@ def test_size_classes_keep_few_distinct_allocation_sizes():
 def test_bad_dynamic_arguments_are_rejected(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         PlanDynamicMemory(**kwargs)
+
+
+def test_pooled_vm_keeps_working_after_its_cache_is_released():
+    from tvm import relax
+
+    from relax_memplan.runtime import release_pooled_memory
+
+    _, ex = _build("exact", {"n": (1, 64)}, size_classes=True)
+    vm = relax.VirtualMachine(ex, tvm.cpu(), memory_cfg="pooled")
+    y = np.full((8, 8), -0.25, "float32")
+    for n in (3, 64, 5):
+        x = np.full((n, 8), -0.5, "float32")
+        out = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(y)).numpy()
+        np.testing.assert_allclose(out, _reference(x, y), rtol=1e-5)
+        release_pooled_memory()
+
+
+@pytest.mark.parametrize("lower, upper, growth, values", [
+    (1, 128, 4.0, [1, 2, 8, 32, 128]),
+    (1, 100, 2.0, [1, 3, 6, 12, 25, 50, 100]),
+    (256, 1024, 4.0, [256, 1024]),
+    (5, 5, 2.0, [5]),
+    (1, 3, 10.0, [1, 3]),
+])
+def test_size_classes_are_anchored_at_the_upper_bound(lower, upper, growth, values):
+    from relax_memplan.analysis.dims import DimRange
+    from relax_memplan.transform._dynamic_plan import size_class_values
+
+    assert size_class_values(DimRange(lower, upper), growth) == values
+
+
+def test_dim_declared_with_a_step_is_checked_on_its_grid_and_enumerated():
+    """n in {4, 8, ..., 64}: the plan is checked at those 16 shapes only and a shape off the
+    grid (which a model like a stride-32 CNN could not handle) is refused before any kernel."""
+    dyn, ex = _build("exact", {"n": (4, 64, 4)})
+    fplan = dyn.plans["main"]
+    assert fplan.ranges["n"].step == 4
+    assert fplan.checked["enumerated"] and fplan.checked["shapes"] == 16
+    y = np.full((8, 8), -0.25, "float32")
+    for n in (4, 36, 64):
+        x = np.full((n, 8), -0.5, "float32")
+        np.testing.assert_allclose(run_and_measure(ex, [x, y]).outputs[0], _reference(x, y), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"dim 'n' is outside its declared range \[4, 64\] in steps of 4"):
+        run_and_measure(ex, [np.zeros((37, 8), "float32"), y])
