@@ -9,6 +9,8 @@ workspaces allocated inside PrimFuncs are not seen by the hook.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 from dataclasses import dataclass, field
 from typing import List, Sequence
 
@@ -18,7 +20,7 @@ from tvm import relax
 
 from .analysis.liveness import dtype_size_bytes
 
-__all__ = ["RuntimeMemory", "run_and_measure", "to_numpy_list", "release_pooled_memory"]
+__all__ = ["RuntimeMemory", "run_and_measure", "to_numpy_list", "release_pooled_memory", "heap_bytes"]
 
 
 @dataclass
@@ -118,3 +120,26 @@ def release_pooled_memory() -> None:
     stays bounded (one arena per size-class cell) and this is rarely needed.
     """
     tvm.get_global_func("vm.builtin.memory_manager.clear")()
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+
+def heap_bytes() -> int:
+    """Bytes the process heap holds now: in-use + mmapped (glibc ``mallinfo2``), after a GC.
+
+    How much memory the pooled VM allocator (and everything else) keeps, for
+    benchmarks that compare what stays held after many calls.
+
+    Raises
+    ------
+    OSError
+        If the C library is not glibc (no ``mallinfo2``).
+    """
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    gc.collect()
+    info = libc.mallinfo2()
+    return info.hblkhd + info.uordblks

@@ -1,0 +1,364 @@
+"""The reference case of DESIGN.md: a BERT-base encoder at varying sequence length, four ways.
+
+The model is built with ``onnx.helper`` (weights random normal * 0.02, fixed seed), so that
+onnxruntime runs the same graph and inputs: ``hidden_states`` (batch, seq, hidden), additive
+``attention_mask`` (batch, 1, 1, seq); per layer MatMul + bias Add (Q, K, V, output, FFN),
+Reshape (shapes from Shape/Slice/Concat, so batch and seq stay symbolic) and Transpose for
+the heads, Softmax, LayerNormalization, erf GELU. Batch 8, seq in {32, 48, 64, 96, 128}.
+Every row uses our CPU schedules (``schedule=True``) and one target, llvm with the host mcpu:
+
+1. **static, padded to 128** -- seq fixed at 128, our static planner (``PlanStaticMemory``);
+   each call pads the inputs to 128 (padding masked with -1e4), the output is cut to seq.
+2. **dynamic + VM pool** -- symbolic seq (ranges batch (B, B), seq (1, 128)), TVM's planner,
+   pooled VM allocator, generic kernels.
+3. **dynamic + kernel specialization** -- row 2 with ``dispatch={"seq": [64, 128]}``
+   (``SpecializeKernels``: static-shape versions chosen at run time inside each kernel).
+4. **exact arena + specialization** -- row 3 with ``PlanDynamicMemory(strategy="exact")``
+   (one arena per call, sized for the actual seq), naive allocator (as the README advises).
+
+Per row and seq: bytes allocated per call (every ``vm.builtin.alloc_storage``, naive
+allocator, ``run_and_measure``), median ms per call (``--repeats`` calls after a warm-up;
+rows and onnxruntime interleaved, the machine being shared), max abs error against
+onnxruntime (flagged above 1e-3 * max|ref| + 1e-4); per row, heap bytes held after one call
+at every seq (glibc ``mallinfo2`` after clearing the VM pool, as ``pool_bench.py``); per seq,
+onnxruntime ms (2 intra-op threads). Ratios: row 3 / row 2 time at bucket seqs (the
+specialization speedup, target <= 0.75) and elsewhere (dispatch overhead, target <= 1.02);
+row 4 / row 2 bytes.
+
+Dense MatMuls run on 2-D ``(batch*seq, n)`` views: on a 3-D ``(batch, seq, k) @ (k, n)`` with
+symbolic seq and batch > 1, ``GenericMatmul`` as of commit 8bad00c writes out of bounds
+(heap corruption). ``--dense-3d`` builds the plain 3-D form for schedules with the fix.
+Thread pools do not spin (``TVM_THREAD_POOL_SPIN_COUNT=0``, onnxruntime
+``allow_spinning=0``), so interleaved runs do not steal each other's cores.
+
+Usage: python benchmarks/bert_case.py [--quick] [--layers N] [--hidden H] [--repeats R]
+[--seqs 32,64] [--dense-3d] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+REPO = Path(__file__).resolve().parents[1]
+BUCKETS = (64, 128)
+FULL = dict(hidden=768, layers=12, heads=12, ffn=3072, batch=8)
+QUICK = dict(hidden=256, layers=4, heads=4, ffn=1024, batch=2)
+
+
+def log(msg: str) -> None:
+    print(f"[bert_case {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- the model
+def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0,
+               dense_3d: bool = False) -> onnx.ModelProto:
+    """A BERT encoder as an ONNX graph (opset 17) with symbolic dims ``batch`` and ``seq``.
+
+    ``dense_3d``: MatMul the (batch, seq, n) activations directly, without the 2-D views.
+    """
+    rng = np.random.default_rng(seed)
+    head_dim = hidden // heads
+    nodes, inits = [], []
+
+    def const(name, value):
+        inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def weight(name, *shape):
+        return const(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
+
+    def node(op, inputs, name, **attrs):
+        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    def dense(x, p, n_in, n_out, shape_out):
+        """x @ W + b, on a 2-D (batch*seq, n_in) view unless dense_3d (see the docstring)."""
+        if not dense_3d:
+            x = node("Reshape", [x, const(f"{p}.rows", np.array([-1, n_in], np.int64))], f"{p}.x2")
+        y = node("Add", [node("MatMul", [x, weight(f"{p}.w", n_in, n_out)], f"{p}.mm"),
+                         weight(f"{p}.b", n_out)], f"{p}.add")
+        return y if dense_3d and shape_out != split else node("Reshape", [y, shape_out], f"{p}.out")
+
+    def layer_norm(x, p):
+        scale = const(f"{p}.gamma", np.ones(hidden, np.float32))
+        bias = const(f"{p}.beta", np.zeros(hidden, np.float32))
+        return node("LayerNormalization", [x, scale, bias], f"{p}.out", axis=-1, epsilon=1e-12)
+
+    bs = node("Slice", [node("Shape", ["hidden_states"], "in_shape"),
+                        const("zero", np.array([0])), const("two", np.array([2]))], "batch_seq")
+    split, merge, wide = (node("Concat", [bs, const(f"{n}_dims", np.array(d, np.int64))], n,
+                               axis=0) for n, d in (("heads_shape", [heads, head_dim]),
+                                       ("hidden_shape", [hidden]), ("ffn_shape", [ffn])))
+    scale = const("attn_scale", np.array(1.0 / np.sqrt(head_dim), np.float32))
+    half, one = const("half", np.array(0.5, np.float32)), const("one", np.array(1.0, np.float32))
+    rsqrt2 = const("rsqrt2", np.array(1.0 / np.sqrt(2.0), np.float32))
+    x = "hidden_states"
+    for i in range(layers):
+        p = f"l{i}"
+        q, k, v = (dense(x, f"{p}.{n}", hidden, hidden, split) for n in "qkv")
+        q = node("Transpose", [q], f"{p}.qt", perm=[0, 2, 1, 3])   # (b, h, s, d)
+        k = node("Transpose", [k], f"{p}.kt", perm=[0, 2, 3, 1])   # (b, h, d, s)
+        v = node("Transpose", [v], f"{p}.vt", perm=[0, 2, 1, 3])   # (b, h, s, d)
+        s = node("Mul", [node("MatMul", [q, k], f"{p}.qk"), scale], f"{p}.scaled")
+        probs = node("Softmax", [node("Add", [s, "attention_mask"], f"{p}.masked")],
+                     f"{p}.probs", axis=-1)
+        ctx = node("Transpose", [node("MatMul", [probs, v], f"{p}.ctx")], f"{p}.ctxt",
+                   perm=[0, 2, 1, 3])
+        if dense_3d:
+            ctx = node("Reshape", [ctx, merge], f"{p}.ctx3")
+        x = layer_norm(node("Add", [x, dense(ctx, f"{p}.o", hidden, hidden, merge)], f"{p}.res1"),
+                       f"{p}.ln1")
+        h = dense(x, f"{p}.ffn1", hidden, ffn, wide)
+        erf = node("Erf", [node("Mul", [h, rsqrt2], f"{p}.hs")], f"{p}.erf")
+        gelu = node("Mul", [node("Mul", [h, half], f"{p}.hh"),
+                            node("Add", [erf, one], f"{p}.erf1")], f"{p}.gelu")
+        x = layer_norm(node("Add", [x, dense(gelu, f"{p}.ffn2", ffn, hidden, merge)], f"{p}.res2"),
+                       f"{p}.ln2")
+    nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="output"))
+    value = lambda name, dims: helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)  # noqa
+    graph = helper.make_graph(nodes, "bert_encoder",
+                              [value("hidden_states", ["batch", "seq", hidden]),
+                               value("attention_mask", ["batch", 1, 1, "seq"])],
+                              [value("last_hidden_state", ["batch", "seq", hidden])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+# ----------------------------------------------------------------------------- the builds
+def compile_rows(model, cfg, target, keys=None):
+    """Compile the rows (all, or those named in ``keys``): list of dicts (key, label, ex, ...)."""
+    import tvm
+    from relax_memplan.frontend import import_onnx
+    from relax_memplan.pipeline import get_pipeline
+    from relax_memplan.schedules import schedule_prim_func
+    from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
+    from relax_memplan.transform.specialize_kernels import SpecializeKernels
+
+    b, h, top = cfg["batch"], cfg["hidden"], max(BUCKETS)
+    ranges = {"batch": (b, b), "seq": (1, top)}
+    static_mod, _ = import_onnx(model, {"hidden_states": (b, top, h),
+                                        "attention_mask": (b, 1, 1, top)})
+    dyn_mod, _ = import_onnx(model, keep_dynamic=True)
+    spec = lambda: SpecializeKernels({"seq": list(BUCKETS)}, schedule=schedule_prim_func)  # noqa
+    spec3, spec4, exact = spec(), spec(), PlanDynamicMemory(strategy="exact")
+    specs = [
+        ("static_pad128", f"1 static, padded to {top}", static_mod, "pooled", None,
+         dict(schedule=True)),
+        ("dynamic_pool", "2 dynamic + VM pool", dyn_mod, "pooled", None,
+         dict(planner="tvm", dim_ranges=ranges, schedule=True)),
+        ("dynamic_spec", "3 dynamic + specialization", dyn_mod, "pooled", spec3,
+         dict(planner="tvm", dim_ranges=ranges, dispatch_pass=spec3, schedule=True)),
+        ("exact_spec", "4 exact arena + specialization", dyn_mod, "naive", spec4,
+         dict(dynamic_pass=exact, dim_ranges=ranges, dispatch_pass=spec4, schedule=True)),
+    ]
+    rows = []
+    for key, label, mod, allocator, sk, kwargs in specs:
+        if keys is not None and key not in keys:
+            continue
+        log(f"compiling {label} ...")
+        t0 = time.perf_counter()
+        ex = tvm.compile(mod, target, relax_pipeline=get_pipeline(target, **kwargs))
+        rows.append(dict(key=key, label=label, ex=ex, allocator=allocator,
+                         compile_s=time.perf_counter() - t0,
+                         specialized_kernels=len(sk.specialized) if sk else 0))
+        if key == "exact_spec":
+            rows[-1]["exact_plan"] = exact.plans.get("main")
+        log(f"  done in {rows[-1]['compile_s']:.0f} s")
+    return rows
+
+
+# ----------------------------------------------------------------------------- measuring
+def make_inputs(batch, seq, hidden, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, seq, hidden)).astype(np.float32)
+    return x, np.zeros((batch, 1, 1, seq), np.float32)
+
+
+def row_inputs(row, x, mask):
+    """The inputs a row is called with: padded to the static length (padding masked) for row 1."""
+    if row["key"] != "static_pad128":
+        return [x, mask]
+    top, (b, seq, h) = max(BUCKETS), x.shape
+    xp = np.zeros((b, top, h), np.float32)
+    xp[:, :seq] = x
+    mp = np.full((b, 1, 1, top), -1e4, np.float32)
+    mp[..., :seq] = mask
+    return [xp, mp]
+
+
+def ort_session(model):
+    import onnxruntime as ort
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = 2, 1
+    opts.log_severity_level = 3
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def measure(rows, model, cfg, seqs, repeats):
+    """Fill each row's per-seq bytes, errors, pool bytes held and timings; return ORT times."""
+    import tvm
+    from tvm import relax
+    from relax_memplan.runtime import heap_bytes, run_and_measure
+
+    b, h = cfg["batch"], cfg["hidden"]
+    data = {s: make_inputs(b, s, h, seed=s) for s in seqs}
+    sess = ort_session(model)
+    refs = {s: sess.run(None, {"hidden_states": data[s][0], "attention_mask": data[s][1]})[0]
+            for s in seqs}
+    clear = tvm.get_global_func("vm.builtin.memory_manager.clear")
+    for row in rows:
+        log(f"bytes and numerics: {row['label']}")
+        row.update(bytes={}, err={}, tol={}, ms={})
+        for s in seqs:
+            mem = run_and_measure(row["ex"], row_inputs(row, *data[s]))
+            out = mem.outputs[0][:, :s]
+            row["bytes"][s] = mem.alloc_bytes
+            row["err"][s] = float(np.max(np.abs(out - refs[s])))
+            row["tol"][s] = 1e-3 * float(np.max(np.abs(refs[s]))) + 1e-4
+        # bytes the VM allocator holds after one call at every seq
+        clear()
+        base = heap_bytes()
+        vm = relax.VirtualMachine(row["ex"], tvm.cpu(), memory_cfg=row["allocator"])
+        for s in seqs:
+            out = vm["main"](*[tvm.runtime.tensor(a) for a in row_inputs(row, *data[s])])
+            del out
+        row["held_bytes"] = heap_bytes() - base
+        del vm
+        clear()
+    # timing: rows (and onnxruntime) interleaved, one warm-up round then `repeats` rounds
+    vms = [relax.VirtualMachine(r["ex"], tvm.cpu(), memory_cfg=r["allocator"]) for r in rows]
+    args = {(i, s): [tvm.runtime.tensor(a) for a in row_inputs(r, *data[s])]
+            for i, r in enumerate(rows) for s in seqs}
+    times = {(i, s): [] for i in range(len(rows) + 1) for s in seqs}
+    for rep in range(repeats + 1):
+        log(f"timing round {rep}/{repeats}" + (" (warm-up)" if rep == 0 else ""))
+        for s in seqs:
+            for i, vm in enumerate(vms):
+                t0 = time.perf_counter()
+                vm["main"](*args[i, s])
+                times[i, s].append(time.perf_counter() - t0)
+            feed = {"hidden_states": data[s][0], "attention_mask": data[s][1]}
+            t0 = time.perf_counter()
+            sess.run(None, feed)
+            times[len(rows), s].append(time.perf_counter() - t0)
+    med = {k: 1000 * float(np.median(v[1:] if len(v) > 1 else v)) for k, v in times.items()}
+    for i, row in enumerate(rows):
+        row["ms"] = {s: med[i, s] for s in seqs}
+    return {s: med[len(rows), s] for s in seqs}
+
+
+# ----------------------------------------------------------------------------- reporting
+def ratios(rows, seqs):
+    """Row 3 / row 2 time (bucket and other seqs), row 4 / row 2 bytes."""
+    r2, r3, r4 = rows[1], rows[2], rows[3]
+    t32 = {s: r3["ms"][s] / r2["ms"][s] for s in seqs}
+    return {
+        "spec_over_pool_time": t32,
+        "spec_speedup_at_buckets": {s: t32[s] for s in seqs if s in BUCKETS},
+        "dispatch_overhead_elsewhere": {s: t32[s] for s in seqs if s not in BUCKETS},
+        "exact_over_pool_bytes": {s: r4["bytes"][s] / r2["bytes"][s] for s in seqs},
+    }
+
+
+def print_table(rows, ort_ms, seqs, cfg, target, repeats, rat):
+    w = 12
+    head = f"{'':34s}" + "".join(f"{'seq=' + str(s):>{w}s}" for s in seqs)
+    print(f"BERT encoder: batch {cfg['batch']}, hidden {cfg['hidden']}, {cfg['layers']} layers, "
+          f"{cfg['heads']} heads, FFN {cfg['ffn']}; target {target}")
+    for title, fmt in (("bytes allocated per call (MB, naive count)", "bytes"),
+                       (f"median ms per call ({repeats} timed after 1 warm-up)", "ms"),
+                       ("max abs error vs onnxruntime", "err")):
+        print(f"\n{title}\n{head}")
+        for row in rows:
+            cells = [row[fmt][s] / 1e6 if fmt == "bytes" else row[fmt][s] for s in seqs]
+            spec = "{:>%d.2f}" % w if fmt != "err" else "{:>%d.1e}" % w
+            print(f"{row['label']:34s}" + "".join(spec.format(c) for c in cells))
+        if fmt == "ms":
+            print(f"{'onnxruntime (2 threads)':34s}"
+                  + "".join(f"{ort_ms[s]:>{w}.2f}" for s in seqs))
+    print("\npool/heap bytes held after one call at every seq (mallinfo2):")
+    for row in rows:
+        print(f"  {row['label']:34s}{row['held_bytes'] / 1e6:10.2f} MB  ({row['allocator']} "
+              f"allocator, compile {row['compile_s']:.0f} s)")
+    print("\nratios")
+    fmt = lambda d: ", ".join(f"seq {s}: {v:.3f}" for s, v in d.items()) or "-"  # noqa: E731
+    for text, key in (("row3/row2 time at bucket seqs (target <= 0.75)", "spec_speedup_at_buckets"),
+                      ("row3/row2 time elsewhere (target <= 1.02)", "dispatch_overhead_elsewhere"),
+                      ("row4/row2 bytes per call", "exact_over_pool_bytes")):
+        print(f"  {text:47s} {fmt(rat[key])}")
+    print(f"  specialized kernels: row 3 {rows[2]['specialized_kernels']}, "
+          f"row 4 {rows[3]['specialized_kernels']}")
+    bad = [(r["label"], s, r["err"][s], r["tol"][s]) for r in rows for s in seqs
+           if not r["err"][s] <= r["tol"][s]]
+    for label, s, err, tol in bad:
+        print(f"!!! NUMERICS FAILED: {label} at seq {s}: max abs error {err:.3e} > tolerance "
+              f"{tol:.3e} !!!")
+    return bad
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="hidden 256, 4 layers, 4 heads, FFN 1024, batch 2")
+    parser.add_argument("--layers", type=int)
+    parser.add_argument("--hidden", type=int, help="heads = hidden // 64, FFN = 4 * hidden")
+    parser.add_argument("--batch", type=int)
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls after 1 warm-up")
+    parser.add_argument("--seqs", default="32,48,64,96,128")
+    parser.add_argument("--dense-3d", action="store_true",
+                        help="3-D dense MatMuls (no 2-D views; needs the GenericMatmul fix)")
+    parser.add_argument("--mcpu", default=None, help="llvm -mcpu for every row (default: host)")
+    parser.add_argument("--json", type=Path,
+                        default=REPO / "benchmarks" / "results" / "bert_case.json")
+    args = parser.parse_args(argv)
+    cfg = dict(QUICK if args.quick else FULL)
+    if args.hidden:
+        cfg.update(hidden=args.hidden, heads=max(1, args.hidden // 64), ffn=4 * args.hidden)
+    cfg.update({k: v for k, v in (("layers", args.layers), ("batch", args.batch)) if v})
+    seqs = [int(s) for s in args.seqs.split(",")]
+    if not all(1 <= s <= max(BUCKETS) for s in seqs):
+        parser.error(f"--seqs must lie in [1, {max(BUCKETS)}]")
+
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
+    import tvm
+    mcpu = args.mcpu or tvm.target.codegen.llvm_get_system_cpu()
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    log(f"config {cfg}, seqs {seqs}, target {target}")
+    model = build_bert(cfg["hidden"], cfg["layers"], cfg["heads"], cfg["ffn"],
+                       dense_3d=args.dense_3d)
+    t0 = time.perf_counter()
+    rows = compile_rows(model, cfg, target)
+    ort_ms = measure(rows, model, cfg, seqs, args.repeats)
+    rat = ratios(rows, seqs)
+    bad = print_table(rows, ort_ms, seqs, cfg, f"llvm -mcpu={mcpu}", args.repeats, rat)
+    plan = rows[3].pop("exact_plan")
+    arena = {s: plan.bytes_at({"batch": cfg["batch"], "seq": s})[:2] for s in seqs} if plan else {}
+    result = {
+        "config": cfg, "dense_3d": args.dense_3d, "seqs": seqs, "buckets": list(BUCKETS),
+        "target": str(target), "repeats": args.repeats, "total_s": time.perf_counter() - t0,
+        "rows": [{k: v for k, v in r.items() if k != "ex"} for r in rows],
+        "onnxruntime_ms": ort_ms, "ratios": rat,
+        "exact_plan_arena_and_lower_bound_bytes": arena,
+        "numerics_failed": [dict(zip(("row", "seq", "max_abs_error", "tolerance"), b))
+                            for b in bad],
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    print(f"\nwritten {args.json} (total {result['total_s']:.0f} s)")
+    return result
+
+
+if __name__ == "__main__":
+    main()
