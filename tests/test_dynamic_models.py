@@ -95,3 +95,20 @@ def test_exact_plan_at_given_shapes_matches_onnxruntime(name, dims, make_feeds, 
         at = {n: dims[n][0] for n in dims} | dict(zip(varying, shape))
         arena, lower_bound, _ = fplan.bytes_at({n: at[n] for n in fplan.used_dims})
         assert got.alloc_sizes_bytes[0] == arena <= 1.02 * lower_bound
+
+
+def test_report_lists_specialized_kernels_and_the_path_each_shape_took():
+    """Kernel dispatch on bert-tiny: bucket seq=32 (a range end) runs the specialized kernels,
+    other shapes the generic ones; both match onnxruntime and the exact plan holds on both."""
+    _, report = compile_onnx_dynamic(shared_model("bert-tiny-randw.onnx"),
+                                     {"batch": (1, 1), "seq": (1, 32)}, strategy="exact",
+                                     dispatch={"seq": [32]}, sample_shapes=3, verify=True,
+                                     compare_with_tvm=False, seed=3)
+    assert report.specialized and all(v == {"seq": [32]} for v in report.specialized.values())
+    assert "kernels specialized" in report.format_text()
+    seqs = [row.dims["seq"] for row in report.shapes]
+    assert seqs[:2] == [1, 32]
+    for row in report.shapes:
+        assert row.max_abs_error < 1e-4
+        assert row.kernel_paths == (["seq=32"] if row.dims["seq"] == 32 else ["generic"])
+        assert row.arena_bytes == row.lower_bound_bytes
