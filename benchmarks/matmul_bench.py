@@ -13,14 +13,18 @@ The machine may be shared: variants are timed in interleaved rounds and the best
 each is kept (see :func:`bench_case`).
 
 Shapes (``M = batch * seq`` with batch 8): dense ``MxKxN`` 1024x768x768, 1024x768x3072,
-1024x3072x768, 512x768x768 (seq 64) and attention batch-matmuls 96 x (128x64 @ 64x128) and
-96 x (128x128 @ 128x64). GFLOP/s = 2*B*M*N*K / time. Ratios: ours/numpy GFLOP/s and
+1024x3072x768, 512x768x768 (seq 64), the 3-D dense ``(batch, seq, K) @ (K, N)`` of a
+transformer layer, 8 x 128 x 768 x 768 and 2 x 17 x 768 x 768 (generic: ``batch`` and ``seq``
+both symbolic, ``seq`` not a multiple of the row tile), and attention batch-matmuls
+96 x (128x64 @ 64x128) and 96 x (128x128 @ 128x64). GFLOP/s = 2*B*M*N*K / time. Ratios: ours/numpy GFLOP/s and
 static/generic time. ``--mcpu`` adds a second set of TVM columns built for that CPU (the
-pipeline default target is plain ``llvm``, i.e. SSE2 on x86-64).
+pipeline default target is plain ``llvm``, i.e. SSE2 on x86-64); ``--host`` adds one for
+:func:`relax_memplan.schedules.host_target` (this machine's CPU).
 
 Usage::
 
     PYTHONPATH=. python benchmarks/matmul_bench.py --mcpu znver3 --rounds 3
+    PYTHONPATH=. python benchmarks/matmul_bench.py --host --no-default
 
 The unscheduled default runs at ~1 GFLOP/s: the full run takes ~4 minutes on 2 cores
 (``--no-default`` skips it).
@@ -39,12 +43,14 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_JSON = REPO_ROOT / "benchmarks" / "results" / "matmul_bench.json"
 
-# (name, batch or None, M, K, N)
+# (name, batch or None, M, K, N); names starting with "dense3d" are (batch, M, K) @ (K, N)
 CASES = [
     ("dense_1024x768x768", None, 1024, 768, 768),
     ("dense_1024x768x3072", None, 1024, 768, 3072),
     ("dense_1024x3072x768", None, 1024, 3072, 768),
     ("dense_512x768x768", None, 512, 768, 768),
+    ("dense3d_8x128x768x768", 8, 128, 768, 768),
+    ("dense3d_2x17x768x768", 2, 17, 768, 768),
     ("bmm_96x128x64x128", 96, 128, 64, 128),
     ("bmm_96x128x128x64", 96, 128, 128, 64),
 ]
@@ -63,14 +69,15 @@ def _imports():
     return tvm, relax, schedules
 
 
-def matmul_prim_func(tvm, relax, batch, m, k, n):
+def matmul_prim_func(tvm, relax, batch, m, k, n, dense3d=False):
     """The legalized PrimFunc of ``relax.matmul`` ((batch,) m x k @ (batch,) k x n).
 
-    ``m`` may be a ``tvm.tirx.Var`` (symbolic rows).
+    ``m`` (and ``batch``) may be a ``tvm.tirx.Var`` (symbolic rows). With ``dense3d`` the
+    weight has no batch dim: ``(batch, m, k) @ (k, n)``.
     """
-    lead = [batch] if batch else []
+    lead = [] if batch is None else [batch]
     x = relax.Var("x", relax.TensorType(lead + [m, k], "float32"))
-    w = relax.Var("w", relax.TensorType(lead + [k, n], "float32"))
+    w = relax.Var("w", relax.TensorType(([] if dense3d else lead) + [k, n], "float32"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x, w]):
         out = bb.emit(relax.op.matmul(x, w))
@@ -95,12 +102,15 @@ def bench_case(tvm, relax, schedules, case, targets, rounds, with_default):
     name, batch, m, k, n = case
     flops = 2.0 * (batch or 1) * m * n * k
     lead = (batch,) if batch else ()
+    dense3d = name.startswith("dense3d")
     rng = np.random.default_rng(0)
     a = rng.standard_normal(lead + (m, k), dtype="float32")
-    b = rng.standard_normal(lead + (k, n), dtype="float32")
+    b = rng.standard_normal(((), lead)[not dense3d] + (k, n), dtype="float32")
     ref = np.matmul(a, b)
-    static_f = matmul_prim_func(tvm, relax, batch, m, k, n)
-    generic_f = matmul_prim_func(tvm, relax, batch, tvm.tirx.Var("m", "int64"), k, n)
+    static_f = matmul_prim_func(tvm, relax, batch, m, k, n, dense3d)
+    sym_batch = tvm.tirx.Var("batch", "int64") if dense3d else batch
+    generic_f = matmul_prim_func(tvm, relax, sym_batch, tvm.tirx.Var("m", "int64"), k, n,
+                                 dense3d)
     dev = tvm.cpu(0)
     args = [tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev)]
     timers = {"numpy": None}
@@ -162,6 +172,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mcpu", default=None,
                         help="also build for this llvm -mcpu (e.g. znver3, skylake-avx512)")
+    parser.add_argument("--host", action="store_true",
+                        help="also build for this machine's CPU (schedules.host_target())")
     parser.add_argument("--rounds", type=int, default=5,
                         help="interleaved timing rounds; the best counts")
     parser.add_argument("--cases", nargs="*", default=None, help="subset of case names")
@@ -173,6 +185,11 @@ def main(argv=None):
     targets = [("llvm", tvm.target.Target({"kind": "llvm"}))]
     if args.mcpu:
         targets.append((args.mcpu, tvm.target.Target({"kind": "llvm", "mcpu": args.mcpu})))
+    if args.host:
+        host = schedules.host_target()
+        label = "host_" + str(host.attrs.get("mcpu", "generic"))
+        if all(str(t) != str(host) for _, t in targets):
+            targets.append((label, host))
     cases = [c for c in CASES if not args.cases or c[0] in args.cases]
     rows = []
     for case in cases:

@@ -202,13 +202,20 @@ def _pad_remainders(sch: s_tir.Schedule, axes: MatmulAxes, mr: int, nr: int) -> 
 
     Padding moves the remainder out of the micro-kernel: ``A`` (and ``B``) get
     zero-padded copies, ``C`` a padded tile, and only the epilogue is guarded.
+
+    The test is on the innermost loop of the role, not on the product of its
+    loops: with rows ``(batch, seq)`` a tile must not straddle two ``batch``
+    iterations (``M = 2 * 17`` is even, but a 2-row tile over the fused rows is
+    not a box of ``(batch, seq)``: the write-back region becomes a bounding
+    box, and its stores read stale accumulators or, with symbolic ``seq``,
+    land out of bounds). See :func:`_split_fusable`.
     """
     analyzer = tvm.sym.Analyzer()
     padding = [1] * len(axes.roles)
     for role, tile in (("I", mr), ("J", nr)):
         if role not in axes.roles:
             continue
-        total = _product(getattr(axes, f"{role.lower()}_extents"))
+        total = getattr(axes, f"{role.lower()}_extents")[-1]
         if isinstance(total, int):
             divisible = total % tile == 0
         else:
@@ -219,6 +226,22 @@ def _pad_remainders(sch: s_tir.Schedule, axes: MatmulAxes, mr: int, nr: int) -> 
         sch.pad_einsum(axes.block, padding)
 
 
+def _split_fusable(sch: s_tir.Schedule, loops: List):
+    """Split ``loops`` (outer to inner) into ``(separate, fusable)``.
+
+    ``fusable`` is the longest suffix whose loops, all but its first, have
+    constant extents. The innermost extent is a multiple of the tile (padded
+    if need be, :func:`_pad_remainders`), so each tile of the fused loop lies
+    in one iteration of the outer ones and the regions stay exact boxes. With
+    a symbolic inner extent the analyzer cannot see that: the loops before it
+    stay separate.
+    """
+    t = len(loops) - 1
+    while t > 0 and isinstance(sch.get(loops[t]).extent, tirx.IntImm):
+        t -= 1
+    return list(loops[:t]), list(loops[t:])
+
+
 def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lanes: int) -> None:
     """The BLIS-style loop nest on the (already analysed) matmul block."""
     block = axes.block
@@ -227,14 +250,22 @@ def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lane
         _pad_remainders(sch, axes, cfg.mr, nr)
     padded = [p for p in sch.get_producers(block) if sch.get(p).name_hint.endswith("_pad")]
     groups = _loops_by_role(sch, axes)
-    sch.reorder(*groups["S"], *groups["I"], *groups["J"], *groups["K"])
+    # Several row (or column) loops are fused into one M (N) axis only where the
+    # inner extents are constant; with a symbolic inner extent (``seq`` of a
+    # ``(batch, seq, K)`` input, padded or not) a tile of the fused axis can
+    # straddle two outer iterations as far as the analyzer knows, and the
+    # write-back region becomes a loose bounding box (negative and repeated
+    # indices: out-of-bounds stores). The outer loops are then kept separate.
+    i_sep, i_fused = _split_fusable(sch, groups["I"])
+    j_sep, j_fused = _split_fusable(sch, groups["J"])
+    sch.reorder(*groups["S"], *j_sep, *i_sep, *i_fused, *j_fused, *groups["K"])
     s = _fuse(sch, groups["S"])
-    i = _fuse(sch, groups["I"])
-    j = _fuse(sch, groups["J"])
+    i = _fuse(sch, i_fused)
+    j = _fuse(sch, j_fused)
     k = _fuse(sch, groups["K"])
 
     jo, jv, jl = sch.split(j, factors=[None, cfg.nr_vectors, lanes])
-    outer = [lp for lp in (s,) if lp is not None]
+    outer = [lp for lp in (s,) if lp is not None] + j_sep
     if i is None:  # one row: the tile is 1 x nr
         io = ii = None
     elif cfg.mc:
@@ -243,7 +274,8 @@ def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lane
     else:
         io, ii = sch.split(i, factors=[None, cfg.mr])
     outer.append(jo)
-    sch.reorder(*outer, *[lp for lp in (io, k, ii) if lp is not None], jv, jl)
+    # separate row loops run serially inside a task, reusing its packed B panel
+    sch.reorder(*outer, *i_sep, *[lp for lp in (io, k, ii) if lp is not None], jv, jl)
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     sch.parallel(par)
     tile = io if io is not None else par
@@ -308,8 +340,9 @@ class StaticMatmul(_CPUMatmulBase):
 
     Applies only when every loop extent of the matmul block is an ``IntImm``
     (a specialised copy of a symbolic kernel qualifies). The first
-    ``(mr, nr_vectors)`` of the preference list that divides ``M`` and ``N``
-    is used, so the micro-kernel has no remainder; otherwise remainders are
+    ``(mr, nr_vectors)`` of the preference list that divides the innermost
+    row and column extents (``seq``, not ``batch * seq``, for a 3-D input) is
+    used, so the micro-kernel has no remainder; otherwise remainders are
     padded. With FMA the tile may use 12 accumulator registers (BLIS's
     Haswell kernel keeps 12 of 16), without FMA (plain x86-64 SSE2) 8, since
     each multiply-add needs a temporary register.
@@ -331,8 +364,9 @@ class StaticMatmul(_CPUMatmulBase):
     def choose_config(self, axes, lanes, target):
         if not axes.all_static():
             return None
-        m = _product(axes.i_extents)
-        n = _product(axes.j_extents)
+        # the innermost row/column loop must divide the tile (see _pad_remainders)
+        m = axes.i_extents[-1] if axes.i_extents else 1
+        n = axes.j_extents[-1]
         tiles = self.tiles_fma if _has_fma(target) else self.tiles_no_fma
         best = next(((mr, v) for mr, v in tiles if m % mr == 0 and n % (v * lanes) == 0), None)
         if best is None:
