@@ -25,14 +25,11 @@ onnxruntime ms (2 intra-op threads). Ratios: row 3 / row 2 time at bucket seqs (
 specialization speedup, target <= 0.75) and elsewhere (dispatch overhead, target <= 1.02);
 row 4 / row 2 bytes.
 
-Dense MatMuls run on 2-D ``(batch*seq, n)`` views: on a 3-D ``(batch, seq, k) @ (k, n)`` with
-symbolic seq and batch > 1, ``GenericMatmul`` as of commit 8bad00c writes out of bounds
-(heap corruption). ``--dense-3d`` builds the plain 3-D form for schedules with the fix.
 Thread pools do not spin (``TVM_THREAD_POOL_SPIN_COUNT=0``, onnxruntime
 ``allow_spinning=0``), so interleaved runs do not steal each other's cores.
 
 Usage: python benchmarks/bert_case.py [--quick] [--layers N] [--hidden H] [--repeats R]
-[--seqs 32,64] [--dense-3d] [--json PATH]
+[--seqs 32,64] [--json PATH]
 """
 
 from __future__ import annotations
@@ -59,12 +56,8 @@ def log(msg: str) -> None:
 
 
 # ----------------------------------------------------------------------------- the model
-def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0,
-               dense_3d: bool = False) -> onnx.ModelProto:
-    """A BERT encoder as an ONNX graph (opset 17) with symbolic dims ``batch`` and ``seq``.
-
-    ``dense_3d``: MatMul the (batch, seq, n) activations directly, without the 2-D views.
-    """
+def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0) -> onnx.ModelProto:
+    """A BERT encoder as an ONNX graph (opset 17) with symbolic dims ``batch`` and ``seq``."""
     rng = np.random.default_rng(seed)
     head_dim = hidden // heads
     nodes, inits = [], []
@@ -81,12 +74,10 @@ def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0,
         return name
 
     def dense(x, p, n_in, n_out, shape_out):
-        """x @ W + b, on a 2-D (batch*seq, n_in) view unless dense_3d (see the docstring)."""
-        if not dense_3d:
-            x = node("Reshape", [x, const(f"{p}.rows", np.array([-1, n_in], np.int64))], f"{p}.x2")
+        """x @ W + b on (batch, seq, n_in); reshaped to the heads when ``shape_out`` is ``split``."""
         y = node("Add", [node("MatMul", [x, weight(f"{p}.w", n_in, n_out)], f"{p}.mm"),
                          weight(f"{p}.b", n_out)], f"{p}.add")
-        return y if dense_3d and shape_out != split else node("Reshape", [y, shape_out], f"{p}.out")
+        return y if shape_out != split else node("Reshape", [y, shape_out], f"{p}.out")
 
     def layer_norm(x, p):
         scale = const(f"{p}.gamma", np.ones(hidden, np.float32))
@@ -113,8 +104,7 @@ def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0,
                      f"{p}.probs", axis=-1)
         ctx = node("Transpose", [node("MatMul", [probs, v], f"{p}.ctx")], f"{p}.ctxt",
                    perm=[0, 2, 1, 3])
-        if dense_3d:
-            ctx = node("Reshape", [ctx, merge], f"{p}.ctx3")
+        ctx = node("Reshape", [ctx, merge], f"{p}.ctx3")
         x = layer_norm(node("Add", [x, dense(ctx, f"{p}.o", hidden, hidden, merge)], f"{p}.res1"),
                        f"{p}.ln1")
         h = dense(x, f"{p}.ffn1", hidden, ffn, wide)
@@ -317,8 +307,6 @@ def main(argv=None):
     parser.add_argument("--batch", type=int)
     parser.add_argument("--repeats", type=int, default=3, help="timed calls after 1 warm-up")
     parser.add_argument("--seqs", default="32,48,64,96,128")
-    parser.add_argument("--dense-3d", action="store_true",
-                        help="3-D dense MatMuls (no 2-D views; needs the GenericMatmul fix)")
     parser.add_argument("--mcpu", default=None, help="llvm -mcpu for every row (default: host)")
     parser.add_argument("--json", type=Path,
                         default=REPO / "benchmarks" / "results" / "bert_case.json")
@@ -333,11 +321,12 @@ def main(argv=None):
 
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
     import tvm
-    mcpu = args.mcpu or tvm.target.codegen.llvm_get_system_cpu()
-    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    from relax_memplan.schedules import host_target
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": args.mcpu}) if args.mcpu else host_target()
+    mcpu = target.attrs.get("mcpu", "generic")
     log(f"config {cfg}, seqs {seqs}, target {target}")
-    model = build_bert(cfg["hidden"], cfg["layers"], cfg["heads"], cfg["ffn"],
-                       dense_3d=args.dense_3d)
+    model = build_bert(cfg["hidden"], cfg["layers"], cfg["heads"], cfg["ffn"])
     t0 = time.perf_counter()
     rows = compile_rows(model, cfg, target)
     ort_ms = measure(rows, model, cfg, seqs, args.repeats)
@@ -346,7 +335,7 @@ def main(argv=None):
     plan = rows[3].pop("exact_plan")
     arena = {s: plan.bytes_at({"batch": cfg["batch"], "seq": s})[:2] for s in seqs} if plan else {}
     result = {
-        "config": cfg, "dense_3d": args.dense_3d, "seqs": seqs, "buckets": list(BUCKETS),
+        "config": cfg, "seqs": seqs, "buckets": list(BUCKETS),
         "target": str(target), "repeats": args.repeats, "total_s": time.perf_counter() - t0,
         "rows": [{k: v for k, v in r.items() if k != "ex"} for r in rows],
         "onnxruntime_ms": ort_ms, "ratios": rat,
