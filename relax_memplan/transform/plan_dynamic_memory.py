@@ -64,21 +64,18 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import tvm
 from tvm import relax, tirx
 
-from ..analysis.dims import DimRange, declared_ranges, int_evaluator, signature_dims
+from ..analysis.dims import DimRange, declared_ranges, signature_dims
 from ..analysis.liveness import SYMBOLIC_SHAPE, TensorLiveness, analyze_liveness
 from ..planner import Buffer, PlanError, peak_live_bytes, plan, stacked_offsets, stacking_order
 from ._arena_rewrite import ArenaRewriter, alloc_arena
 from ._args import check_planner_args
-from ._dynamic_exprs import (ExpressionTooLarge, aligned, bound_analyzer, class_select,
-                             layout_heights, plan_exprs)
-from ._dynamic_plan import (DynamicFunctionPlan, Piece, count_points, range_points, sample_points,
-                            size_class_values)
+from ._dynamic_exprs import ExpressionTooLarge, aligned, bound_analyzer, plan_exprs
+from ._dynamic_plan import DynamicFunctionPlan, Piece, count_points, range_points, sample_points
+from ._size_classes import class_arena, output_storages
 
 __all__ = ["PlanDynamicMemory", "DynamicFunctionPlan", "Piece", "STRATEGIES"]
 
 STRATEGIES = ("upper_bound", "exact", "buckets")
-
-_OUTPUT = "function output"
 
 
 @tvm.transform.module_pass(opt_level=0, name="PlanDynamicMemory")
@@ -352,45 +349,6 @@ class PlanDynamicMemory:
                          "pinned": sum(p.kind == "pinned" for p in fplan.pieces)}
         self._heights = heights if enumerated else None
 
-    # ---- size classes -------------------------------------------------------
-    def _class_arena(self, fplan, dims, height):
-        """The arena size expression rounded up to its class cell (``height`` when classes are off)."""
-        fplan.class_values = {n: size_class_values(fplan.ranges[n], self.size_class_growth)
-                              for n in fplan.used_dims if fplan.ranges[n].upper is not None}
-        if len(fplan.class_values) != len(fplan.used_dims):
-            fplan.notes.append("size classes need an upper bound on every dim; arena left exact")
-            fplan.class_values = {}
-            return height
-        names = fplan.used_dims
-        cells = list(itertools.product(*(fplan.class_values[n] for n in names)))
-        table = {c: 0 for c in cells}
-        if self._heights is not None:  # every shape measured: the largest height in each cell
-            for point, h in self._heights.items():
-                cell = fplan.cell_of(dict(zip(names, point)))
-                table[cell] = max(table[cell], h)
-        else:  # sizes grow with the dims: every stacking's height at the corner bounds the cell
-            table = {c: layout_heights(fplan, dict(zip(names, c))) for c in cells}
-        fplan.class_arena_bytes = table
-        return tirx.max(height, class_select(names, fplan.class_values, table, dims))
-
-    def _output_storage(self, fplan, dims, dev, scope, prologue, placement) -> None:
-        """Size-class storages for symbolic function outputs (one each, offset 0)."""
-        for t in fplan.liveness.tensors:
-            if t.reason != _OUTPUT or t.size_bytes is not None or t.device_index != dev \
-                    or t.storage_scope != scope:
-                continue
-            free = sorted({v.name for v in tirx.analysis.undefined_vars(t.size_expr)})
-            if any(n not in dims or fplan.ranges[n].upper is None for n in free):
-                continue
-            values = {n: size_class_values(fplan.ranges[n], self.size_class_growth) for n in free}
-            size = int_evaluator(t.size_expr)
-            table = {c: max(size(dict(zip(free, c))), 1) for c in itertools.product(*values.values())}
-            fplan.output_class_bytes[t.uid] = table
-            storage = relax.Var(f"{t.name}_storage", relax.ObjectType())
-            nbytes = tirx.max(t.size_expr, class_select(free, values, table, dims))
-            prologue.append(relax.VarBinding(storage, alloc_arena(nbytes, dev, scope)))
-            placement[t.var] = (storage, 0, t)
-
     def _rewriter(self, fplan: DynamicFunctionPlan, chosen, dev: int, scope: str, dims) -> ArenaRewriter:
         arena_var = relax.Var("arena_d%d" % dev, relax.ObjectType())
         placement, prologue = {}, []
@@ -401,13 +359,15 @@ class PlanDynamicMemory:
         else:
             offset_of, height = plan_exprs(fplan, dims, self.max_expr_chars, self.max_enumerated_shapes)
             if self.size_classes:
-                height = self._class_arena(fplan, dims, height)
+                height = class_arena(fplan, dims, height, self.size_class_growth, self._heights)
             prologue.append(relax.VarBinding(arena_var, alloc_arena(height, dev, scope)))
             tensors = {t.uid: t for t in chosen}
             for uid, offset in offset_of.items():
                 placement[tensors[uid].var] = (arena_var, offset, tensors[uid])
         if self.size_classes:
-            self._output_storage(fplan, dims, dev, scope, prologue, placement)
+            for t, storage, nbytes in output_storages(fplan, dims, dev, scope, self.size_class_growth):
+                prologue.append(relax.VarBinding(storage, alloc_arena(nbytes, dev, scope)))
+                placement[t.var] = (storage, 0, t)
         return ArenaRewriter(prologue, placement)
 
     def _degrade(self, fplan: DynamicFunctionPlan, err: Exception) -> bool:
