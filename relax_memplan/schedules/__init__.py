@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Union
 
 import tvm
-from tvm import s_tir, tirx
+from tvm import tirx
 from tvm.s_tir import dlight
 from tvm.target import Target
 
@@ -50,31 +50,19 @@ def _as_target(target: Union[str, dict, Target]) -> Target:
     return target if isinstance(target, Target) else Target(target)
 
 
-class _Guarded(dlight.ScheduleRule):
-    """An upstream rule whose schedule-primitive failures mean "not applicable"."""
-
-    def __init__(self, rule: dlight.ScheduleRule):
-        self.rule = rule
-
-    def apply(self, func, target, tunable):
-        try:
-            return self.rule.apply(func, target, tunable)
-        except s_tir.ScheduleError:
-            return None
-
-
 def cpu_schedule_rules() -> list:
     """The rules, most specific first: static matmul, generic matmul, GEMV, reduction.
 
-    dlight's CPU ``GEMV`` and ``Reduction`` (softmax, layer norm) follow ours;
-    a schedule-primitive failure inside them leaves the function unscheduled.
+    dlight's CPU ``GEMV`` and ``Reduction`` (softmax, layer norm) follow ours,
+    guarded (:class:`GuardedRule`): any failure inside them, e.g. GEMV's assertion on a
+    reduction of length 1 (bert at seq 1), leaves the function unscheduled.
 
     Returns
     -------
     list of tvm.s_tir.dlight.ScheduleRule
     """
     return [StaticMatmul(), GenericMatmul(),
-            _Guarded(dlight.cpu.GEMV()), _Guarded(dlight.cpu.Reduction())]
+            GuardedRule(dlight.cpu.GEMV()), GuardedRule(dlight.cpu.Reduction())]
 
 
 def cpu_schedule_pass(target: Union[str, dict, Target]) -> tvm.transform.Pass:

@@ -315,3 +315,13 @@ def test_dense3d_symbolic_write_back_is_exact():
 def test_bert_tiny_dynamic_scheduled_matches_onnxruntime_subprocess():
     pytest.importorskip("onnxruntime")
     _run_isolated(_BERT_SRC.format(path=str(BERT_TINY)), "BERT OK")
+
+
+def test_bert_static_at_seq_1_builds_with_cpu_schedules_and_matches_onnxruntime():
+    """dlight's CPU GEMV rule asserts on a reduction of length 1 (attention at seq 1): the
+    guarded rule leaves that kernel unscheduled instead of failing the build."""
+    from relax_memplan.compiler import compile_onnx
+    from tests.conftest import shared_model
+
+    result = compile_onnx(shared_model("bert-tiny-randw.onnx"), None, verify=True, schedule=True)
+    assert result.report.main.verified
