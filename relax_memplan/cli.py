@@ -285,8 +285,10 @@ def _compile_dynamic(args, plan_pass, input_values, config, progress) -> int:
             ex, report = compile_onnx_dynamic(
                 args.model, ranges, strategy=name, plan_pass=plan_pass, buckets=buckets or None,
                 size_classes=args.size_classes or config.planner.size_classes,
+                size_class_growth=config.planner.size_class_growth,
                 dispatch=dispatch or None, schedule=args.schedule or config.schedule,
-                sample_shapes=args.sample_shapes, verify=args.verify, input_values=input_values,
+                sample_shapes=args.sample_shapes, measure=not args.no_measure,
+                verify=args.verify, input_values=input_values,
                 seed=config.verify.seed, prepare=not args.no_prepare, progress=progress,
                 compare_with_tvm=k == 0)
         print(report.format_text())

@@ -94,6 +94,9 @@ class PlannerConfig:
     size_classes : bool
         Round dynamic arenas and outputs up to geometric size classes, so TVM's
         pooled allocator keeps few distinct sizes (bounded pool).
+    size_class_growth : float
+        Ratio between consecutive size classes of a dim (> 1; classes go from the
+        upper bound down).
     time_limit_s : float
         Time budget in seconds for the offset search of one arena; > 0.
     alignment_bytes : int
@@ -107,11 +110,14 @@ class PlannerConfig:
     alignment_bytes: int = 64
     buckets: dict[str, tuple[int, ...]] = field(default_factory=dict)
     size_classes: bool = False
+    size_class_growth: float = 4.0
 
     def __post_init__(self):
         object.__setattr__(self, "buckets", _check_buckets("planner.buckets", self.buckets))
         if not isinstance(self.size_classes, bool):
             raise ConfigError(f"planner.size_classes must be true or false, got {self.size_classes!r}")
+        object.__setattr__(self, "size_class_growth", _check_float(
+            "planner.size_class_growth", self.size_class_growth, 1.0, allow_minimum=False))
         if self.strategy == "buckets" and not self.buckets:
             raise ConfigError("planner.strategy buckets needs planner.buckets, e.g. {seq: [64, 128]}")
         algorithms = self.algorithms

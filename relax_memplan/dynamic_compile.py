@@ -17,9 +17,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tvm
 
-from .analysis.dims import evaluate_int
+from .analysis.dims import DimRange, evaluate_int
 from .compiler import build, max_abs_error
-from .errors import ShapeSpecError
+from .errors import RelaxMemplanError, ShapeSpecError, summarize_error
 from .runtime import run_and_measure
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
@@ -54,6 +54,9 @@ def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
         raise ShapeSpecError(f"bad dim spec {text!r}: need 0 <= LO <= HI and HI >= 1")
     if step < 1 or (step > 1 and upper is None):
         raise ShapeSpecError(f"bad dim spec {text!r}: a step must be >= 1 and needs HI")
+    if (upper - lower) % step if step > 1 else False:
+        raise ShapeSpecError(f"bad dim spec {text!r}: HI must be LO + k * STEP (e.g. "
+                             f"{lower}..{lower + (upper - lower) // step * step}:{step})")
     return name.strip(), ((lower, upper, step) if step > 1 else (lower, upper))
 
 
@@ -81,7 +84,7 @@ class ShapeMeasurement:
     """Bytes at one sampled shape (all sizes in bytes)."""
 
     dims: Dict[str, int]
-    runtime_alloc_bytes: int
+    runtime_alloc_bytes: Optional[int]
     arena_bytes: int
     lower_bound_bytes: int
     tvm_default_runtime_alloc_bytes: Optional[int] = None
@@ -125,16 +128,20 @@ class DynamicReport:
 
     def format_text(self) -> str:
         """A table: one row per sampled shape."""
-        ranges = ", ".join(f"{n} in [{lo}, {'inf' if hi is None else hi}]" for n, (lo, hi) in self.dims.items())
+        ranges = ", ".join(f"{n} in {DimRange(*r)}" for n, r in self.dims.items())
         lines = [f"relax-memplan dynamic report: {self.model}",
                  f"  strategy {self.strategy}; {ranges}; {self.planned_tensors} tensors in the arena",
-                 f"  {'dims':<28}{'LB':>12}{'arena':>12}{'x LB':>7}{'run ours':>12}{'run TVM':>12}{'max err':>10}"]
+                 f"  {'dims':<28}{'LB':>12}{'arena':>12}{'x LB':>9}{'run ours':>12}{'run TVM':>12}{'max err':>10}"]
+
+        def num(value):
+            return "-" if value is None else f"{value:,}"
+
         for s in self.shapes:
             dims = ", ".join(f"{k}={v}" for k, v in s.dims.items())
-            tvm_b = "-" if s.tvm_default_runtime_alloc_bytes is None else f"{s.tvm_default_runtime_alloc_bytes:,}"
             err = "-" if s.max_abs_error is None else f"{s.max_abs_error:.2g}"
             lines.append(f"  {dims:<28}{s.lower_bound_bytes:>12,}{s.arena_bytes:>12,}"
-                         f"{s.arena_over_lower_bound:>7.3f}{s.runtime_alloc_bytes:>12,}{tvm_b:>12}{err:>10}")
+                         f"{s.arena_over_lower_bound:>9.3f}{num(s.runtime_alloc_bytes):>12}"
+                         f"{num(s.tvm_default_runtime_alloc_bytes):>12}{err:>10}")
         if self.left_to_tvm:
             reasons: Dict[str, int] = {}
             for why in self.left_to_tvm.values():
@@ -143,8 +150,10 @@ class DynamicReport:
         if self.checked:
             where = (f"every one of the {self.checked['shapes']} shapes in range" if self.checked["enumerated"]
                      else f"{self.checked['shapes']} sampled shapes")
-            lines.append(f"  arena / lower bound checked at {where}: worst {self.checked['max_ratio']:.3f}"
-                         f" ({self.checked['pinned']} shapes pinned to their own plan)")
+            lines.append(f"  exact layout / lower bound checked at {where}: worst "
+                         f"{self.checked['max_ratio']:.3f} ({self.checked['pinned']} shapes pinned "
+                         f"to their own plan)" + ("; size classes then round the arena up"
+                                                 if any("size classes" in n for n in self.notes) else ""))
         if self.specialized:
             lines.append(f"  kernels specialized: {len(self.specialized)} ("
                          + ", ".join(sorted(self.specialized)[:6])
@@ -183,9 +192,11 @@ def compile_onnx_dynamic(
     dynamic_pass: Optional[PlanDynamicMemory] = None,
     buckets: Optional[Mapping[str, Sequence[int]]] = None,
     size_classes: bool = False,
+    size_class_growth: float = 4.0,
     dispatch: Optional[Mapping[str, Sequence[int]]] = None,
     schedule: bool = False,
     sample_shapes: int = 3,
+    measure: bool = True,
     verify: bool = False,
     input_values: Optional[Dict[str, np.ndarray]] = None,
     seed: int = 0,
@@ -212,6 +223,8 @@ def compile_onnx_dynamic(
     size_classes : bool
         Round the arena and symbolic outputs up to geometric size classes
         (bounded pooled-allocator policy; see :class:`PlanDynamicMemory`).
+    size_class_growth : float
+        Ratio between consecutive size classes of a dim (> 1).
     dispatch : mapping of str to sequence of int, optional
         Kernel specialization buckets (:class:`~relax_memplan.transform.SpecializeKernels`);
         the report says which path each sampled shape took.
@@ -219,6 +232,9 @@ def compile_onnx_dynamic(
         Apply our CPU matmul schedules (:mod:`relax_memplan.schedules`).
     sample_shapes : int
         Shapes to run at (>= 2: the range ends come first).
+    measure : bool
+        Run the builds at the sampled shapes (``False``: the report gives the
+        plan's arena and lower bound there only).
     verify : bool
         Compare with onnxruntime at each shape.
     input_values : dict, optional
@@ -238,7 +254,10 @@ def compile_onnx_dynamic(
     Raises
     ------
     ShapeSpecError
-        A declared dim is not a symbolic dim of the model.
+        A declared dim is not a symbolic dim of the model, or a symbolic dim has
+        no declared range.
+    RelaxMemplanError
+        The build fails at a sampled shape (e.g. a shape the model cannot take).
     CompileError, ModelLoadError
         As :func:`relax_memplan.compiler.compile_onnx`.
     """
@@ -257,10 +276,15 @@ def compile_onnx_dynamic(
     if unknown:
         raise ShapeSpecError(f"--dim {', '.join(unknown)}: not a symbolic dim of the model "
                              f"(its dims: {', '.join(symbolic) or 'none'})")
+    missing = sorted(set(symbolic) - set(dim_ranges))
+    if missing:
+        raise ShapeSpecError(f"give a range for every symbolic dim of the model: missing --dim for "
+                             f"{', '.join(missing)} (e.g. --dim {missing[0]}=1..1 to keep it at 1)")
     settings = plan_pass if plan_pass is not None else PlanStaticMemory()
     dyn = dynamic_pass if dynamic_pass is not None else PlanDynamicMemory(
         strategy=strategy, alignment_bytes=settings.alignment_bytes, algorithms=settings.algorithms,
-        time_limit_s=settings.time_limit_s, buckets=buckets, size_classes=size_classes)
+        time_limit_s=settings.time_limit_s, buckets=buckets, size_classes=size_classes,
+        size_class_growth=size_class_growth)
     strategy = dyn.strategy
     kernels = SpecializeKernels(dispatch, schedule=_dispatch_schedule(schedule)) if dispatch else None
     say(f"building once with relax_memplan's {strategy} plan")
@@ -287,8 +311,10 @@ def compile_onnx_dynamic(
                 f"{n} in {v}" for n, v in fplan.class_values.items()))
     if kernels is not None:
         report.specialized = {k: dict(v) for k, v in kernels.specialized.items()}
-        report.notes += list(kernels.skipped)
-    ranges = {n: dim_ranges.get(n, (1, None)) for n in symbolic}
+        report.notes += _summarize_skipped(kernels.skipped)
+    if not measure:
+        report.notes.append("not run (--no-measure): arena and lower bound from the plan only")
+    ranges = {n: dim_ranges[n] for n in symbolic}
     for dims in _sample_dims(ranges, sample_shapes, seed):
         shapes = {p.name: tuple(evaluate_int(d, dims) if not isinstance(d, int) else d
                                 for d in p.ty.shape) for p in params}
@@ -297,20 +323,45 @@ def compile_onnx_dynamic(
         feed = frontend.make_random_inputs(onnx_model, point_info, seed=seed,
                                            values=_fit_values(input_values, shapes))
         arrays = list(feed.values())
-        got = run_and_measure(ex, arrays)
         arena, lower_bound = (fplan.bytes_at(dims)[:2] if fplan is not None and fplan.planned
                               else (0, 0))
-        row = ShapeMeasurement(dims=dims, runtime_alloc_bytes=got.alloc_bytes,
+        row = ShapeMeasurement(dims=dims, runtime_alloc_bytes=None,
                                arena_bytes=arena, lower_bound_bytes=lower_bound)
         if kernels is not None:
             paths = dispatch_path(kernels.specialized, dims)
             row.kernel_paths = sorted(set(paths.values()))
+        report.shapes.append(row)
+        if not measure:
+            continue
+        got = _run(ex, arrays, dims)
+        row.runtime_alloc_bytes = got.alloc_bytes
         if ex_tvm is not None:
-            row.tvm_default_runtime_alloc_bytes = run_and_measure(ex_tvm, arrays).alloc_bytes
+            row.tvm_default_runtime_alloc_bytes = _run(ex_tvm, arrays, dims).alloc_bytes
         if verify:
             row.max_abs_error = max_abs_error(got.outputs, frontend.run_onnxruntime(onnx_model, feed))
-        report.shapes.append(row)
     return ex, report
+
+
+def _run(ex, arrays, dims):
+    """run_and_measure; a failure at run time becomes a one-line error naming the shape."""
+    try:
+        return run_and_measure(ex, arrays)
+    except Exception as err:  # noqa: BLE001 - TVM raises many types; one clear message
+        at = ", ".join(f"{k}={v}" for k, v in dims.items())
+        raise RelaxMemplanError(f"running the build at {at} failed: {summarize_error(err)} "
+                                f"(does the model accept this shape? narrow --dim or give a "
+                                f":STEP)") from None
+
+
+def _summarize_skipped(skipped: Sequence[str]) -> List[str]:
+    """Kernel-dispatch notes, one line per reason (``"<kernel>: <reason>"`` lines grouped)."""
+    reasons: Dict[str, List[str]] = {}
+    for note in skipped:
+        kernel, _, why = note.partition(": ")
+        reasons.setdefault(why or kernel, []).append(kernel)
+    return [f"{len(kernels)} kernel(s) {why}" + (f" ({', '.join(kernels[:3])}"
+            + (", ..." if len(kernels) > 3 else "") + ")" if why else "")
+            for why, kernels in reasons.items()]
 
 
 def _dispatch_schedule(schedule: bool):

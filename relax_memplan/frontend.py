@@ -168,6 +168,7 @@ def _plan_inputs(model, shapes: dict, keep_dynamic: bool) -> _InputPlan:
             f"the model's inputs are: {', '.join(map(repr, names))}"
         )
     plan = _InputPlan()
+    named = _named_dims_from_shapes(inputs, shapes)
     for value in inputs:
         name = value.name
         if not value.type.HasField("tensor_type"):
@@ -190,6 +191,9 @@ def _plan_inputs(model, shapes: dict, keep_dynamic: bool) -> _InputPlan:
             plan.tvm_shapes[name] = list(shape)
             plan.run_shapes[name] = shape
             continue
+        # a dim named like one a --shape fixed takes that value (the model says they are equal)
+        model_dims = [named.get(d, d) if isinstance(d, str) and not keep_dynamic else d
+                      for d in model_dims]
         defaulted = tuple((axis, d) for axis, d in enumerate(model_dims) if isinstance(d, str))
         plan.run_shapes[name] = tuple(1 if isinstance(d, str) else d for d in model_dims)
         if not keep_dynamic:
@@ -207,6 +211,33 @@ def _plan_inputs(model, shapes: dict, keep_dynamic: bool) -> _InputPlan:
         symbols = dict.fromkeys(s for pairs in plan.defaulted.values() for _, s in pairs)
         plan.hint = f"dynamic dims {', '.join(symbols)} were set to 1"
     return plan
+
+
+def _named_dims_from_shapes(inputs, shapes: dict) -> dict[str, int]:
+    """Named dynamic dims (ONNX ``dim_param``) -> the value a user shape gives them.
+
+    Raises
+    ------
+    ShapeSpecError
+        If two user shapes give one named dim different values.
+    """
+    named: dict[str, tuple[int, str]] = {}
+    for value in inputs:
+        if value.name not in shapes or not value.type.tensor_type.HasField("shape"):
+            continue
+        dims = value.type.tensor_type.shape.dim
+        given = list(shapes[value.name]) if isinstance(shapes[value.name], (list, tuple)) else []
+        if len(given) != len(dims):
+            continue  # _check_user_shape reports the rank mismatch
+        for dim, v in zip(dims, given):
+            if dim.dim_value > 0 or not dim.dim_param:
+                continue
+            seen = named.setdefault(dim.dim_param, (int(v), value.name))
+            if seen[0] != int(v):
+                raise ShapeSpecError(
+                    f"dim '{dim.dim_param}' is {seen[0]} in --shape {seen[1]} but {v} in "
+                    f"--shape {value.name}; the model declares them equal")
+    return {k: v for k, (v, _) in named.items()}
 
 
 def _check_user_shape(name: str, shape, model_dims: list | None) -> tuple[int, ...]:

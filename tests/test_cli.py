@@ -161,7 +161,8 @@ def test_dynamic_dims_measured_at_range_ends(tmp_path):
     "dim, words",
     [("batch", "NAME=LO..HI"), ("batch=a..4", "integers"), ("batch=5..4", "LO <= HI"),
      ("seq=1..4", "not a symbolic dim"), ("batch=1..4:0", "step must be >= 1"),
-     ("batch=1..:2", "needs HI"), ("batch=1..4:", "NAME=LO..HI:STEP")],
+     ("batch=1..:2", "needs HI"), ("batch=1..4:", "NAME=LO..HI:STEP"),
+     ("batch=1..8:3", "HI must be LO + k * STEP (e.g. 1..7:3)")],
 )
 def test_bad_dim_spec_is_one_line(capsys, dim, words):
     line = _one_line_error(capsys, ["compile", str(shared_model("mobilenetv2-tiny.onnx")),
@@ -197,3 +198,23 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path):
 def test_bad_bucket_and_dispatch_options_are_one_line(capsys, argv, words):
     line = _one_line_error(capsys, ["compile", str(shared_model("mobilenetv2-tiny.onnx")), "-q"] + argv)
     assert words in line
+
+
+def test_stepped_dim_without_running_reports_the_plan(tmp_path):
+    """Regression: a --dim with :STEP crashed the text report after the whole build."""
+    report = tmp_path / "step.json"
+    status = main(["compile", str(shared_model("mobilenetv2-tiny.onnx")), "--dim", "batch=1..7:3",
+                   "--no-measure", "-q", "--report", str(report), "--time-limit", "0.2"])
+    assert status == 0
+    data = json.loads(report.read_text())
+    assert data["dims"] == {"batch": [1, 7, 3]}
+    assert [s["dims"]["batch"] for s in data["shapes"]][:2] == [1, 7]
+    assert all(s["dims"]["batch"] in (1, 4, 7) for s in data["shapes"])
+    assert all(s["runtime_alloc_bytes"] is None for s in data["shapes"])  # --no-measure: not run
+    assert data["ratio_check"] == {"shapes": 3, "enumerated": True, "max_ratio": 1.0, "pinned": 0}
+
+
+def test_every_symbolic_dim_needs_a_range(capsys):
+    line = _one_line_error(capsys, ["compile", str(shared_model("bert-tiny-randw.onnx")),
+                                    "--dim", "seq=1..16", "-q"])
+    assert "missing --dim for batch" in line

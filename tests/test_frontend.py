@@ -446,3 +446,19 @@ def test_onnxruntime_matches_mnist_reference_output():
     expected = numpy_helper.to_array(onnx.load_tensor(str(data_dir / "output_0.pb")))
     (output,) = run_onnxruntime(model, {"Input3": input_0})
     np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-3)
+
+
+def test_a_named_dim_fixed_by_one_shape_applies_to_every_input_that_shares_it():
+    """Regression: --shape input_ids=1,7 left attention_mask (same dims batch, seq) at 1x1."""
+    from relax_memplan.errors import ShapeSpecError
+    from tests.conftest import shared_model
+
+    from relax_memplan.onnx_prepare import STEP_NAMES
+
+    _, info = import_onnx(shared_model("bert-tiny-randw.onnx"), {"input_ids": (1, 7)},
+                          prepare_steps=STEP_NAMES)
+    assert info.input_shapes == {"input_ids": (1, 7), "attention_mask": (1, 7), "token_type_ids": (1, 7)}
+    assert info.defaulted_dims == {}
+    with pytest.raises(ShapeSpecError, match="dim 'seq' is 7 in --shape input_ids but 8"):
+        import_onnx(shared_model("bert-tiny-randw.onnx"), {"input_ids": (1, 7), "attention_mask": (1, 8)},
+                    prepare_steps=STEP_NAMES)
