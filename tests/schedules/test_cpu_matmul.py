@@ -1,5 +1,10 @@
 """CPU matmul schedules: numerics against numpy, that the rules apply, and the pipeline hook."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tvm
@@ -13,8 +18,11 @@ from relax_memplan.schedules import (
     cpu_schedule_pass,
     schedule_prim_func,
 )
+from tests.conftest import shared_model
+from tests.schedules.isolated_checks import dense3d_module
 
 TARGET = tvm.target.Target({"kind": "llvm"})
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RTOL = 1e-4
 
 
@@ -196,90 +204,17 @@ def test_pipeline_with_schedule_runs_symbolic_dense_end_to_end():
 # could straddle two batches as far as the analyzer knew, the write-back region became a loose
 # box (negative / repeated seq indices) and the stores corrupted the heap. StaticMatmul picked
 # its row tile from batch * seq (2-row tiles over 2 x 17 rows) and wrote back stale accumulators.
-# The runs below are in a subprocess, so a heap corruption fails the test instead of pytest.
-
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import textwrap  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BERT_TINY = Path("/work/shared/models/bert-tiny-randw.onnx")
-
-_DENSE3D_SRC = '''
-import numpy as np, tvm
-from tvm import relax, tirx
-from relax_memplan.pipeline import get_pipeline
-
-def module(batch, seq, k=64, n=96):
-    x = relax.Var("x", relax.TensorType([batch, seq, k], "float32"))
-    w = relax.Var("w", relax.TensorType([k, n], "float32"))
-    bias = relax.Var("bias", relax.TensorType([n], "float32"))
-    res = relax.Var("res", relax.TensorType([batch, seq, n], "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x, w, bias, res]):
-        with bb.dataflow():
-            y = bb.emit(relax.op.add(relax.op.matmul(x, w), bias))
-            out = bb.emit_output(bb.emit(relax.op.add(y, res)))
-        bb.emit_func_output(out)
-    return bb.get()
-
-def check(mod, shapes):
-    ex = tvm.compile(mod, "llvm", relax_pipeline=get_pipeline("llvm", schedule=True))
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((64, 96), dtype="float32")
-    bias = rng.standard_normal(96, dtype="float32")
-    for _ in range(3):  # repeated: heap damage often shows on a later allocation
-        for b, s in shapes:
-            x = rng.standard_normal((b, s, 64), dtype="float32")
-            res = rng.standard_normal((b, s, 96), dtype="float32")
-            out = vm["main"](*[tvm.runtime.tensor(v) for v in (x, w, bias, res)]).numpy()
-            np.testing.assert_allclose(out, x @ w + bias + res, rtol=1e-4, atol=1e-4,
-                                       err_msg=f"batch={b} seq={s}")
-
-check(module(tirx.Var("batch", "int64"), tirx.Var("seq", "int64")),
-      [(1, 17), (2, 5), (1, 1), (2, 128), (2, 17), (3, 3)])
-check(module(2, 17), [(2, 17)])  # static: StaticMatmul on 2 x 17 rows
-check(module(tirx.Var("batch", "int64"), 17), [(1, 17), (2, 17)])  # constant odd seq
-print("DENSE3D OK")
-'''
-
-_BERT_SRC = '''
-import numpy as np, tvm
-from tvm import relax
-from relax_memplan.frontend import import_onnx, run_onnxruntime
-from relax_memplan.pipeline import get_pipeline
-
-path = {path!r}
-mod, _ = import_onnx(path, keep_dynamic=True)
-ex = tvm.compile(mod, "llvm", relax_pipeline=get_pipeline(
-    "llvm", schedule=True, dim_ranges={{"batch": (1, 2), "seq": (1, 128)}}))
-vm = relax.VirtualMachine(ex, tvm.cpu())
-rng = np.random.default_rng(0)
-for b, s in [(1, 17), (2, 128), (1, 1), (1, 17)]:
-    feeds = {{"input_ids": rng.integers(0, 1000, (b, s)).astype("int64"),
-             "attention_mask": np.ones((b, s), "int64"),
-             "token_type_ids": np.zeros((b, s), "int64")}}
-    out = vm["main"](*[tvm.runtime.tensor(feeds[k])
-                       for k in ("input_ids", "attention_mask", "token_type_ids")])
-    outs = [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
-    ref = run_onnxruntime(path, feeds)
-    assert len(outs) == len(ref)
-    for got, want in zip(outs, ref):
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3, err_msg=f"({{b}}, {{s}})")
-print("BERT OK")
-'''
+# The runs are in a subprocess (tests/schedules/isolated_checks.py), so a heap corruption fails
+# the test instead of pytest.
 
 
-def _run_isolated(src, marker, timeout=180):
+def _run_isolated(call, marker, timeout=180):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
+    src = f"from tests.schedules import isolated_checks as c; {call}"
     try:
-        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(src)], env=env,
-                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        proc = subprocess.run([sys.executable, "-c", src], env=env, cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as err:  # corrupted heap can also deadlock
         pytest.fail(f"subprocess hung for {timeout} s: {err}")
     tail = (proc.stdout + proc.stderr)[-3000:]
@@ -288,40 +223,28 @@ def _run_isolated(src, marker, timeout=180):
 
 
 def test_dense3d_residual_symbolic_rows_in_bounds_subprocess():
-    _run_isolated(_DENSE3D_SRC, "DENSE3D OK")
+    _run_isolated("c.check_dense3d()", "DENSE3D OK")
 
 
 def test_dense3d_symbolic_write_back_is_exact():
     """The tile's write-back covers its own 4 rows of one batch: no min/max box bounds."""
-    b, s = tirx.Var("batch", "int64"), tirx.Var("seq", "int64")
-    x = relax.Var("x", relax.TensorType([b, s, 64], "float32"))
-    w = relax.Var("w", relax.TensorType([64, 96], "float32"))
-    bias = relax.Var("bias", relax.TensorType([96], "float32"))
-    res = relax.Var("res", relax.TensorType([b, s, 96], "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x, w, bias, res]):
-        with bb.dataflow():
-            y = bb.emit(relax.op.add(relax.op.matmul(x, w), bias))
-            out = bb.emit_output(bb.emit(relax.op.add(y, res)))
-        bb.emit_func_output(out)
-    func = _fused_kernel(bb.get())
+    func = _fused_kernel(dense3d_module(tirx.Var("batch", "int64"), tirx.Var("seq", "int64")))
     assert StaticMatmul().apply(func, TARGET, False) is None
     text = schedule_prim_func(func, TARGET).script()
     assert "T.min(" not in text and "T.max(" not in text
     assert "T.where(" in text  # the padded rows are guarded
 
 
-@pytest.mark.skipif(not BERT_TINY.exists(), reason="bert-tiny model not available")
 def test_bert_tiny_dynamic_scheduled_matches_onnxruntime_subprocess():
     pytest.importorskip("onnxruntime")
-    _run_isolated(_BERT_SRC.format(path=str(BERT_TINY)), "BERT OK")
+    path = shared_model("bert-tiny-randw.onnx")
+    _run_isolated(f"c.check_bert_tiny({str(path)!r})", "BERT OK")
 
 
 def test_bert_static_at_seq_1_builds_with_cpu_schedules_and_matches_onnxruntime():
     """dlight's CPU GEMV rule asserts on a reduction of length 1 (attention at seq 1): the
     guarded rule leaves that kernel unscheduled instead of failing the build."""
     from relax_memplan.compiler import compile_onnx
-    from tests.conftest import shared_model
 
     result = compile_onnx(shared_model("bert-tiny-randw.onnx"), None, verify=True, schedule=True)
     assert result.report.main.verified
