@@ -16,6 +16,7 @@ import tvm
 from tvm import relax
 
 from ..analysis.dims import STEP_ATTR, DimRange, signature_dims
+from ._module_util import replace_functions
 
 __all__ = ["AnnotateDimRanges"]
 
@@ -90,9 +91,4 @@ class AnnotateDimRanges:
                 f"dim(s) {', '.join(repr(u) for u in unknown)} not in any function signature "
                 f"(symbolic dims there: {have})"
             )
-        if not updates:
-            return mod
-        new_mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-        for gv, func in updates.items():
-            new_mod[gv] = func
-        return new_mod
+        return replace_functions(mod, updates)

@@ -68,6 +68,7 @@ from ..analysis.dims import DimRange, declared_ranges, signature_dims
 from ..analysis.liveness import SYMBOLIC_SHAPE, TensorLiveness, analyze_liveness
 from ..planner import Buffer, PlanError, peak_live_bytes, plan, stacked_offsets, stacking_order
 from ._arena_rewrite import ArenaRewriter, alloc_arena
+from ._module_util import replace_functions
 from ._args import check_planner_args
 from ._dynamic_exprs import ExpressionTooLarge, aligned, bound_analyzer, plan_exprs
 from ._dynamic_plan import DynamicFunctionPlan, Piece, count_points, range_points, sample_points
@@ -416,10 +417,7 @@ class PlanDynamicMemory:
             updates[gv] = new_func.with_attrs({"relax_memplan.strategy": self.strategy})
         if not updates:
             return mod
-        new_mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-        for gv, func in updates.items():
-            new_mod[gv] = func
-        return relax.transform.Normalize()(new_mod)
+        return relax.transform.Normalize()(replace_functions(mod, updates))
 
 
 def _check_buckets(strategy: str, buckets) -> Dict[str, Tuple[int, ...]]:

@@ -44,6 +44,7 @@ from tvm import relax
 from ..analysis.liveness import FunctionLiveness, TensorLiveness, analyze_liveness
 from ..planner import Buffer, peak_live_bytes, plan, validate
 from ._arena_rewrite import ArenaRewriter, alloc_arena
+from ._module_util import replace_functions
 from ._args import check_planner_args
 
 __all__ = ["PlanStaticMemory", "ArenaPlan", "FunctionPlan"]
@@ -237,7 +238,4 @@ class PlanStaticMemory:
             updates[gv] = new_func
         if not updates:
             return mod
-        new_mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(mod.functions, attrs=mod.attrs)
-        for gv, func in updates.items():
-            new_mod[gv] = func
-        return relax.transform.Normalize()(new_mod)
+        return relax.transform.Normalize()(replace_functions(mod, updates))
