@@ -10,7 +10,6 @@ allocate with the lower bound at that shape.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -21,6 +20,7 @@ from .analysis.dims import DimRange, evaluate_int
 from .compiler import build, max_abs_error
 from .errors import RelaxMemplanError, ShapeSpecError, summarize_error
 from .runtime import run_and_measure
+from .transform._dynamic_plan import sample_points
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule, dispatch_path
@@ -166,20 +166,11 @@ class DynamicReport:
 
 
 def _sample_dims(ranges: Mapping[str, Tuple], count: int, seed: int) -> List[Dict[str, int]]:
-    """The range ends, then random shapes on each dim's grid (an unbounded dim up to 4x its lower)."""
-    rng = random.Random(seed)
-    axes = {}
-    for n, r in ranges.items():
-        lo, hi, step = max(r[0], 1), r[1], (r[2] if len(r) > 2 else 1)
-        lo = r[0] + -(-(lo - r[0]) // step) * step
-        axes[n] = range(lo, (hi if hi is not None else 4 * lo) + 1, step)
-    points = [{n: a[0] for n, a in axes.items()}, {n: a[-1] for n, a in axes.items()}]
-    while len(points) < max(count, 2) and len(points) < 64:
-        p = {n: rng.choice(a) for n, a in axes.items()}
-        if p not in points:
-            points.append(p)
-        elif all(len(a) == 1 for a in axes.values()):
-            break
+    """``count`` shapes: the range ends, then random shapes on each dim's grid (an unbounded dim
+    up to 4x its lower bound), as the planner samples them."""
+    dim_ranges = {n: DimRange(*r) for n, r in ranges.items()}
+    lows = {n: r.values()[0] if r.upper is not None else max(r.lower, 1) for n, r in dim_ranges.items()}
+    points = sample_points(dim_ranges, list(dim_ranges), lows, 4 * count + 8, seed)
     return points[: max(count, 2)]
 
 

@@ -338,12 +338,20 @@ class PlanDynamicMemory:
             fplan.notes.append(f"{len(bad)} shapes above {self.max_ratio} x the lower bound; "
                                f"pinned the {self.max_pinned} most wasteful")
         fplan.pieces = pins + fplan.pieces
-        self._record_check(fplan, points, enumerated)
+        self._record_check(fplan, points, enumerated, measured)
 
-    def _record_check(self, fplan, points, enumerated) -> None:
+    def _record_check(self, fplan, points, enumerated, measured=None) -> None:
+        """Worst ratio over ``points`` (and their heights, kept when they are every shape).
+
+        ``measured``: ``(point, height, lower bound)`` from before pinning; only the
+        pinned points changed since, so only they are measured again.
+        """
+        pinned = [p.when for p in fplan.pieces if p.kind == "pinned"]
+        known = measured if measured is not None else [(p, None, None) for p in points]
         worst, heights = 1.0, {}
-        for p in points:
-            height, lb = fplan.ratio_at(p)
+        for p, height, lb in known:
+            if height is None or p in pinned:
+                height, lb = fplan.ratio_at(p)
             heights[tuple(p[n] for n in fplan.used_dims)] = height
             worst = max(worst, height / lb if lb else 1.0)
         fplan.checked = {"shapes": len(points), "enumerated": enumerated, "max_ratio": round(worst, 4),
