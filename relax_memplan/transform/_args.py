@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..planner import ALGORITHMS
 
-__all__ = ["check_planner_args"]
+__all__ = ["check_planner_args", "check_buckets"]
 
 
 def check_planner_args(
@@ -41,3 +41,37 @@ def check_planner_args(
     if not math.isfinite(time_limit_s) or time_limit_s <= 0:
         raise ValueError(f"time_limit_s must be a finite number > 0, got {time_limit_s}")
     return alignment_bytes, algorithms, float(time_limit_s)
+
+
+def check_buckets(buckets) -> Dict[str, Tuple[int, ...]]:
+    """Validate ``{dim name: bucket values}``; values de-duplicated, in the order given.
+
+    Raises
+    ------
+    TypeError
+        Not a mapping of non-empty names to sequences of ints.
+    ValueError
+        An empty value list or a value < 1.
+    """
+    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Mapping):
+        raise TypeError(f"buckets must map var names to bucket values, got {buckets!r}")
+    out: Dict[str, Tuple[int, ...]] = {}
+    for name, values in buckets.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"bucket var names must be non-empty strings, got {name!r}")
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise TypeError(f"buckets['{name}'] must be a list of ints (any sequence of ints), "
+                            f"got {values!r}")
+        if not values:
+            raise ValueError(f"buckets['{name}'] is empty; give at least one bucket value")
+        clean: List[int] = []
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"buckets['{name}'] must hold ints, got {v!r}")
+            if v <= 0:
+                raise ValueError(f"bucket value {v} of var '{name}' is not positive (a value < 1 "
+                                 f"cannot be a dim)")
+            if v not in clean:
+                clean.append(v)
+        out[name] = tuple(clean)
+    return out

@@ -69,7 +69,7 @@ from ..analysis.liveness import SYMBOLIC_SHAPE, TensorLiveness, analyze_liveness
 from ..planner import Buffer, PlanError, peak_live_bytes, plan, stacked_offsets, stacking_order
 from ._arena_rewrite import ArenaRewriter, alloc_arena
 from ._module_util import replace_functions
-from ._args import check_planner_args
+from ._args import check_buckets, check_planner_args
 from ._dynamic_exprs import ExpressionTooLarge, aligned, bound_analyzer, plan_exprs
 from ._dynamic_plan import DynamicFunctionPlan, Piece, count_points, range_points, sample_points
 from ._size_classes import class_arena, output_storages
@@ -433,14 +433,4 @@ def _check_buckets(strategy: str, buckets) -> Dict[str, Tuple[int, ...]]:
         if strategy == "buckets":
             raise ValueError("strategy 'buckets' needs buckets, e.g. {'seq': [64, 128]}")
         return {}
-    if not isinstance(buckets, Mapping):
-        raise TypeError(f"buckets must be a mapping of dim name to values, got {buckets!r}")
-    out = {}
-    for name, values in buckets.items():
-        if isinstance(values, (int, str)) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                                      for v in values):
-            raise TypeError(f"buckets['{name}'] must be a list of ints, got {values!r}")
-        if any(v < 1 for v in values):
-            raise ValueError(f"buckets['{name}'] has a value < 1: {list(values)}")
-        out[str(name)] = tuple(sorted(set(values)))
-    return out
+    return {name: tuple(sorted(values)) for name, values in check_buckets(buckets).items()}

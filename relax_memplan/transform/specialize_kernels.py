@@ -75,6 +75,7 @@ from tvm import relax, s_tir, tirx
 from tvm.target import Target
 
 from ..analysis.dims import declared_ranges
+from ._args import check_buckets
 
 __all__ = ["SpecializeKernels", "dispatch_path", "dlight_schedule", "backend_schedule", "GENERIC",
            "BUCKETS_ATTR"]
@@ -88,29 +89,6 @@ BUCKETS_ATTR = "relax_memplan.buckets"
 """PrimFunc attribute written on a specialized kernel: var name -> bucket values."""
 
 _IS_SCHEDULED = "tirx.is_scheduled"
-
-
-def _check_buckets(buckets) -> Dict[str, Tuple[int, ...]]:
-    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Mapping):
-        raise TypeError(f"buckets must map var names to bucket values, got {buckets!r}")
-    out: Dict[str, Tuple[int, ...]] = {}
-    for name, values in buckets.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"bucket var names must be non-empty strings, got {name!r}")
-        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
-            raise TypeError(f"buckets['{name}'] must be a sequence of ints, got {values!r}")
-        if not values:
-            raise ValueError(f"buckets['{name}'] is empty; give at least one bucket value")
-        clean: List[int] = []
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"buckets['{name}'] must hold ints, got {v!r}")
-            if v <= 0:
-                raise ValueError(f"bucket value {v} of var '{name}' is not positive")
-            if v not in clean:
-                clean.append(v)
-        out[name] = tuple(clean)
-    return out
 
 
 def dispatch_path(specialized: Mapping[str, Mapping[str, Sequence[int]]],
@@ -375,7 +353,7 @@ class SpecializeKernels:
 
     def __init__(self, buckets: Mapping[str, Sequence[int]], schedule: Optional[ScheduleFn] = None,
                  target: Union[str, dict, Target, None] = None):
-        self.buckets = _check_buckets(buckets)
+        self.buckets = check_buckets(buckets)
         if schedule is not None and not callable(schedule):
             raise TypeError(f"schedule must be callable, got {schedule!r}")
         self.schedule = schedule
