@@ -186,6 +186,7 @@ class DynamicFunctionPlan:
     fallback_reason: Optional[str] = None
     notes: List[str] = field(default_factory=list)
     _evaluators: Dict[str, object] = field(default_factory=dict, repr=False)
+    _ranges: Dict[str, Tuple[int, int]] = field(default_factory=dict, repr=False)
 
     @property
     def generic(self) -> Piece:
@@ -203,8 +204,10 @@ class DynamicFunctionPlan:
         return {u: max(f(dims), 1) for u, f in self._evaluators.items()}
 
     def buffers_at(self, dims: Mapping[str, int]) -> List[Buffer]:
-        tensors = {t.uid: t for t in self.liveness.tensors}
-        return [Buffer(u, tensors[u].start, tensors[u].end, s, self.alignment_bytes)
+        if len(self._ranges) != len(self.planned):  # live ranges, once (called per shape)
+            tensors = {t.uid: t for t in self.liveness.tensors}
+            self._ranges = {u: (tensors[u].start, tensors[u].end) for u in self.planned}
+        return [Buffer(u, *self._ranges[u], s, self.alignment_bytes)
                 for u, s in self.sizes_at(dims).items()]
 
     def piece_for(self, dims: Mapping[str, int]) -> Piece:
