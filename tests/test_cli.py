@@ -218,3 +218,14 @@ def test_every_symbolic_dim_needs_a_range(capsys):
     line = _one_line_error(capsys, ["compile", str(shared_model("bert-tiny-randw.onnx")),
                                     "--dim", "seq=1..16", "-q"])
     assert "missing --dim for batch" in line
+
+
+def test_dynamic_table_keeps_columns_apart_at_large_ratios():
+    """Regression: a ratio >= 100 ran into the next column ('917,504292.571')."""
+    from relax_memplan.dynamic_compile import DynamicReport, ShapeMeasurement
+
+    report = DynamicReport(model="m", strategy="upper_bound", dims={"seq": (1, 128)})
+    report.shapes.append(ShapeMeasurement(dims={"seq": 1}, runtime_alloc_bytes=918_016,
+                                          arena_bytes=917_504, lower_bound_bytes=3_136))
+    row = report.format_text().splitlines()[3]
+    assert row.split() == ["seq=1", "3,136", "917,504", "292.571", "918,016", "-", "-"]

@@ -169,3 +169,12 @@ def test_buckets_dispatch_and_size_classes_load(tmp_path):
     assert config.planner.buckets == {"seq": (64, 128)} and config.planner.size_classes
     assert config.dispatch == {"seq": (64,)} and config.schedule
     assert config.to_dict()["planner"]["buckets"] == {"seq": [64, 128]}
+
+
+def test_size_class_growth_loads_and_is_checked(tmp_path):
+    cfg = tmp_path / "growth.yaml"
+    cfg.write_text("planner:\n  size_classes: true\n  size_class_growth: 2\n")
+    assert load_config(cfg).planner.size_class_growth == 2.0
+    cfg.write_text("planner:\n  size_class_growth: 1.0\n")
+    with pytest.raises(ConfigError, match="planner.size_class_growth must be > 1"):
+        load_config(cfg)
