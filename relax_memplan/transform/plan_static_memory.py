@@ -25,6 +25,26 @@ What it does
    offset, by ``R.memory.ensure_zero_offset`` (``vm.builtin.ensure_zero_offset``
    once lowered: a zero-copy view at a 64-byte-aligned offset; kernels assert
    ``byte_offset == 0``).
+4. Never worse than TVM: the function is kept only if it allocates no more
+   than with TVM's ``StaticPlanBlockMemory`` alone; otherwise it is left
+   untouched (TVM's planner, which runs next, plans it) and
+   :attr:`FunctionPlan.fallback` says why. Both figures come from running
+   ``StaticPlanBlockMemory`` on a copy of the module (without and with our
+   arenas) and reading the result with
+   :func:`relax_memplan.analysis.storage.summarize_storage`.
+
+What "allocate" means
+---------------------
+The bytes one call of the function requests from ``vm.builtin.alloc_storage``
+for its constant-size allocations (what the VM's instrument hook sees, and what
+the naive allocator really allocates): every ``R.memory.alloc_storage`` (our
+arenas, whose tensor sizes are rounded up to ``alignment_bytes``, and TVM's
+storage tokens) plus every ``R.builtin.alloc_tensor`` no planner took
+(function outputs, If results TVM does not plan), each of which becomes its own
+``alloc_storage`` of the tensor's exact bytes. An ``R.If`` counts its larger
+branch. Our views at non-zero offsets cost nothing: they are 64-byte aligned,
+so ``ensure_zero_offset`` never copies. Allocations sized at run time are the
+same in both builds (this pass leaves them) and are not counted.
 
 Function attributes
 -------------------
@@ -42,6 +62,7 @@ import tvm
 from tvm import relax
 
 from ..analysis.liveness import FunctionLiveness, TensorLiveness, analyze_liveness
+from ..analysis.storage import summarize_storage
 from ..planner import Buffer, peak_live_bytes, plan, validate
 from ._arena_rewrite import ArenaRewriter, alloc_arena
 from ._module_util import replace_functions
@@ -84,11 +105,35 @@ class ArenaPlan:
 
 @dataclass
 class FunctionPlan:
-    """What :class:`PlanStaticMemory` decided for one function."""
+    """What :class:`PlanStaticMemory` decided for one function.
+
+    Attributes
+    ----------
+    name : str
+        Function name.
+    liveness : FunctionLiveness
+        Live ranges of the function's allocations.
+    arenas : list of ArenaPlan
+        The arenas placed in the function (empty when :attr:`fallback` is set).
+    rejected_arenas : list of ArenaPlan
+        The arenas planned but not used because TVM's plan is smaller.
+    bytes_per_call : int or None
+        Bytes the function allocates per call with our arenas (see the module
+        docstring for what is counted); ``None`` if nothing was planned.
+    tvm_bytes_per_call : int or None
+        The same with TVM's ``StaticPlanBlockMemory`` alone.
+    fallback : str or None
+        Why our plan was not used (``"TVM's plan is smaller (288 B vs our 528 B)"``);
+        ``None`` when it is used or nothing was planned.
+    """
 
     name: str
     liveness: FunctionLiveness
     arenas: List[ArenaPlan] = field(default_factory=list)
+    rejected_arenas: List[ArenaPlan] = field(default_factory=list)
+    bytes_per_call: Optional[int] = None
+    tvm_bytes_per_call: Optional[int] = None
+    fallback: Optional[str] = None
 
     @property
     def arena_bytes(self) -> int:
@@ -151,6 +196,19 @@ def _plan_function(
     return arenas
 
 
+def _bytes_per_call(mod: tvm.IRModule) -> Dict[str, int]:
+    """Bytes each Relax function of ``mod`` allocates per call once ``StaticPlanBlockMemory``
+    has planned what is left (constant sizes; an ``R.If`` counts its larger branch)."""
+    planned = relax.transform.StaticPlanBlockMemory()(mod)
+    return {gv.name_hint: summarize_storage(func).static_total_bytes
+            for gv, func in planned.functions_items() if isinstance(func, relax.Function)}
+
+
+def _tvm_bytes_per_call(mod: tvm.IRModule) -> Dict[str, int]:
+    """:func:`_bytes_per_call` of the module before our pass: TVM's plan alone."""
+    return _bytes_per_call(mod)
+
+
 def _rewriter_for(fplan: FunctionPlan) -> ArenaRewriter:
     prologue, placement = [], {}
     by_uid = {t.uid: t for t in fplan.liveness.tensors}
@@ -170,7 +228,9 @@ class PlanStaticMemory:
     Must run after ``CallTIRRewrite`` and before ``LowerAllocTensor``, in place
     of ``StaticPlanBlockMemory``; follow it with ``StaticPlanBlockMemory`` so
     that what it leaves (see :mod:`relax_memplan.analysis.liveness`) keeps
-    TVM's behaviour.
+    TVM's behaviour. A function whose arenas would make it allocate more per
+    call than TVM's plan alone (tiny tensors, where 64-byte alignment costs
+    more than sharing saves) is left to TVM: never worse than TVM's plan.
 
     Parameters
     ----------
@@ -188,7 +248,8 @@ class PlanStaticMemory:
     Attributes
     ----------
     plans : dict of str to FunctionPlan
-        Filled when the pass runs: per function, the liveness and the arenas.
+        Filled when the pass runs: per function, the liveness, the arenas, the
+        bytes per call with ours and with TVM's plan, and the fallback reason.
 
     Raises
     ------
@@ -238,4 +299,24 @@ class PlanStaticMemory:
             updates[gv] = new_func
         if not updates:
             return mod
+        updates = self._keep_if_not_worse_than_tvm(mod, updates)
+        if not updates:
+            return mod
         return relax.transform.Normalize()(replace_functions(mod, updates))
+
+    def _keep_if_not_worse_than_tvm(self, mod: tvm.IRModule, updates: Dict) -> Dict:
+        """The updates whose function allocates no more per call than with TVM's plan alone;
+        the others are dropped and their :class:`FunctionPlan` says why."""
+        theirs = _tvm_bytes_per_call(mod)
+        ours = _bytes_per_call(replace_functions(mod, updates))
+        kept = {}
+        for gv, new_func in updates.items():
+            fplan = self.plans[gv.name_hint]
+            fplan.bytes_per_call, fplan.tvm_bytes_per_call = ours[gv.name_hint], theirs[gv.name_hint]
+            if fplan.bytes_per_call <= fplan.tvm_bytes_per_call:
+                kept[gv] = new_func
+                continue
+            fplan.fallback = (f"TVM's plan is smaller ({fplan.tvm_bytes_per_call:,} B vs our "
+                              f"{fplan.bytes_per_call:,} B per call)")
+            fplan.rejected_arenas, fplan.arenas = fplan.arenas, []
+        return kept

@@ -139,3 +139,52 @@ def test_pipeline_is_registered_by_name():
     assert isinstance(relax.get_pipeline("relax_memplan", target="llvm"), tvm.transform.Pass)
     with pytest.raises(ValueError, match="planner"):
         get_pipeline("llvm", planner="nope")
+
+
+@I.ir_module
+class TinyMatmuls:
+    """Two live (6, 6) float32 intermediates: 144 B each, 192 B at a 64-byte-aligned offset,
+    so our arena (384 B) is larger than TVM's two exact-size tokens (288 B)."""
+
+    @R.function
+    def main(x: R.Tensor((6, 6), "float32")):
+        with R.dataflow():
+            a = R.matmul(x, x)
+            b = R.matmul(a, a)
+            c = R.matmul(b, b)
+            R.output(c)
+        return c
+
+
+def test_tiny_tensors_keep_tvms_plan():
+    from tests.conftest import lower_to_alloc_form
+
+    lowered = lower_to_alloc_form(TinyMatmuls)
+    plan_pass = PlanStaticMemory()
+    planned = plan_pass(lowered)
+    fplan = plan_pass.plans["main"]
+    assert fplan.fallback == "TVM's plan is smaller (432 B vs our 528 B per call)"
+    assert (fplan.tvm_bytes_per_call, fplan.bytes_per_call) == (432, 528)
+    assert fplan.arenas == [] and fplan.rejected_arenas[0].arena_bytes == 384
+    tvm.ir.assert_structural_equal(planned["main"], lowered["main"])
+
+
+def test_our_plan_is_kept_when_it_is_not_larger(builds):
+    fplan = builds[0].plans["main"]
+    assert fplan.fallback is None and fplan.arenas
+    assert fplan.bytes_per_call <= fplan.tvm_bytes_per_call
+
+
+def test_fallback_is_taken_whenever_tvms_figure_is_smaller(monkeypatch):
+    """The guarantee can fail: with TVM's figure forced below ours, our plan is dropped."""
+    from relax_memplan.transform import plan_static_memory
+    from tests.conftest import lower_to_alloc_form
+
+    monkeypatch.setattr(plan_static_memory, "_tvm_bytes_per_call", lambda mod: {"main": 1})
+    lowered = lower_to_alloc_form(BranchesAndViews)
+    plan_pass = PlanStaticMemory()
+    planned = plan_pass(lowered)
+    fplan = plan_pass.plans["main"]
+    assert fplan.fallback.startswith("TVM's plan is smaller (1 B vs our ")
+    assert fplan.arenas == [] and fplan.rejected_arenas
+    tvm.ir.assert_structural_equal(planned["main"], lowered["main"])
