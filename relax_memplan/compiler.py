@@ -197,24 +197,29 @@ def compile_module(
     for fname, fplan in plan_pass.plans.items():
         ours, theirs = ours_rec.summaries.get(fname), tvm_rec.summaries.get(fname)
         live = fplan.liveness
+        placed = {uid for arena in fplan.arenas for uid in arena.offsets}
         functions[fname] = FunctionMemoryReport(
             name=fname,
             num_tensors=len(live.tensors),
-            num_planned=len(live.plannable),
+            num_planned=len(placed),
             left_to_tvm=[
-                {"tensor": t.uid, "size_bytes": t.size_bytes, "reason": t.reason}
-                for t in live.left_to_tvm
+                {"tensor": t.uid, "size_bytes": t.size_bytes,
+                 "reason": t.reason or "TVM's plan of the function is smaller"}
+                for t in live.tensors if t.uid not in placed
             ],
             lower_bound_bytes=fplan.lower_bound_bytes,
             unaligned_lower_bound_bytes=fplan.unaligned_lower_bound_bytes,
             arena_bytes=fplan.arena_bytes,
             planned_bytes=ours.planned_bytes if ours else fplan.arena_bytes,
             unplanned_bytes=ours.unplanned_bytes if ours else 0,
-            tvm_default_bytes=theirs.planned_bytes if theirs else 0,
+            tvm_default_bytes=theirs.static_total_bytes if theirs else 0,
             tvm_default_unplanned_bytes=theirs.unplanned_bytes if theirs else 0,
             num_runtime_sized_allocs=ours.num_symbolic if ours else 0,
             algorithm=", ".join(sorted({a.algorithm for a in fplan.arenas})),
+            fallback=fplan.fallback,
         )
+        if fplan.fallback:
+            notes = [*notes, f"function {fname} keeps TVM's memory plan: {fplan.fallback}"]
     report = MemoryReport(model=name, target=str(tgt.kind.name), inputs={}, functions=functions,
                           notes=list(notes))
     outputs = None

@@ -4,10 +4,15 @@ All sizes are bytes. ``lower_bound_bytes`` is the peak of live bytes over the
 tensors our planner placed, each rounded up to the 64-byte offset alignment the
 VM needs (no aligned plan of those tensors can use less);
 ``unaligned_lower_bound_bytes`` is the same peak with exact sizes;
-``arena_bytes`` is the size of our arena(s); ``tvm_default_bytes`` is what
-TVM's ``StaticPlanBlockMemory`` allocates as planned storage for the same
-function in the same pipeline; ``runtime_alloc_bytes`` is the sum of the
-``alloc_storage`` requests the VM made during one call (outputs included).
+``arena_bytes`` is the size of our arena(s); ``expected_runtime_alloc_bytes``
+is what one call of our build allocates according to its static plan, and
+``tvm_default_bytes`` the same for the same pipeline with TVM's
+``StaticPlanBlockMemory`` alone (both count every constant-size
+``alloc_storage`` request: planned storage, outputs and the tensors a planner
+leaves, the larger branch of an ``R.If``), so ``saved_bytes`` compares like
+with like; ``runtime_alloc_bytes`` is the sum of the ``alloc_storage``
+requests the VM made during one call (outputs included). Where our plan would
+allocate more than TVM's, the function keeps TVM's plan and ``fallback`` says so.
 """
 
 from __future__ import annotations
@@ -50,14 +55,20 @@ class FunctionMemoryReport:
     unplanned_bytes : int
         Constant-size tensors no planner takes (function outputs), per call.
     tvm_default_bytes : int
-        Planned storage of TVM's ``StaticPlanBlockMemory`` alone.
+        What one call allocates with TVM's ``StaticPlanBlockMemory`` alone:
+        its planned storage plus the tensors it leaves unplanned (outputs,
+        ``R.If`` results, values crossing blocks), the larger ``R.If`` branch;
+        compare with :attr:`expected_runtime_alloc_bytes`.
     tvm_default_unplanned_bytes : int
-        Unplanned bytes in TVM's pipeline (outputs), per call.
+        The part of ``tvm_default_bytes`` in tensors TVM's planner leaves.
     num_runtime_sized_allocs : int
         Allocations (with our pipeline) whose size is only known at run time
         (symbolic shapes); they are not in ``planned_bytes``/``unplanned_bytes``.
     algorithm : str
         Placement algorithm that won the best-of selection.
+    fallback : str or None
+        Why the function keeps TVM's plan instead of ours (ours would allocate
+        more per call), e.g. ``"TVM's plan is smaller (288 B vs our 528 B per call)"``.
     runtime_alloc_bytes, runtime_num_allocs : int or None
         Measured with our pipeline (naive VM allocator), one call.
     tvm_default_runtime_alloc_bytes, tvm_default_runtime_num_allocs : int or None
@@ -83,6 +94,7 @@ class FunctionMemoryReport:
     tvm_default_unplanned_bytes: int = 0
     num_runtime_sized_allocs: int = 0
     algorithm: str = ""
+    fallback: Optional[str] = None
     runtime_alloc_bytes: Optional[int] = None
     runtime_num_allocs: Optional[int] = None
     tvm_default_runtime_alloc_bytes: Optional[int] = None
@@ -95,6 +107,18 @@ class FunctionMemoryReport:
     def expected_runtime_alloc_bytes(self) -> int:
         """What the static plan says one call allocates: planned + unplanned bytes."""
         return self.planned_bytes + self.unplanned_bytes
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes per call TVM's default build allocates more than ours (static plans)."""
+        return self.tvm_default_bytes - self.expected_runtime_alloc_bytes
+
+    @property
+    def saved_percent(self) -> Optional[float]:
+        """:attr:`saved_bytes` in percent of ``tvm_default_bytes`` (None if that is 0)."""
+        if not self.tvm_default_bytes:
+            return None
+        return 100.0 * self.saved_bytes / self.tvm_default_bytes
 
     @property
     def runtime_matches_plan(self) -> Optional[bool]:
@@ -119,9 +143,12 @@ class FunctionMemoryReport:
         d["expected_runtime_alloc_bytes"] = self.expected_runtime_alloc_bytes
         d["runtime_matches_plan"] = self.runtime_matches_plan
         d["verified"] = self.verified
+        d["saved_bytes"] = self.saved_bytes
+        d["saved_percent"] = None if self.saved_percent is None else round(self.saved_percent, 2)
         d["ratios"] = {
             "arena_over_lower_bound": _ratio(self.arena_bytes, self.lower_bound_bytes),
-            "planned_over_tvm_default": _ratio(self.planned_bytes, self.tvm_default_bytes),
+            "total_over_tvm_default": _ratio(self.expected_runtime_alloc_bytes,
+                                             self.tvm_default_bytes),
             "arena_over_tvm_default": _ratio(self.arena_bytes, self.tvm_default_bytes),
             "runtime_over_tvm_default_runtime": _ratio(
                 self.runtime_alloc_bytes, self.tvm_default_runtime_alloc_bytes
@@ -208,15 +235,17 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
     if f.unaligned_lower_bound_bytes != lb:
         lines.append(row("  same, exact sizes", f.unaligned_lower_bound_bytes))
     lines.append(row("our arena", f.arena_bytes))
+    if f.fallback:
+        lines.append(f"  our arena not used: {f.fallback}; TVM's StaticPlanBlockMemory plans it")
     if f.planned_bytes != f.arena_bytes:
         lines.append(row("our planned total (arena + TVM)", f.planned_bytes))
-    lines.append(row("TVM default (StaticPlanBlockMemory)", f.tvm_default_bytes))
-    if f.tvm_default_bytes:
-        saved = f.tvm_default_bytes - f.planned_bytes
-        lines.append(
-            f"  {'saved vs TVM default':<38}{_fmt_bytes(saved):>30}  {100.0 * saved / f.tvm_default_bytes:.1f} %"
-        )
     lines.append(f"  {'outputs / unplanned, per call':<38}{_fmt_bytes(f.unplanned_bytes):>30}")
+    lines.append(row("our build, per call", f.expected_runtime_alloc_bytes))
+    lines.append(row("TVM default build, per call", f.tvm_default_bytes))
+    if f.saved_percent is not None:
+        label = "saved vs TVM default" if f.saved_bytes >= 0 else "MORE than TVM default"
+        lines.append(f"  {label:<38}{_fmt_bytes(abs(f.saved_bytes)):>30}  "
+                     f"{abs(f.saved_percent):.1f} %")
     if f.runtime_alloc_bytes is not None:
         agree = "matches the plan" if f.runtime_matches_plan else (
             f"DIFFERS from the plan ({_fmt_bytes(f.expected_runtime_alloc_bytes)})"

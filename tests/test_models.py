@@ -1,7 +1,7 @@
 """Real ONNX models from ../shared/models compiled with our pipeline, against onnxruntime and TVM.
 
-For each model: numerics within ``1e-4 * max|ref| + 1e-5`` of onnxruntime, our arena no larger
-than TVM's default plan and within 2 % of the lower bound (peak live bytes), and the bytes the VM
+For each model: numerics within ``1e-4 * max|ref| + 1e-5`` of onnxruntime, our arena and our
+whole build (per call) no larger than TVM's default build and within 2 % of the lower bound (peak live bytes), and the bytes the VM
 allocates at run time equal to what the static plan says.
 """
 
@@ -52,6 +52,7 @@ def test_model_matches_onnxruntime_and_beats_tvm(name, shapes, values):
     assert main.num_planned > 0
     assert main.arena_bytes <= main.tvm_default_bytes
     assert main.planned_bytes <= main.tvm_default_bytes
+    assert main.expected_runtime_alloc_bytes <= main.tvm_default_bytes
     assert main.arena_bytes <= 1.02 * main.lower_bound_bytes
     assert main.runtime_alloc_bytes == main.expected_runtime_alloc_bytes
     assert main.runtime_alloc_bytes <= main.tvm_default_runtime_alloc_bytes

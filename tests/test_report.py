@@ -1,0 +1,44 @@
+"""The memory report: like-for-like savings against TVM's default build, and the fallback."""
+
+from relax_memplan.report import FunctionMemoryReport, MemoryReport
+
+
+def _report(**fields):
+    f = FunctionMemoryReport(name="main", num_tensors=3, num_planned=2, **fields)
+    return MemoryReport(model="m", target="llvm", inputs={}, functions={"main": f})
+
+
+def test_saved_compares_whole_builds_per_call():
+    """Regression for "saved -200 %": TVM's planned storage alone (128 B) was compared with our
+    planned storage (384 B) although both builds allocate 512 B per call."""
+    report = _report(arena_bytes=384, planned_bytes=384, unplanned_bytes=128,
+                     tvm_default_bytes=512, tvm_default_unplanned_bytes=384)
+    main = report.main
+    assert (main.saved_bytes, main.saved_percent) == (0, 0.0)
+    text = report.format_text()
+    assert "-" not in text.split("saved vs TVM default")[1].splitlines()[0]
+    assert report.to_dict()["saved_percent"] == 0.0
+
+
+def test_saved_percent_is_consistent_with_the_bytes_shown():
+    main = _report(arena_bytes=8_512, planned_bytes=8_512, unplanned_bytes=1_028,
+                   tvm_default_bytes=13_917).main
+    assert main.saved_bytes == 13_917 - 9_540
+    assert main.saved_percent == 100 * 4_377 / 13_917
+    assert "4,377 B (4.27 KiB)  31.5 %" in _report(
+        planned_bytes=8_512, unplanned_bytes=1_028, tvm_default_bytes=13_917).format_text()
+
+
+def test_more_than_tvm_is_said_in_words_not_as_a_negative_saving():
+    text = _report(planned_bytes=600, tvm_default_bytes=500).format_text()
+    assert "MORE than TVM default" in text and "100 B  20.0 %" in text
+    assert "saved vs TVM default" not in text
+
+
+def test_fallback_is_shown():
+    reason = "TVM's plan is smaller (432 B vs our 528 B per call)"
+    report = _report(planned_bytes=288, unplanned_bytes=144, tvm_default_bytes=432,
+                     fallback=reason)
+    assert f"our arena not used: {reason}" in report.format_text()
+    assert report.to_dict()["fallback"] == reason
+    assert report.to_dict()["functions"]["main"]["fallback"] == reason
