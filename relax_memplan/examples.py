@@ -1,4 +1,4 @@
-"""A built-in example ONNX model, so the CLI runs with no file at hand.
+"""Built-in example ONNX models, so the CLI and the benchmarks run with no file at hand.
 
 :func:`example_cnn` builds a small MobileNetV2-style classifier with
 ``onnx.helper``: a strided stem convolution, inverted-residual blocks
@@ -6,6 +6,9 @@
 shapes allow), global average pooling and a Gemm classifier. The skip
 connections keep tensors live across several operators, which is what makes
 arena planning non-trivial. Weights are random with a fixed seed.
+
+:func:`example_tiny_matmuls` is a graph of tiny tensors where 64-byte-aligned
+offsets cost more than sharing saves: our planner keeps TVM's plan for it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["example_cnn", "EXAMPLE_INPUT_NAME", "EXAMPLE_INPUT_SHAPE"]
+__all__ = ["example_cnn", "example_tiny_matmuls", "EXAMPLE_INPUT_NAME", "EXAMPLE_INPUT_SHAPE"]
 
 EXAMPLE_INPUT_NAME = "image"
 EXAMPLE_INPUT_SHAPE = (1, 3, 96, 96)
@@ -108,4 +111,32 @@ def example_cnn(seed: int = 0) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
+    return model
+
+
+def example_tiny_matmuls(size: int = 6) -> onnx.ModelProto:
+    """``x[size, size]`` -> MatMul -> MatMul -> MatMul (each squaring its input).
+
+    Two intermediates are live together; at ``size=6`` each is 144 bytes, 192
+    at a 64-byte-aligned arena offset, so an arena (384 B) is larger than
+    TVM's two exact-size storage tokens (288 B).
+
+    Parameters
+    ----------
+    size : int
+        Rows and columns of the float32 input.
+
+    Returns
+    -------
+    onnx.ModelProto
+        Opset 17, input ``x``, output ``y``, both ``[size, size]``.
+    """
+    nodes = [helper.make_node("MatMul", [src, src], [dst])
+             for src, dst in (("x", "a"), ("a", "b"), ("b", "y"))]
+    graph = helper.make_graph(
+        nodes, f"tiny_matmuls_{size}x{size}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size, size])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
     return model

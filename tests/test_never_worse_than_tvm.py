@@ -9,24 +9,11 @@ the saving it shows compares like with like.
 import re
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from relax_memplan.compiler import compile_onnx
+from relax_memplan.examples import example_tiny_matmuls
 from tests.conftest import shared_model
-
-
-def _tiny_matmul_model() -> onnx.ModelProto:
-    """x[6, 6] -> MatMul -> MatMul -> MatMul: two live 144-byte intermediates."""
-    nodes = [helper.make_node("MatMul", [src, src], [dst])
-             for src, dst in (("x", "a"), ("a", "b"), ("b", "y"))]
-    graph = helper.make_graph(
-        nodes, "tiny6x6", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 6])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
 
 
 def _shown_saving(text: str):
@@ -37,7 +24,7 @@ def _shown_saving(text: str):
 
 
 def test_tiny_model_keeps_tvms_plan_and_allocates_no_more():
-    result = compile_onnx(_tiny_matmul_model(), verify=True)
+    result = compile_onnx(example_tiny_matmuls(), verify=True)
     main = result.report.main
     # our arena would be 2 x 192 B (aligned) against TVM's 2 x 144 B tokens
     assert main.fallback == "TVM's plan is smaller (432 B vs our 528 B per call)"
