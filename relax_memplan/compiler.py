@@ -216,10 +216,10 @@ def compile_module(
             tvm_default_unplanned_bytes=theirs.unplanned_bytes if theirs else 0,
             num_runtime_sized_allocs=ours.num_symbolic if ours else 0,
             algorithm=", ".join(sorted({a.algorithm for a in fplan.arenas})),
-            fallback=fplan.fallback,
+            fallback=fplan.fallback_reason,
         )
-        if fplan.fallback:
-            notes = [*notes, f"function {fname} keeps TVM's memory plan: {fplan.fallback}"]
+        if fplan.fallback_reason:
+            notes = [*notes, f"function {fname} keeps TVM's memory plan: {fplan.fallback_reason}"]
     report = MemoryReport(model=name, target=str(tgt.kind.name), inputs={}, functions=functions,
                           notes=list(notes))
     outputs = None

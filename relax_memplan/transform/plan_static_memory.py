@@ -28,7 +28,7 @@ What it does
 4. Never worse than TVM: the function is kept only if it allocates no more
    than with TVM's ``StaticPlanBlockMemory`` alone; otherwise it is left
    untouched (TVM's planner, which runs next, plans it) and
-   :attr:`FunctionPlan.fallback` says why. Both figures come from running
+   :attr:`FunctionPlan.fallback_reason` says why. Both figures come from running
    ``StaticPlanBlockMemory`` on a copy of the module (without and with our
    arenas) and reading the result with
    :func:`relax_memplan.analysis.storage.summarize_storage`.
@@ -114,7 +114,7 @@ class FunctionPlan:
     liveness : FunctionLiveness
         Live ranges of the function's allocations.
     arenas : list of ArenaPlan
-        The arenas placed in the function (empty when :attr:`fallback` is set).
+        The arenas placed in the function (empty when :attr:`fallback_reason` is set).
     rejected_arenas : list of ArenaPlan
         The arenas planned but not used because TVM's plan is smaller.
     bytes_per_call : int or None
@@ -122,8 +122,8 @@ class FunctionPlan:
         docstring for what is counted); ``None`` if nothing was planned.
     tvm_bytes_per_call : int or None
         The same with TVM's ``StaticPlanBlockMemory`` alone.
-    fallback : str or None
-        Why our plan was not used (``"TVM's plan is smaller (288 B vs our 528 B)"``);
+    fallback_reason : str or None
+        Why our plan was not used (``"TVM's plan is smaller (432 B vs our 528 B per call)"``);
         ``None`` when it is used or nothing was planned.
     """
 
@@ -133,7 +133,7 @@ class FunctionPlan:
     rejected_arenas: List[ArenaPlan] = field(default_factory=list)
     bytes_per_call: Optional[int] = None
     tvm_bytes_per_call: Optional[int] = None
-    fallback: Optional[str] = None
+    fallback_reason: Optional[str] = None
 
     @property
     def arena_bytes(self) -> int:
@@ -316,7 +316,7 @@ class PlanStaticMemory:
             if fplan.bytes_per_call <= fplan.tvm_bytes_per_call:
                 kept[gv] = new_func
                 continue
-            fplan.fallback = (f"TVM's plan is smaller ({fplan.tvm_bytes_per_call:,} B vs our "
-                              f"{fplan.bytes_per_call:,} B per call)")
+            fplan.fallback_reason = (f"TVM's plan is smaller ({fplan.tvm_bytes_per_call:,} B "
+                                     f"vs our {fplan.bytes_per_call:,} B per call)")
             fplan.rejected_arenas, fplan.arenas = fplan.arenas, []
         return kept

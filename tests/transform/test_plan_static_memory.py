@@ -163,7 +163,7 @@ def test_tiny_tensors_keep_tvms_plan():
     plan_pass = PlanStaticMemory()
     planned = plan_pass(lowered)
     fplan = plan_pass.plans["main"]
-    assert fplan.fallback == "TVM's plan is smaller (432 B vs our 528 B per call)"
+    assert fplan.fallback_reason == "TVM's plan is smaller (432 B vs our 528 B per call)"
     assert (fplan.tvm_bytes_per_call, fplan.bytes_per_call) == (432, 528)
     assert fplan.arenas == [] and fplan.rejected_arenas[0].arena_bytes == 384
     tvm.ir.assert_structural_equal(planned["main"], lowered["main"])
@@ -171,7 +171,7 @@ def test_tiny_tensors_keep_tvms_plan():
 
 def test_our_plan_is_kept_when_it_is_not_larger(builds):
     fplan = builds[0].plans["main"]
-    assert fplan.fallback is None and fplan.arenas
+    assert fplan.fallback_reason is None and fplan.arenas
     assert fplan.bytes_per_call <= fplan.tvm_bytes_per_call
 
 
@@ -185,6 +185,6 @@ def test_fallback_is_taken_whenever_tvms_figure_is_smaller(monkeypatch):
     plan_pass = PlanStaticMemory()
     planned = plan_pass(lowered)
     fplan = plan_pass.plans["main"]
-    assert fplan.fallback.startswith("TVM's plan is smaller (1 B vs our ")
+    assert fplan.fallback_reason.startswith("TVM's plan is smaller (1 B vs our ")
     assert fplan.arenas == [] and fplan.rejected_arenas
     tvm.ir.assert_structural_equal(planned["main"], lowered["main"])
