@@ -564,3 +564,15 @@ def test_shape_reaches_the_preparation_steps():
     tvm.ir.assert_structural_equal(given, written)
     feeds = {"t": np.arange(6, dtype=np.float32).reshape(2, 3)}
     _assert_matches_onnxruntime(model, given, feeds)
+
+
+def test_unnamed_dims_are_ranged_by_their_generated_names():
+    """ppocr-cls's [?, 3, ?, ?]: H and W take different values at each sampled shape."""
+    from relax_memplan.dynamic_compile import compile_onnx_dynamic
+
+    ranges = {"x_dim0": (1, 2), "x_dim2": (8, 8), "x_dim3": (4, 40, 4)}
+    _, report = compile_onnx_dynamic(_classifier_like("?"), ranges, sample_shapes=2,
+                                     verify=True, compare_with_tvm=False)
+    assert [s.dims for s in report.shapes][:2] == [{"x_dim0": 1, "x_dim2": 8, "x_dim3": 4},
+                                                  {"x_dim0": 2, "x_dim2": 8, "x_dim3": 40}]
+    assert all(s.max_abs_error < 1e-5 for s in report.shapes)
