@@ -1,8 +1,9 @@
 """Step ``fold_constants``: replace nodes whose value is known before the model runs.
 
 A node is folded when every input is a constant (an initializer that is not a graph
-input, a ``Constant`` output, or an output folded earlier), or when it is a ``Shape``
-of a tensor whose selected dims are all static after ONNX shape inference.  Its outputs
+input, a ``Constant`` output, or an output folded earlier), when it is a ``Shape``
+of a tensor whose selected dims are all static after ONNX shape inference, or when it is
+a ``Constant`` given by ``value_int(s)``/``value_float(s)`` (TVM reads only ``value``).  Its outputs
 become initializers, evaluated with ``onnx.reference.ReferenceEvaluator``.
 
 Why: TVM 0.27's converters have gaps on constant inputs that a folded model never
@@ -89,7 +90,9 @@ class FoldConstants:
             if _foldable(node, graph_outputs):
                 if node.op_type == "Shape":
                     values = _static_shape_value(node, static_shapes)
-                elif node.op_type != "Constant" and all(
+                elif node.op_type == "Constant":
+                    values = _attribute_constant(node, known)
+                elif all(
                     name in known for name in node.input if name
                 ):
                     values = _evaluate(node, known, opsets)
@@ -164,6 +167,14 @@ def _static_shape_value(node, static_shapes) -> list[np.ndarray] | None:
     if any(d is None for d in selected):
         return None
     return [np.asarray(selected, np.int64)]
+
+
+def _attribute_constant(node, known) -> list[np.ndarray] | None:
+    """The value of a ``Constant`` given as ``value_int(s)``/``value_float(s)``, which TVM
+    0.27 cannot read ("no value in Constant"); None for one with a ``value`` tensor."""
+    if any(attr.name == "value" for attr in node.attribute) or node.output[0] not in known:
+        return None
+    return [known[node.output[0]]]
 
 
 def _evaluate(node, known, opsets) -> list[np.ndarray] | None:

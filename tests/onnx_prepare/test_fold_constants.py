@@ -154,3 +154,28 @@ def test_constants_inside_a_loop_body_fold():
     assert "Mul 1" in note
     feeds = {"x": np.array([0.5, -1.0], np.float32), "trips": np.array(3, np.int64)}
     np.testing.assert_array_equal(run_onnxruntime(folded, feeds), run_onnxruntime(model, feeds))
+
+
+def test_constant_given_by_value_ints_in_a_branch_becomes_an_initializer():
+    """TVM 0.27 reads only a Constant's ``value`` tensor ('no value in Constant')."""
+    then_branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["pads"], value_ints=[0, 1, 0, 1], name="ints"),
+         helper.make_node("Pad", ["x", "pads"], ["padded"])],
+        "then", [], [tensor("padded", TensorProto.FLOAT, ["n", 5])])
+    else_branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["scale"], value_float=2.0),
+         helper.make_node("Pad", ["x", "outer_pads"], ["wide"]),
+         helper.make_node("Mul", ["wide", "scale"], ["scaled"])],
+        "else", [], [tensor("scaled", TensorProto.FLOAT, ["n", 5])])
+    model = tiny_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)],
+        [tensor("c", TensorProto.BOOL, []), tensor("x", TensorProto.FLOAT, ["n", 3])],
+        [tensor("y", TensorProto.FLOAT, ["n", 5])],
+        [const("outer_pads", [0, 1, 0, 1])],
+    )
+    with pytest.raises(UnsupportedOperatorError, match="'ints' \\(op Constant.*no value in Constant"):
+        import_onnx(model, keep_dynamic=True, disable_steps=["fold_constants"])
+    rng = np.random.default_rng(0)
+    feeds = [{"c": np.array(c), "x": rng.standard_normal((3, 3)).astype("float32")}
+             for c in (True, False)]
+    compile_and_compare(model, feeds)
