@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", nargs="?", help="path to an .onnx file (default: built-in example)")
     c.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="full shape of an input, fixing its dynamic dims (repeatable); "
-                   "dims not fixed default to 1")
+                   "dims not fixed default to 1 (with --dim: stay symbolic)")
     c.add_argument("--input", action="append", default=[], metavar="NAME=VALUE|FILE.npy",
                    help="use this value for an input instead of random data, e.g. sr=16000")
     c.add_argument("--config", metavar="YAML", help="configuration file (see configs/default.yaml)")
@@ -211,7 +211,7 @@ def _compile(args) -> int:
     )
     progress = None if args.quiet else (lambda msg: print(f"[relax-memplan] {msg}", file=sys.stderr, flush=True))
     if args.dim or config.dims:
-        return _compile_dynamic(args, plan_pass, input_values, config, progress)
+        return _compile_dynamic(args, shapes, plan_pass, input_values, config, progress)
     if args.bucket or args.dispatch or args.size_classes or config.dispatch:
         raise RelaxMemplanError("--bucket, --dispatch and --size-classes (or config dispatch) "
                                 "need symbolic dims: give --dim NAME=LO..HI")
@@ -253,13 +253,13 @@ def _release_quietly(err: BaseException) -> None:
         os.close(saved)
 
 
-def _compile_dynamic(args, plan_pass, input_values, config, progress) -> int:
+def _compile_dynamic(args, shapes, plan_pass, input_values, config, progress) -> int:
     from .dynamic_compile import compile_onnx_dynamic, parse_dim_spec, parse_values_spec
 
     if args.model is None:
         raise RelaxMemplanError("--dim needs a model with symbolic dims (the built-in example has none)")
-    if args.shape or args.plot or args.target == "cuda":
-        raise RelaxMemplanError("--dim (or config dims) cannot be combined with --shape, --plot "
+    if args.plot or args.target == "cuda":
+        raise RelaxMemplanError("--dim (or config dims) cannot be combined with --plot "
                                 "or --target cuda yet")
     if args.sample_shapes < 2:
         raise RelaxMemplanError("--sample-shapes must be >= 2 (the range ends)")
@@ -283,7 +283,7 @@ def _compile_dynamic(args, plan_pass, input_values, config, progress) -> int:
     for k, name in enumerate(strategies):
         with _muted_native_stderr(args.quiet):
             ex, report = compile_onnx_dynamic(
-                args.model, ranges, strategy=name, plan_pass=plan_pass, buckets=buckets or None,
+                args.model, ranges, shapes=shapes, strategy=name, plan_pass=plan_pass, buckets=buckets or None,
                 size_classes=args.size_classes or config.planner.size_classes,
                 size_class_growth=config.planner.size_class_growth,
                 dispatch=dispatch or None, schedule=args.schedule or config.schedule,

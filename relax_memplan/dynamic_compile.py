@@ -178,6 +178,7 @@ def compile_onnx_dynamic(
     model,
     dim_ranges: Mapping[str, Tuple[int, Optional[int]]],
     *,
+    shapes: Optional[Mapping[str, Sequence[int]]] = None,
     strategy: str = "exact",
     plan_pass: Optional[PlanStaticMemory] = None,
     dynamic_pass: Optional[PlanDynamicMemory] = None,
@@ -202,7 +203,12 @@ def compile_onnx_dynamic(
     model : path or onnx.ModelProto
     dim_ranges : mapping of str to (int, int or None[, int])
         Declared ranges of the model's symbolic dims (names as in the ONNX file),
-        optionally with a step: ``{"height": (160, 640, 32)}``.
+        optionally with a step: ``{"height": (160, 640, 32)}``.  Unnamed dims (ONNX
+        ``dim_param`` empty or ``?``) are named ``<input>_dim<axis>``.
+    shapes : mapping of str to sequence of int, optional
+        Full shapes of some inputs (as ``--shape``), written into the model before
+        import; the dims they fix (and every dim sharing a name with one) are static,
+        the others stay symbolic and need a range in ``dim_ranges``.
     strategy : {"exact", "upper_bound", "buckets"}
     plan_pass : PlanStaticMemory, optional
         Settings (alignment, algorithms, time limit) for the planning passes.
@@ -245,8 +251,9 @@ def compile_onnx_dynamic(
     Raises
     ------
     ShapeSpecError
-        A declared dim is not a symbolic dim of the model, or a symbolic dim has
-        no declared range.
+        A declared dim is not a symbolic dim of the model, is fixed by ``shapes``, or a
+        symbolic dim has no declared range; or ``shapes`` is invalid (as in
+        :func:`relax_memplan.frontend.import_onnx`).
     RelaxMemplanError
         The build fails at a sampled shape (e.g. a shape the model cannot take).
     CompileError, ModelLoadError
@@ -258,8 +265,13 @@ def compile_onnx_dynamic(
     say = progress or (lambda _m: None)
     onnx_model = frontend.load_onnx(model) if not hasattr(model, "graph") else model
     say(f"importing {model} with symbolic dims")
-    mod, info = frontend.import_onnx(onnx_model, keep_dynamic=True,
+    mod, info = frontend.import_onnx(onnx_model, dict(shapes or {}), keep_dynamic=True,
                                      prepare_steps=STEP_NAMES if prepare else ())
+    fixed = sorted(set(dim_ranges) & set(info.fixed_dims))
+    if fixed:
+        raise ShapeSpecError(f"--dim {fixed[0]}: dim '{fixed[0]}' is fixed to "
+                             f"{info.fixed_dims[fixed[0]]} by --shape; give it a --shape value "
+                             f"or a --dim range, not both")
     params = mod["main"].params
     symbolic = sorted({d.name for p in params for d in getattr(p.ty, "shape", None) or ()
                        if type(d).__name__ == "Var"})

@@ -127,6 +127,9 @@ class ImportInfo:
         Human-readable notes for the report (defaulted dims, opset upgrade).
     dynamic_dims_kept : bool
         True when defaulted dims stayed symbolic in the module (``keep_dynamic=True``).
+    fixed_dims : dict of str to int
+        Symbolic dims of the model that ``shapes`` fixed, with their values: named dims
+        (``dim_param``) and unnamed ones under their ``"<input>_dim<axis>"`` name.
     """
 
     input_shapes: dict[str, tuple[int, ...]]
@@ -136,6 +139,7 @@ class ImportInfo:
     upgraded_from_opset: int | None = None
     notes: tuple[str, ...] = ()
     dynamic_dims_kept: bool = False
+    fixed_dims: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -149,12 +153,54 @@ class _InputPlan:
     notes: list[str] = field(default_factory=list)
     hint: str = ""  # appended to import errors when dims were set to 1
     steps: list[str] = field(default_factory=list)  # ONNX preparation steps to run
+    # every input's dims as imported: int fixed, str a symbolic dim (unnamed ones named)
+    input_dims: dict[str, list[int | str]] = field(default_factory=dict)
+    fixed: dict[str, int] = field(default_factory=dict)  # symbolic dims that shapes fixed
 
 
 def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """Graph inputs that are not initializers, in graph order."""
     initializers = {init.name for init in model.graph.initializer}
     return [value for value in model.graph.input if value.name not in initializers]
+
+
+_UNNAMED_DIMS = frozenset({"", "?"})
+"""``dim_param`` values that name no dim: each such dim is unknown and independent."""
+
+
+def _input_dim_symbols(inputs) -> dict[str, list[int | str] | None]:
+    """Each input's dims: an int for a static dim, the ``dim_param`` for a named dynamic
+    dim, and a fresh unique name ``<input>_dim<axis>`` for an unnamed one (``dim_param``
+    empty or ``?``), so that only a name shared in the model ties two dims together.
+    None for an input of unknown rank."""
+    taken = {
+        dim.dim_param
+        for value in inputs
+        for dim in value.type.tensor_type.shape.dim
+        if dim.dim_value <= 0 and dim.dim_param not in _UNNAMED_DIMS
+    }
+    symbols = {}
+    for value in inputs:
+        tensor_type = value.type.tensor_type
+        if not tensor_type.HasField("shape"):
+            symbols[value.name] = None
+            continue
+        dims = []
+        for axis, dim in enumerate(tensor_type.shape.dim):
+            if dim.dim_value > 0:
+                dims.append(dim.dim_value)
+            elif dim.dim_param not in _UNNAMED_DIMS:
+                dims.append(dim.dim_param)
+            else:  # a name TVM's shape parser reads as one symbol, unique in the model
+                base = re.sub(r"\W", "_", f"{value.name}_dim{axis}")
+                fresh, k = base, 0
+                while fresh in taken:
+                    k += 1
+                    fresh = f"{base}_{k}"
+                taken.add(fresh)
+                dims.append(fresh)
+        symbols[value.name] = dims
+    return symbols
 
 
 def _plan_inputs(model, shapes: dict, keep_dynamic: bool) -> _InputPlan:
@@ -168,7 +214,8 @@ def _plan_inputs(model, shapes: dict, keep_dynamic: bool) -> _InputPlan:
             f"the model's inputs are: {', '.join(map(repr, names))}"
         )
     plan = _InputPlan()
-    named = _named_dims_from_shapes(inputs, shapes)
+    symbols = _input_dim_symbols(inputs)
+    plan.fixed = _named_dims_from_shapes(symbols, shapes)
     for value in inputs:
         name = value.name
         if not value.type.HasField("tensor_type"):
@@ -177,27 +224,23 @@ def _plan_inputs(model, shapes: dict, keep_dynamic: bool) -> _InputPlan:
         if tensor_type.elem_type == onnx.TensorProto.UNDEFINED:
             raise ModelLoadError(f"graph input '{name}' has no element type")
         plan.dtypes[name] = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
-        if not tensor_type.HasField("shape"):
-            if name not in shapes:
-                raise ShapeSpecError(f"input '{name}' has unknown rank; pass --shape {name}=...")
-            model_dims = None
-        else:
-            model_dims = [
-                dim.dim_value if dim.dim_value > 0 else (dim.dim_param or f"{name}_dim{axis}")
-                for axis, dim in enumerate(tensor_type.shape.dim)
-            ]
+        model_dims = symbols[name]
+        if model_dims is None and name not in shapes:
+            raise ShapeSpecError(f"input '{name}' has unknown rank; pass --shape {name}=...")
         if name in shapes:
             shape = _check_user_shape(name, shapes[name], model_dims)
             plan.tvm_shapes[name] = list(shape)
             plan.run_shapes[name] = shape
+            plan.input_dims[name] = list(shape)
             continue
         # a dim named like one a --shape fixed takes that value (the model says they are equal)
-        model_dims = [named.get(d, d) if isinstance(d, str) and not keep_dynamic else d
-                      for d in model_dims]
+        model_dims = [plan.fixed.get(d, d) if isinstance(d, str) else d for d in model_dims]
         defaulted = tuple((axis, d) for axis, d in enumerate(model_dims) if isinstance(d, str))
         plan.run_shapes[name] = tuple(1 if isinstance(d, str) else d for d in model_dims)
+        plan.input_dims[name] = model_dims
         if not keep_dynamic:
             plan.tvm_shapes[name] = list(plan.run_shapes[name])
+            plan.input_dims[name] = list(plan.run_shapes[name])
         if defaulted:
             plan.defaulted[name] = defaulted
             template = ",".join("1" if isinstance(d, str) else str(d) for d in model_dims)
@@ -213,31 +256,50 @@ def _plan_inputs(model, shapes: dict, keep_dynamic: bool) -> _InputPlan:
     return plan
 
 
-def _named_dims_from_shapes(inputs, shapes: dict) -> dict[str, int]:
-    """Named dynamic dims (ONNX ``dim_param``) -> the value a user shape gives them.
+def _named_dims_from_shapes(symbols: dict, shapes: dict) -> dict[str, int]:
+    """Symbolic dims (from :func:`_input_dim_symbols`) -> the value a user shape gives them.
 
     Raises
     ------
     ShapeSpecError
-        If two user shapes give one named dim different values.
+        If two user shapes (or two dims of one) give one named dim different values.
     """
     named: dict[str, tuple[int, str]] = {}
-    for value in inputs:
-        if value.name not in shapes or not value.type.tensor_type.HasField("shape"):
+    for name, dims in symbols.items():
+        if name not in shapes or dims is None:
             continue
-        dims = value.type.tensor_type.shape.dim
-        given = list(shapes[value.name]) if isinstance(shapes[value.name], (list, tuple)) else []
+        given = list(shapes[name]) if isinstance(shapes[name], (list, tuple)) else []
         if len(given) != len(dims):
             continue  # _check_user_shape reports the rank mismatch
         for dim, v in zip(dims, given):
-            if dim.dim_value > 0 or not dim.dim_param:
-                continue
-            seen = named.setdefault(dim.dim_param, (int(v), value.name))
+            if not isinstance(dim, str) or not isinstance(v, (int, np.integer)):
+                continue  # static dims and non-integers: _check_user_shape reports them
+            seen = named.setdefault(dim, (int(v), name))
             if seen[0] != int(v):
                 raise ShapeSpecError(
-                    f"dim '{dim.dim_param}' is {seen[0]} in --shape {seen[1]} but {v} in "
-                    f"--shape {value.name}; the model declares them equal")
+                    f"dim '{dim}' is {seen[0]} in --shape {seen[1]} but {v} in "
+                    f"--shape {name}; the model declares them equal")
     return {k: v for k, (v, _) in named.items()}
+
+
+def _with_input_dims(model: onnx.ModelProto, input_dims: dict) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph inputs declare ``input_dims`` (int: ``dim_value``,
+    str: ``dim_param``), so the preparation steps see the shapes TVM will import."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for value in copy.graph.input:
+        dims = input_dims.get(value.name)
+        if dims is None:
+            continue
+        shape = value.type.tensor_type.shape
+        shape.Clear()
+        for d in dims:
+            entry = shape.dim.add()
+            if isinstance(d, str):
+                entry.dim_param = d
+            else:
+                entry.dim_value = int(d)
+    return copy
 
 
 def _check_user_shape(name: str, shape, model_dims: list | None) -> tuple[int, ...]:
@@ -341,13 +403,17 @@ def import_onnx(
     model_or_path : onnx.ModelProto or str or os.PathLike
         The model, or a path given to :func:`load_onnx`.
     shapes : dict of str to sequence of int, optional
-        Full shape per graph input name (same meaning as ``--shape``).  Dynamic dims of
-        inputs not listed are set to 1, each recorded in ``ImportInfo.defaulted_dims`` and a
-        note.
+        Full shape per graph input name (same meaning as ``--shape``).  The shapes are
+        written into the model's input types before the preparation steps run, so the
+        import is the one of the model with these shapes declared.  A named dynamic dim
+        (``dim_param``) fixed here takes that value in every input; an unnamed one
+        (``dim_param`` empty or ``?``) is independent of every other dim.  Dynamic dims
+        still free are set to 1, each recorded in ``ImportInfo.defaulted_dims`` and a note.
     keep_dynamic : bool
-        Keep the dynamic dims of inputs not listed in ``shapes`` symbolic (named after the
-        model's dim_param) instead of setting them to 1.  Runs the ONNX preparation
-        steps of :mod:`relax_memplan.onnx_prepare` by default.
+        Keep the dynamic dims that ``shapes`` leaves free symbolic instead of setting them
+        to 1: a named dim becomes the symbolic var of that name, an unnamed one its own var
+        ``<input>_dim<axis>``.  Runs the ONNX preparation steps of
+        :mod:`relax_memplan.onnx_prepare` by default.
     prepare_steps : iterable of str, optional
         Names of the preparation steps to run (see ``onnx_prepare.STEP_NAMES``), in
         their fixed order.  Default: all of them with ``keep_dynamic``, none without;
@@ -366,7 +432,8 @@ def import_onnx(
     ------
     ShapeSpecError
         An unknown input name in ``shapes`` (the message lists the valid names), a wrong
-        rank, a non-positive dim, or a dim contradicting a static dim of the model.
+        rank, a non-positive dim, or a dim contradicting a static dim of the model, or
+        two values for one named dim.
     UnsupportedOperatorError
         When TVM cannot convert a node, also after upgrading a model whose default-domain
         opset is below :data:`UPGRADE_TARGET_OPSET` to that opset.
@@ -377,6 +444,8 @@ def import_onnx(
     """
     model = _as_model(model_or_path)
     plan = _plan_inputs(model, dict(shapes or {}), keep_dynamic)
+    # the steps and TVM see the model as if the chosen shapes were written in it
+    model = _with_input_dims(model, plan.input_dims)
     if prepare_steps is None:
         prepare_steps = onnx_prepare.STEP_NAMES if keep_dynamic else ()
     plan.steps = onnx_prepare.select_steps(prepare_steps, disable_steps)
@@ -405,6 +474,7 @@ def import_onnx(
         upgraded_from_opset=upgraded_from,
         notes=tuple(plan.notes),
         dynamic_dims_kept=keep_dynamic and bool(plan.defaulted),
+        fixed_dims=dict(plan.fixed),
     )
     return mod, info
 

@@ -229,3 +229,49 @@ def test_dynamic_table_keeps_columns_apart_at_large_ratios():
                                           arena_bytes=917_504, lower_bound_bytes=3_136))
     row = report.format_text().splitlines()[3]
     assert row.split() == ["seq=1", "3,136", "917,504", "292.571", "918,016", "-", "-"]
+
+
+def _two_input_model(path):
+    """y = x @ z^T with x[h, 4] and z[w, 4]: two independent symbolic dims."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["z"], ["zt"], perm=[1, 0]),
+         helper.make_node("MatMul", ["x", "zt"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["h", 4]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["w", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["h", "w"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_shape_fixes_one_input_while_dim_ranges_the_other(tmp_path):
+    """Regression: --shape with --dim was refused; now x is fixed and w stays symbolic."""
+    report = tmp_path / "mixed.json"
+    status = main(["compile", _two_input_model(tmp_path / "two.onnx"), "--shape", "x=3,4",
+                   "--dim", "w=1..6", "--sample-shapes", "2", "--verify", "-q",
+                   "--report", str(report), "--time-limit", "0.2"])
+    assert status == 0
+    data = json.loads(report.read_text())
+    assert data["dims"] == {"w": [1, 6]}
+    assert [s["dims"] for s in data["shapes"]] == [{"w": 1}, {"w": 6}]
+    assert all(s["max_abs_error"] < 1e-5 for s in data["shapes"])
+
+
+def test_dim_fixed_by_shape_and_ranged_is_one_line(capsys, tmp_path):
+    line = _one_line_error(capsys, ["compile", _two_input_model(tmp_path / "two.onnx"), "-q",
+                                    "--shape", "x=3,4", "--dim", "h=1..4", "--dim", "w=1..4"])
+    assert line == ("relax-memplan: error: --dim h: dim 'h' is fixed to 3 by --shape; give it "
+                    "a --shape value or a --dim range, not both")
+
+
+def test_shape_of_one_bert_input_fixes_the_dims_all_inputs_share(capsys):
+    """bert-tiny's three inputs share (batch, seq): --shape of one fixes both everywhere."""
+    line = _one_line_error(capsys, ["compile", str(shared_model("bert-tiny-randw.onnx")), "-q",
+                                    "--shape", "input_ids=1,16", "--dim", "seq=1..32"])
+    assert "--dim seq: dim 'seq' is fixed to 16 by --shape" in line

@@ -462,3 +462,117 @@ def test_a_named_dim_fixed_by_one_shape_applies_to_every_input_that_shares_it():
     with pytest.raises(ShapeSpecError, match="dim 'seq' is 7 in --shape input_ids but 8"):
         import_onnx(shared_model("bert-tiny-randw.onnx"), {"input_ids": (1, 7), "attention_mask": (1, 8)},
                     prepare_steps=STEP_NAMES)
+
+
+# ----------------------------------------------------------------------------- dim semantics
+def _run_static(mod, feeds):
+    """Compile ``mod`` for llvm and run it on ``feeds`` (dict, graph input order)."""
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()])
+    return [out] if hasattr(out, "numpy") else list(out)
+
+
+def _assert_matches_onnxruntime(model, mod, feeds):
+    got = _run_static(mod, feeds)
+    expected = run_onnxruntime(model, feeds)
+    assert len(got) == len(expected)
+    for out, ref in zip(got, expected):
+        np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+def _classifier_like(unnamed):
+    """ppocr-cls's kind of input: [N, 3, H, W] with N, H, W all unnamed (``?`` or empty)."""
+    dims = [unnamed, 3, unnamed, unnamed]
+    model = tiny_model(
+        [helper.make_node("ReduceMean", ["x"], ["m"], axes=[3], keepdims=1),
+         helper.make_node("Sub", ["x", "m"], ["y"])],
+        [tensor("x", TensorProto.FLOAT, dims)], [tensor("y", TensorProto.FLOAT, dims)],
+        opset=13,
+    )
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("unnamed", ["?", None], ids=["question-mark", "empty"])
+def test_unnamed_dims_are_independent_of_each_other(unnamed):
+    """Regression: --shape x=2,3,48,192 was refused ('the model declares them equal')."""
+    model = _classifier_like(unnamed)
+    mod, info = import_onnx(model, {"x": (2, 3, 48, 192)})
+    assert info.input_shapes == {"x": (2, 3, 48, 192)} and info.defaulted_dims == {}
+    assert main_param_shapes(mod) == {"x": (2, 3, 48, 192)}
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3, 48, 192), dtype=np.float32)}
+    _assert_matches_onnxruntime(model, mod, feeds)
+
+
+@pytest.mark.parametrize("unnamed", ["?", None], ids=["question-mark", "empty"])
+def test_keep_dynamic_gives_each_unnamed_dim_its_own_var(unnamed):
+    """Regression: TVM named every empty dim '' and made them one var (H == W == N)."""
+    from tests.onnx_prepare.helpers import compile_and_compare, param_dims
+
+    model = _classifier_like(unnamed)
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal(s, dtype=np.float32)} for s in ((1, 3, 8, 24), (2, 3, 16, 5))]
+    mod = compile_and_compare(model, feeds)
+    assert param_dims(mod) == ["x_dim0", 3, "x_dim2", "x_dim3"]
+    _, info = import_onnx(model, keep_dynamic=True)
+    assert info.defaulted_dims == {"x": ((0, "x_dim0"), (2, "x_dim2"), (3, "x_dim3"))}
+
+
+def test_generated_dim_names_avoid_the_model_names():
+    model = tiny_model([helper.make_node("Add", ["x", "z"], ["y"])],
+                       [tensor("x", TensorProto.FLOAT, [None, 4]),
+                        tensor("z", TensorProto.FLOAT, ["x_dim0", 4])],
+                       [tensor("y", TensorProto.FLOAT, [None, 4])])
+    _, info = import_onnx(model, keep_dynamic=True)
+    assert info.defaulted_dims == {"x": ((0, "x_dim0_1"),), "z": ((0, "x_dim0"),)}
+
+
+def test_a_named_dim_still_ties_dims_within_one_shape():
+    model = tiny_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [tensor("x", TensorProto.FLOAT, ["n", "n"])],
+                       [tensor("y", TensorProto.FLOAT, ["n", "n"])])
+    with pytest.raises(ShapeSpecError, match="dim 'n' is 2 in --shape x but 3 in --shape x"):
+        import_onnx(model, {"x": (2, 3)})
+
+
+def _shape_selected_reshape(t_dims):
+    """Reshape(t, Where(Equal(Shape(t)[1], 3), [2, 3], [3, 2])): foldable only when t's
+    dims are known before the preparation steps run."""
+    return tiny_model(
+        [helper.make_node("Shape", ["t"], ["s"]),
+         helper.make_node("Gather", ["s", "one"], ["d1"], axis=0),
+         helper.make_node("Equal", ["d1", "three"], ["c"]),
+         helper.make_node("Where", ["c", "a", "b"], ["target"]),
+         helper.make_node("Reshape", ["t", "target"], ["y"], name="reshape")],
+        [tensor("t", TensorProto.FLOAT, t_dims)], [tensor("y", TensorProto.FLOAT, ["r0", "r1"])],
+        [numpy_helper.from_array(np.asarray(v, np.int64), n)
+         for n, v in (("one", 1), ("three", 3), ("a", [2, 3]), ("b", [3, 2]))],
+    )
+
+
+def test_shape_reaches_the_preparation_steps():
+    """Regression: --shape t=2,3 failed ('Reshape requires the input new shape to be
+    Shape') where the model with [2, 3] written in imported."""
+    written, _ = import_onnx(_shape_selected_reshape([2, 3]), prepare_steps=STEP_NAMES)
+    model = _shape_selected_reshape(["a", "b"])
+    given, _ = import_onnx(model, {"t": (2, 3)}, prepare_steps=STEP_NAMES)
+    import tvm
+
+    tvm.ir.assert_structural_equal(given, written)
+    feeds = {"t": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    _assert_matches_onnxruntime(model, given, feeds)
+
+
+def test_unnamed_dims_are_ranged_by_their_generated_names():
+    """ppocr-cls's [?, 3, ?, ?]: H and W take different values at each sampled shape."""
+    from relax_memplan.dynamic_compile import compile_onnx_dynamic
+
+    ranges = {"x_dim0": (1, 2), "x_dim2": (8, 8), "x_dim3": (4, 40, 4)}
+    _, report = compile_onnx_dynamic(_classifier_like("?"), ranges, sample_shapes=2,
+                                     verify=True, compare_with_tvm=False)
+    assert [s.dims for s in report.shapes][:2] == [{"x_dim0": 1, "x_dim2": 8, "x_dim3": 4},
+                                                  {"x_dim0": 2, "x_dim2": 8, "x_dim3": 40}]
+    assert all(s.max_abs_error < 1e-5 for s in report.shapes)

@@ -84,6 +84,17 @@ def subgraph_reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The subgraphs (If branches, Loop/Scan bodies) held in a node's attributes."""
+    bodies = []
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            bodies.append(attr.g)
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            bodies.extend(attr.graphs)
+    return bodies
+
+
 def has_subgraph(node: onnx.NodeProto) -> bool:
     return any(
         attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)

@@ -20,6 +20,10 @@ by a subclass of TVM's own that handles the symbolic case and defers to TVM othe
     ONNX's rules but are not provably equal (``2 * ((H - 1) // 32 + 1)`` against
     ``(H - 1) // 16 + 1``) ``match_cast`` the later input to the first input's dims, a
     check done at run time, instead of losing the output's shape.
+``symbolic_expand``
+    ``Expand`` of a tensor with symbolic dims to a constant shape (``x[n, 4]`` to
+    ``[1, 1, 4]``) broadcasts with the symbolic dims kept (TVM reads ``dim.value`` of
+    every input dim: "'Var' object has no attribute 'value'").
 
 :func:`corrected_converters` installs the selected ones by wrapping
 ``onnx_frontend._get_convert_map`` and restores it on exit; nothing is patched on import.
@@ -269,6 +273,33 @@ def _equal_dims_converter(base, op_type):
     return _Converter
 
 
+# ----------------------------------------------------------------------------- symbolic_expand
+class SymbolicExpand(_tvm_onnx.Expand):
+    """``Expand`` of a tensor with symbolic dims to a constant target shape."""
+
+    @classmethod
+    def _impl_v13(cls, bb, inputs, attr, params):
+        data, shape = inputs[0], inputs[1]
+        dims = _known_shape(data)
+        if (
+            not isinstance(shape, tvm.ir.GenericConst)
+            or dims is None
+            or all(isinstance(d, tirx.IntImm) for d in dims)
+        ):
+            return super()._impl_v13(bb, inputs, attr, params)
+        target = shape.value.numpy().reshape(-1).tolist()
+        if len(target) < len(dims):  # right-aligned: the target takes the input's rank
+            target = [1] * (len(dims) - len(target)) + target
+        if any(value < 1 and value != -1 for value in target):
+            return super()._impl_v13(bb, inputs, attr, params)  # TVM reports the bad dim
+        _record("symbolic_expand", "Expand")
+        padded = [tirx.IntImm("int64", 1)] * (len(target) - len(dims)) + dims
+        # -1 keeps the input's dim (TVM's reading); TVM's ShapeExpr path does the rest
+        target = [padded[i] if value == -1 else tirx.IntImm("int64", value)
+                  for i, value in enumerate(target)]
+        return super()._impl_v13(bb, [data, relax.ShapeExpr(target)], attr, params)
+
+
 # ----------------------------------------------------------------------------- installation
 def _converter_table(converters: dict) -> dict[str, dict[str, type]]:
     equal_dims = {
@@ -281,6 +312,7 @@ def _converter_table(converters: dict) -> dict[str, dict[str, type]]:
         "shape_value_reshape": {"Reshape": ShapeValueReshape},
         "exact_resize": {"Resize": ExactResize},
         "assume_equal_dims": equal_dims,
+        "symbolic_expand": {"Expand": SymbolicExpand},
     }
 
 

@@ -1,8 +1,9 @@
 """Step ``fold_constants``: replace nodes whose value is known before the model runs.
 
 A node is folded when every input is a constant (an initializer that is not a graph
-input, a ``Constant`` output, or an output folded earlier), or when it is a ``Shape``
-of a tensor whose selected dims are all static after ONNX shape inference.  Its outputs
+input, a ``Constant`` output, or an output folded earlier), when it is a ``Shape``
+of a tensor whose selected dims are all static after ONNX shape inference, or when it is
+a ``Constant`` given by ``value_int(s)``/``value_float(s)`` (TVM reads only ``value``).  Its outputs
 become initializers, evaluated with ``onnx.reference.ReferenceEvaluator``.
 
 Why: TVM 0.27's converters have gaps on constant inputs that a folded model never
@@ -10,9 +11,15 @@ reaches, e.g. ``ConstantOfShape`` of an empty shape (a scalar: "broadcast_to exp
 the input shape to have the number of ndim at least ..."), and shape arithmetic on static
 dims is cheaper as a constant.  Dynamic dims are never folded.
 
-Run it first: later steps see fewer nodes.  Random ops, nodes with subgraphs, nodes of
-other domains and nodes producing graph outputs are left alone, and so is any node
-whose outputs would exceed ``max_folded_bytes``.
+Nodes inside ``If``/``Loop``/``Scan`` bodies are folded the same way (a body also sees
+the constants of the graphs around it; its folded values become the body's
+initializers): TVM reads e.g. ``Pad``'s ``pads`` only as a constant, in a branch too
+("Dynamic pads are not supported yet").
+
+Run it first: later steps see fewer nodes.  Random ops, nodes with subgraphs (their
+bodies are folded inside), nodes of other domains and nodes producing (sub)graph
+outputs are left alone, and so is any node whose outputs would exceed
+``max_folded_bytes``.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from ._graph import constant_values, consumers, has_subgraph, subgraph_reads
+from ._graph import constant_values, consumers, has_subgraph, subgraph_reads, subgraphs
 
 __all__ = ["FoldConstants"]
 
@@ -51,40 +58,59 @@ class FoldConstants:
 
     def __call__(self, model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
         model = _copy(model)
-        graph = model.graph
-        known = constant_values(graph)
-        static_shapes = _static_shapes(model)
-        graph_outputs = {value.name for value in graph.output}
-        opsets = list(model.opset_import)
         folded = Counter()
-        kept_nodes, new_initializers = [], []
+        removed = self._fold_graph(
+            model.graph, {}, _static_shapes(model), list(model.opset_import), folded
+        )
+        if not folded:
+            return model, ""
+        counts = ", ".join(f"{op} {n}" for op, n in sorted(folded.items()))
+        return model, (
+            f"folded {sum(folded.values())} nodes into constants ({counts}); "
+            f"removed {removed} unused constants"
+        )
+
+    def _fold_graph(self, graph, outer_known, static_shapes, opsets, folded: Counter) -> int:
+        """Fold the nodes of ``graph`` and, recursively, of its nodes' subgraphs (If/Loop
+        bodies, which also see ``outer_known``), in place; count folds in ``folded``.
+
+        Returns
+        -------
+        int
+            The number of constants that folding left unused and that were removed.
+        """
+        own_inputs = {value.name for value in graph.input}
+        known = {k: v for k, v in outer_known.items() if k not in own_inputs}
+        known.update(constant_values(graph))
+        graph_outputs = {value.name for value in graph.output}
+        before = sum(folded.values())
+        kept_nodes, new_initializers, removed = [], [], 0
         for node in graph.node:
             values = None
             if _foldable(node, graph_outputs):
                 if node.op_type == "Shape":
                     values = _static_shape_value(node, static_shapes)
-                elif node.op_type != "Constant" and all(
+                elif node.op_type == "Constant":
+                    values = _attribute_constant(node, known)
+                elif all(
                     name in known for name in node.input if name
                 ):
                     values = _evaluate(node, known, opsets)
             if values is None or sum(v.nbytes for v in values) > self.max_folded_bytes:
+                for body in subgraphs(node):
+                    removed += self._fold_graph(body, known, static_shapes, opsets, folded)
                 kept_nodes.append(node)
                 continue
             folded[node.op_type] += 1
             for name, value in zip(node.output, values):
                 known[name] = value
                 new_initializers.append(numpy_helper.from_array(value, name))
-        if not folded:
-            return model, ""
+        if sum(folded.values()) == before:
+            return removed
         del graph.node[:]
         graph.node.extend(kept_nodes)
         graph.initializer.extend(new_initializers)
-        removed = _drop_unused_constants(graph)
-        counts = ", ".join(f"{op} {n}" for op, n in sorted(folded.items()))
-        return model, (
-            f"folded {sum(folded.values())} nodes into constants ({counts}); "
-            f"removed {removed} unused constants"
-        )
+        return removed + _drop_unused_constants(graph)
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -109,7 +135,13 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
     except Exception:  # inference is best effort; without it only constants fold
         inferred = model
     shapes = {}
-    graph = inferred.graph
+    _collect_static_shapes(inferred.graph, shapes)
+    return shapes
+
+
+def _collect_static_shapes(graph: onnx.GraphProto, shapes: dict) -> None:
+    """Add the typed values of ``graph`` and of its subgraphs to ``shapes`` (ONNX names
+    are unique across a model's nested graphs)."""
     for value in list(graph.input) + list(graph.value_info) + list(graph.output):
         tensor_type = value.type.tensor_type
         if value.type.HasField("tensor_type") and tensor_type.HasField("shape"):
@@ -118,7 +150,9 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
             ]
     for init in graph.initializer:
         shapes[init.name] = list(init.dims)
-    return shapes
+    for node in graph.node:
+        for body in subgraphs(node):
+            _collect_static_shapes(body, shapes)
 
 
 def _static_shape_value(node, static_shapes) -> list[np.ndarray] | None:
@@ -133,6 +167,14 @@ def _static_shape_value(node, static_shapes) -> list[np.ndarray] | None:
     if any(d is None for d in selected):
         return None
     return [np.asarray(selected, np.int64)]
+
+
+def _attribute_constant(node, known) -> list[np.ndarray] | None:
+    """The value of a ``Constant`` given as ``value_int(s)``/``value_float(s)``, which TVM
+    0.27 cannot read ("no value in Constant"); None for one with a ``value`` tensor."""
+    if any(attr.name == "value" for attr in node.attribute) or node.output[0] not in known:
+        return None
+    return [known[node.output[0]]]
 
 
 def _evaluate(node, known, opsets) -> list[np.ndarray] | None:

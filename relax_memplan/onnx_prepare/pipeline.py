@@ -38,6 +38,7 @@ CONVERTER_STEP_NAMES: tuple[str, ...] = (
     "shape_value_reshape",
     "exact_resize",
     "assume_equal_dims",
+    "symbolic_expand",
 )
 """Names of the corrected TVM converters (defined in ``converters``), in install order."""
 

@@ -1,5 +1,5 @@
 """Tests of the converter steps: symbolic_range, shape_value_reshape, exact_resize,
-assume_equal_dims, and their scoped installation."""
+assume_equal_dims, symbolic_expand, and their scoped installation."""
 
 import numpy as np
 import pytest
@@ -150,6 +150,39 @@ def test_run_time_check_rejects_shapes_the_model_cannot_take():
     vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
     with pytest.raises(Exception, match="match_cast|[Ss]hape"):  # odd h: onnxruntime fails too
         vm["main"](tvm.runtime.tensor(rand(1, 2, 5, 4)))
+
+
+# ----------------------------------------------------------------------------- symbolic_expand
+def expand_model(target):
+    """x[n, 4] expanded to a constant shape (rank 2 or 3)."""
+    out_dims = ["m"] * (len(target) - 1) + [4]
+    return tiny_model([helper.make_node("Expand", ["x", "target"], ["y"], name="expand0")],
+                      [tensor("x", TensorProto.FLOAT, ["n", 4])],
+                      [tensor("y", TensorProto.FLOAT, out_dims)], [const("target", target)])
+
+
+def test_expand_of_a_symbolic_dim_fails_without_the_step():
+    with pytest.raises(UnsupportedOperatorError,
+                       match="^cannot import ONNX node 'expand0' \\(op Expand, opset 17\\): "
+                             "AttributeError: 'Var' object has no attribute 'value'"):
+        import_onnx(expand_model([1, 1, 4]), keep_dynamic=True, disable_steps=["symbolic_expand"])
+
+
+@pytest.mark.parametrize("target, out", [([1, 4], ["n", 4]), ([1, 1, 4], [1, "n", 4]),
+                                         ([3, 1, 4], [3, "n", 4]), ([4], ["n", 4])])
+def test_expand_to_a_constant_shape_keeps_the_symbolic_dim(target, out):
+    mod = compile_and_compare(expand_model(target), [{"x": rand(n, 4)} for n in (1, 5)])
+    assert output_dims(mod) == out
+
+
+@pytest.mark.parametrize("target", [[1, 4], [1, 1, 4]])
+def test_expand_matches_onnxruntime_through_the_dynamic_path(target):
+    from relax_memplan.dynamic_compile import compile_onnx_dynamic
+
+    _, report = compile_onnx_dynamic(expand_model(target), {"n": (1, 8)}, sample_shapes=2,
+                                     verify=True, compare_with_tvm=False)
+    assert [s.dims for s in report.shapes] == [{"n": 1}, {"n": 8}]
+    assert all(s.max_abs_error == 0.0 for s in report.shapes)
 
 
 # ----------------------------------------------------------------------------- installation

@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from relax_memplan.errors import UnsupportedOperatorError
-from relax_memplan.frontend import import_onnx
+from relax_memplan.frontend import import_onnx, run_onnxruntime
 from relax_memplan.onnx_prepare.fold_constants import FoldConstants
 
 from .helpers import compile_and_compare, const, param_dims, tensor, tiny_model
@@ -85,3 +85,97 @@ def test_large_outputs_and_graph_outputs_stay_nodes():
     assert [n.op_type for n in folded.graph.node] == ["ConstantOfShape", "Add", "Identity"]
     folded, note = FoldConstants(max_folded_bytes=1 << 20)(model)
     assert [n.op_type for n in folded.graph.node] == ["Add", "Identity"]
+
+
+# ----------------------------------------------------------------------------- If/Loop bodies
+def branch_pad_model():
+    """If(c): then Pad(x, pads computed from a Constant inside the branch), else Pad(-x,
+    pads of the main graph) with edge mode."""
+    then_branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["half"],
+                          value=onnx.numpy_helper.from_array(np.array([0, 1], np.int64))),
+         helper.make_node("Concat", ["half", "half"], ["pads"], axis=0),
+         helper.make_node("Pad", ["x", "pads"], ["padded"], name="branch_pad")],
+        "then", [], [tensor("padded", TensorProto.FLOAT, ["n", 5])])
+    else_branch = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["negated"]),
+         helper.make_node("Pad", ["negated", "outer_pads"], ["edge"], mode="edge")],
+        "else", [], [tensor("edge", TensorProto.FLOAT, ["n", 5])])
+    return tiny_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)],
+        [tensor("c", TensorProto.BOOL, []), tensor("x", TensorProto.FLOAT, ["n", 3])],
+        [tensor("y", TensorProto.FLOAT, ["n", 5])],
+        [const("outer_pads", [0, 1, 0, 1])],
+    )
+
+
+def test_constant_pads_inside_an_if_branch_fail_without_folding():
+    with pytest.raises(UnsupportedOperatorError,
+                       match="^cannot import ONNX node 'branch_pad' \\(op Pad, opset 17\\): "
+                             "Dynamic pads are not supported yet.$"):
+        import_onnx(branch_pad_model(), keep_dynamic=True, disable_steps=["fold_constants"])
+
+
+def test_constants_inside_an_if_branch_fold_and_both_branches_run():
+    """Regression: pads made from a Constant in a branch stayed a node ('Dynamic pads')."""
+    model = branch_pad_model()
+    folded, note = FoldConstants()(model)
+    then_branch = next(a.g for a in folded.graph.node[0].attribute if a.name == "then_branch")
+    assert [n.op_type for n in then_branch.node] == ["Pad"]
+    assert [i.name for i in then_branch.initializer] == ["pads"]
+    assert "Concat 1" in note and "removed 1 unused" in note
+    onnx.checker.check_model(folded)
+    rng = np.random.default_rng(0)
+    feeds = [{"c": np.array(c), "x": rng.standard_normal((n, 3)).astype("float32")}
+             for c, n in ((True, 2), (False, 2), (True, 7), (False, 1))]
+    compile_and_compare(model, feeds)
+
+
+def test_constants_inside_a_loop_body_fold():
+    """Loop bodies fold like If branches (TVM 0.27 has no Loop: checked with onnxruntime)."""
+    body = helper.make_graph(
+        [helper.make_node("Constant", [], ["step"],
+                          value=onnx.numpy_helper.from_array(np.array([1.0, 2.0], np.float32))),
+         helper.make_node("Mul", ["step", "two"], ["step2"]),
+         helper.make_node("Add", ["acc_in", "step2"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [tensor("i", TensorProto.INT64, []), tensor("cond_in", TensorProto.BOOL, []),
+         tensor("acc_in", TensorProto.FLOAT, [2])],
+        [tensor("cond_out", TensorProto.BOOL, []), tensor("acc_out", TensorProto.FLOAT, [2])])
+    model = tiny_model(
+        [helper.make_node("Loop", ["trips", "", "x"], ["y"], body=body)],
+        [tensor("x", TensorProto.FLOAT, [2]), tensor("trips", TensorProto.INT64, [])],
+        [tensor("y", TensorProto.FLOAT, [2])],
+        [onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two")],
+    )
+    folded, note = FoldConstants()(model)
+    assert [n.op_type for n in folded.graph.node[0].attribute[0].g.node] == ["Add", "Identity"]
+    assert "Mul 1" in note
+    feeds = {"x": np.array([0.5, -1.0], np.float32), "trips": np.array(3, np.int64)}
+    np.testing.assert_array_equal(run_onnxruntime(folded, feeds), run_onnxruntime(model, feeds))
+
+
+def test_constant_given_by_value_ints_in_a_branch_becomes_an_initializer():
+    """TVM 0.27 reads only a Constant's ``value`` tensor ('no value in Constant')."""
+    then_branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["pads"], value_ints=[0, 1, 0, 1], name="ints"),
+         helper.make_node("Pad", ["x", "pads"], ["padded"])],
+        "then", [], [tensor("padded", TensorProto.FLOAT, ["n", 5])])
+    else_branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["scale"], value_float=2.0),
+         helper.make_node("Pad", ["x", "outer_pads"], ["wide"]),
+         helper.make_node("Mul", ["wide", "scale"], ["scaled"])],
+        "else", [], [tensor("scaled", TensorProto.FLOAT, ["n", 5])])
+    model = tiny_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)],
+        [tensor("c", TensorProto.BOOL, []), tensor("x", TensorProto.FLOAT, ["n", 3])],
+        [tensor("y", TensorProto.FLOAT, ["n", 5])],
+        [const("outer_pads", [0, 1, 0, 1])],
+    )
+    with pytest.raises(UnsupportedOperatorError, match="'ints' \\(op Constant.*no value in Constant"):
+        import_onnx(model, keep_dynamic=True, disable_steps=["fold_constants"])
+    rng = np.random.default_rng(0)
+    feeds = [{"c": np.array(c), "x": rng.standard_normal((3, 3)).astype("float32")}
+             for c in (True, False)]
+    compile_and_compare(model, feeds)
