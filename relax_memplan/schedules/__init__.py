@@ -23,7 +23,6 @@ from tvm.s_tir import dlight
 from tvm.target import Target
 
 from .cpu_conv import DirectConv
-from .cpu_fallback import SpatialFallback
 from .cpu_gemv import DotProductGEMV
 from .cpu_matmul import GenericMatmul, StaticMatmul, TileConfig, simd_lanes
 from .host import host_target
@@ -31,7 +30,6 @@ from .gpu import GuardedRule, gpu_schedule_pass, gpu_schedule_rules, schedule_gp
 
 __all__ = [
     "IS_SCHEDULED_ATTR",
-    "SpatialFallback",
     "DirectConv",
     "DotProductGEMV",
     "GenericMatmul",
@@ -63,17 +61,14 @@ def cpu_schedule_rules() -> list:
     guarded (:class:`GuardedRule`): any failure inside them, e.g. GEMV's assertion on a
     reduction of length 1 (bert at seq 1), leaves the function unscheduled. GEMV is
     only tried on plain dot products (:class:`DotProductGEMV`): on a convolution with a
-    one-pixel output it produces vector code LLVM needs minutes to compile. Last,
-    :class:`SpatialFallback` parallelises and vectorises kernels without reductions
-    (guarded: a failure leaves the kernel unscheduled).
+    one-pixel output it produces vector code LLVM needs minutes to compile.
 
     Returns
     -------
     list of tvm.s_tir.dlight.ScheduleRule
     """
     return [StaticMatmul(), GenericMatmul(), DirectConv(),
-            GuardedRule(DotProductGEMV(dlight.cpu.GEMV())), GuardedRule(dlight.cpu.Reduction()),
-            GuardedRule(SpatialFallback())]
+            GuardedRule(DotProductGEMV(dlight.cpu.GEMV())), GuardedRule(dlight.cpu.Reduction())]
 
 
 def cpu_schedule_pass(target: Union[str, dict, Target]) -> tvm.transform.Pass:

@@ -68,28 +68,3 @@ def check_conv_cases(target_name):
             got = _run(mod, target, True, arrays)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=label)
     print("CONV OK")
-
-
-def spatial_module(shape):
-    """Relax ``concat(relu(transpose(x) + 1), x')`` (no reductions), constant odd shapes."""
-    x = relax.Var("x", relax.TensorType(list(shape), "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            t = bb.emit(relax.op.permute_dims(x, [0, 1, 3, 2]))
-            y = bb.emit(relax.op.nn.relu(relax.op.add(t, relax.const(1.0, "float32"))))
-            out = bb.emit_output(bb.emit(relax.op.concat([y, t], axis=1)))
-        bb.emit_func_output(out)
-    return bb.get()
-
-
-def check_spatial_cases(target_name):
-    target = host_target() if target_name == "host" else tvm.target.Target("llvm")
-    rng = np.random.default_rng(0)
-    for shape in [(1, 3, 37, 37), (2, 5, 64, 17), (1, 1, 1, 3), (1, 70, 33, 129)]:
-        mod = spatial_module(shape)
-        arrays = [rng.standard_normal(shape, dtype="float32")]
-        want = _run(mod, target, False, arrays)
-        got = _run(mod, target, True, arrays)
-        np.testing.assert_allclose(got, want, rtol=0, atol=0, err_msg=str(shape))
-    print("SPATIAL OK")

@@ -1,4 +1,4 @@
-"""CPU convolution schedule, the spatial fallback and the GEMV guard: the rule applies, numerics equal the
+"""CPU convolution schedule and the GEMV guard: the rule applies, numerics equal the
 unscheduled build (in a subprocess), and convolutions no longer reach dlight's GEMV."""
 
 import os
@@ -91,23 +91,3 @@ def test_silero_builds_quickly_with_cpu_schedules_subprocess():
             "tvm.compile(mod, t, relax_pipeline=get_pipeline(t, schedule=True)); "
             "print('BUILT', time.perf_counter() - t0)")
     _run_isolated(call, "BUILT", timeout=60)
-
-
-@pytest.mark.parametrize("target", ["host", "llvm"])
-def test_spatial_fallback_matches_unscheduled_build_subprocess(target):
-    _run_isolated(f"c.check_spatial_cases({target!r})", "SPATIAL OK")
-
-
-def test_spatial_fallback_parallelizes_elementwise_and_skips_reductions():
-    from relax_memplan.schedules import SpatialFallback
-    from tests.schedules.conv_checks import spatial_module
-
-    target = host_target()
-    kernels = _fused_kernels(spatial_module((1, 70, 33, 129)))
-    scheduled = [SpatialFallback().apply(k, target, False) for k in kernels]
-    assert all(s is not None for s in scheduled)
-    assert all("T.parallel(" in s.mod["main"].script() for s in scheduled)
-    a = te.placeholder((64, 256), name="a")
-    k = te.reduce_axis((0, 256), name="k")
-    rowsum = te.create_prim_func([a, te.compute((64,), lambda i: te.sum(a[i, k], axis=k))])
-    assert SpatialFallback().apply(rowsum, target, False) is None
