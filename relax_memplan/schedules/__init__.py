@@ -22,12 +22,16 @@ from tvm import tirx
 from tvm.s_tir import dlight
 from tvm.target import Target
 
+from .cpu_conv import DirectConv
+from .cpu_gemv import DotProductGEMV
 from .cpu_matmul import GenericMatmul, StaticMatmul, TileConfig, simd_lanes
 from .host import host_target
 from .gpu import GuardedRule, gpu_schedule_pass, gpu_schedule_rules, schedule_gpu_prim_func
 
 __all__ = [
     "IS_SCHEDULED_ATTR",
+    "DirectConv",
+    "DotProductGEMV",
     "GenericMatmul",
     "GuardedRule",
     "StaticMatmul",
@@ -51,18 +55,20 @@ def _as_target(target: Union[str, dict, Target]) -> Target:
 
 
 def cpu_schedule_rules() -> list:
-    """The rules, most specific first: static matmul, generic matmul, GEMV, reduction.
+    """The rules, most specific first: static matmul, generic matmul, convolution, GEMV, reduction.
 
     dlight's CPU ``GEMV`` and ``Reduction`` (softmax, layer norm) follow ours,
     guarded (:class:`GuardedRule`): any failure inside them, e.g. GEMV's assertion on a
-    reduction of length 1 (bert at seq 1), leaves the function unscheduled.
+    reduction of length 1 (bert at seq 1), leaves the function unscheduled. GEMV is
+    only tried on plain dot products (:class:`DotProductGEMV`): on a convolution with a
+    one-pixel output it produces vector code LLVM needs minutes to compile.
 
     Returns
     -------
     list of tvm.s_tir.dlight.ScheduleRule
     """
-    return [StaticMatmul(), GenericMatmul(),
-            GuardedRule(dlight.cpu.GEMV()), GuardedRule(dlight.cpu.Reduction())]
+    return [StaticMatmul(), GenericMatmul(), DirectConv(),
+            GuardedRule(DotProductGEMV(dlight.cpu.GEMV())), GuardedRule(dlight.cpu.Reduction())]
 
 
 def cpu_schedule_pass(target: Union[str, dict, Target]) -> tvm.transform.Pass:

@@ -1,0 +1,207 @@
+"""Latency of real ONNX models: our scheduled build vs TVM's default pipeline vs onnxruntime.
+
+For each model at fixed shapes, three runners are timed in the same process, in interleaved
+rounds, with the same thread count (``TVM_NUM_THREADS`` and onnxruntime's
+``intra_op_num_threads``):
+
+* ``ours``: ``get_pipeline(host_target(), schedule=True)`` (our CPU schedules, host CPU);
+* ``tvm``: ``get_pipeline("llvm", planner="tvm")`` (TVM's legalize/fuse pipeline, no
+  schedules, TVM's memory planner);
+* ``ort``: onnxruntime's CPUExecutionProvider.
+
+Reports median latency and spread (10th-90th percentile, in % of the median), the
+compile time of each build, the largest difference of our outputs from onnxruntime's, and,
+for the model with the worst ours/ort ratio, the top kernels of our build by time (the VM's
+instrument hook, ``vm.set_instrument``). Prints a table and writes JSON.
+
+Usage: TVM_NUM_THREADS=2 python benchmarks/latency_bench.py [--threads 2] [--rounds 15]
+       [--only squeezenet1.0 silero ...] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS_DIR = REPO.parent.parent / "shared" / "models" if (REPO.parent.parent / "shared").exists() \
+    else REPO.parent / "shared" / "models"
+
+# (label, file, shapes, fixed input values)
+MODELS = [
+    ("mnist-8", "mnist-8/model.onnx", None, None),
+    ("squeezenet1.0", "squeezenet1.0-randw.onnx", {"data_0": (1, 3, 224, 224)}, None),
+    ("mobilenetv2-tiny", "mobilenetv2-tiny.onnx", {"x": (1, 3, 96, 96)}, None),
+    ("ultraface-320", "ultraface-rfb-320-opset9.onnx", None, None),
+    ("silero-vad", "silero-vad-op18-ifless.onnx", {"input": (1, 512), "state": (2, 1, 128)},
+     {"sr": np.array(16000, dtype=np.int64)}),
+    ("magika", "magika-1.0.3.onnx", {"bytes": (1, 2048)}, None),
+    ("ppocrv4-det", "ppocrv4-det.onnx", {"x": (1, 3, 320, 320)}, None),
+    ("yolov8n", "yolov8n-nudenet-320n.onnx", {"images": (1, 3, 320, 320)}, None),
+    ("bert-tiny", "bert-tiny-randw.onnx", {"input_ids": (1, 128), "attention_mask": (1, 128),
+                                           "token_type_ids": (1, 128)}, None),
+    ("gpt2-tiny", "gpt2-tiny-randw.onnx", {"input_ids": (1, 64)}, None),
+]
+
+
+def _build(mod, target, pipeline):
+    import tvm
+    from tvm import relax
+
+    t0 = time.perf_counter()
+    ex = tvm.compile(mod, target, relax_pipeline=pipeline)
+    seconds = time.perf_counter() - t0
+    return relax.VirtualMachine(ex, tvm.cpu()), seconds
+
+
+def _tvm_runner(vm, arrays):
+    import tvm
+
+    args = [tvm.runtime.tensor(a) for a in arrays]
+    return lambda: vm["main"](*args)
+
+
+def _ort_runner(path, feeds, threads):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    return (lambda: sess.run(None, feeds)), sess
+
+
+def _interleaved(runners: dict, rounds: int) -> dict:
+    for run in runners.values():  # warm-up
+        run()
+    times = defaultdict(list)
+    for _ in range(rounds):
+        for name, run in runners.items():
+            t0 = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - t0)
+    out = {}
+    for name, values in times.items():
+        med = statistics.median(values)
+        p10, p90 = np.percentile(values, [10, 90])
+        out[name] = {"median_ms": med * 1e3, "spread_pct": 100 * (p90 - p10) / med}
+    return out
+
+
+def top_kernels(vm, arrays, count=5, repeats=5) -> list:
+    """Per-kernel time of ``vm["main"]`` summed over ``repeats`` calls (VM instrument hook)."""
+    import tvm
+
+    args = [tvm.runtime.tensor(a) for a in arrays]
+    totals, calls, started = defaultdict(float), defaultdict(int), {}
+
+    def _hook(func, name, before_run, ret, *_args):
+        if before_run:
+            started[name] = time.perf_counter()
+        else:
+            totals[name] += time.perf_counter() - started.pop(name, time.perf_counter())
+            calls[name] += 1
+
+    vm["main"](*args)
+    vm.set_instrument(_hook)
+    for _ in range(repeats):
+        vm["main"](*args)
+    vm.set_instrument(None)
+    whole = sum(totals.values())
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:count]
+    return [{"kernel": k, "ms_per_run": v / repeats * 1e3, "share_pct": 100 * v / whole,
+             "calls_per_run": calls[k] // repeats} for k, v in ranked]
+
+
+def bench_model(label, path, shapes, values, threads, rounds) -> dict:
+    import tvm
+
+    from relax_memplan.frontend import import_onnx, make_random_inputs
+    from relax_memplan.pipeline import get_pipeline
+    from relax_memplan.runtime import to_numpy_list
+    from relax_memplan.schedules import host_target
+
+    mod, info = import_onnx(path, shapes)
+    feeds = make_random_inputs(path, info, values=values)
+    arrays = list(feeds.values())
+    host = host_target()
+    ours, ours_s = _build(mod, host, get_pipeline(host, schedule=True))
+    base, base_s = _build(mod, tvm.target.Target("llvm"),
+                          get_pipeline(tvm.target.Target("llvm"), planner="tvm"))
+    ort_run, _ = _ort_runner(path, feeds, threads)
+    ours_run, base_run = _tvm_runner(ours, arrays), _tvm_runner(base, arrays)
+    want = ort_run()
+    got = to_numpy_list(ours_run())
+    err = max(float(np.max(np.abs(g.astype("float64") - w.astype("float64"))))
+              if g.size else 0.0 for g, w in zip(got, want))
+    timing = _interleaved({"ours": ours_run, "tvm": base_run, "ort": ort_run}, rounds)
+    return {"model": label, "shapes": {k: list(v.shape) for k, v in feeds.items()},
+            "compile_s": {"ours": ours_s, "tvm": base_s}, "max_abs_err_vs_ort": err,
+            **{k: v for k, v in timing.items()}, "_vm": ours, "_arrays": arrays}
+
+
+def _row(r) -> str:
+    o, t, x = r["ours"]["median_ms"], r["tvm"]["median_ms"], r["ort"]["median_ms"]
+    return (f"{r['model']:<18}{o:>9.2f} ±{r['ours']['spread_pct']:>3.0f}%{t:>9.2f} "
+            f"±{r['tvm']['spread_pct']:>3.0f}%{x:>8.2f} ±{r['ort']['spread_pct']:>3.0f}%"
+            f"{o / x:>9.2f}{t / x:>9.2f}{r['compile_s']['ours']:>9.1f}"
+            f"{r['compile_s']['tvm']:>8.1f}{r['max_abs_err_vs_ort']:>10.1e}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=str(MODELS_DIR))
+    parser.add_argument("--only", nargs="*", help="labels to run (default: all)")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("TVM_NUM_THREADS", 2)))
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "latency.json"))
+    args = parser.parse_args(argv)
+    if os.environ.get("TVM_NUM_THREADS") != str(args.threads):
+        raise SystemExit(f"set TVM_NUM_THREADS={args.threads} before starting (TVM reads it "
+                         "when its thread pool starts)")
+    header = (f"{'model':<18}{'ours ms':>14}{'tvm ms':>14}{'ort ms':>13}{'ours/ort':>9}"
+              f"{'tvm/ort':>9}{'build s':>9}{'tvm s':>8}{'max err':>10}")
+    print(header)
+    print("-" * len(header))
+    rows = []
+    for label, file, shapes, values in MODELS:
+        if args.only and label not in args.only:
+            continue
+        path = Path(args.models) / file
+        if not path.exists():
+            print(f"{label:<18} skipped: {path} not found")
+            continue
+        try:
+            row = bench_model(label, path, shapes, values, args.threads, args.rounds)
+        except Exception as err:  # noqa: BLE001 -- one model failing must not stop the table
+            print(f"{label:<18} FAILED: {type(err).__name__}: {str(err).splitlines()[-1][:120]}")
+            rows.append({"model": label, "error": f"{type(err).__name__}: {err}"[:2000]})
+            continue
+        print(_row(row), flush=True)
+        rows.append(row)
+    timed = [r for r in rows if "ours" in r]
+    if timed:
+        worst = max(timed, key=lambda r: r["ours"]["median_ms"] / r["ort"]["median_ms"])
+        worst["top_kernels_ours"] = top_kernels(worst["_vm"], worst["_arrays"])
+        print(f"\ntop kernels of ours on {worst['model']} (worst ours/ort):")
+        for k in worst["top_kernels_ours"]:
+            print(f"  {k['kernel']:<60}{k['ms_per_run']:>9.2f} ms{k['share_pct']:>6.1f}%"
+                  f"  x{k['calls_per_run']}")
+    for r in rows:
+        r.pop("_vm", None)
+        r.pop("_arrays", None)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"threads": args.threads, "rounds": args.rounds,
+                                           "models": rows}, indent=1))
+    print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""Dlight-style CPU (llvm) schedule rule for direct convolutions (conv1d, conv2d; NCHW).
+
+Where it runs
+-------------
+After ``FuseTIR`` (see :func:`relax_memplan.schedules.cpu_schedule_pass`),
+before the GEMV rule, on PrimFuncs that LegalizeOps makes of ``relax.nn.conv1d``
+/ ``relax.nn.conv2d`` (TOPI ``conv*_nchw`` / ``group_conv2d_nchw`` /
+depthwise computes): a padding block, one reduction block
+``out[n, f, y, x] += pad[n, c(f, rc), y * sh + ry * dh, x * sw + rx * dw] * w[f, rc, ry, rx]``
+and the element-wise epilogue FuseOps put after it (bias, relu, clip,
+``sigmoid(x) * x``...). All loop extents must be constants.
+
+Algorithm
+---------
+Blocked direct convolution, as in TVM TOPI's x86 conv2d schedules and
+Georganas et al., "Anatomy of high-performance deep learning convolutions on
+SIMD architectures" (SC 2018), without the layout change to ``NCHWc``: the
+register tile is ``mr`` output channels x ``xt`` output columns of one output
+row. Its ``mr x xt`` accumulators live in a ``local`` buffer
+(``cache_write``), the reduction loops ``rc, ry, rx`` run outside the tile,
+the ``mr`` channel loop is unrolled (each weight a broadcast scalar) and the
+``xt`` column loop is vectorised with the target's SIMD width (one input
+vector shared by the ``mr`` channels). Depthwise/grouped convolutions whose
+input channel depends on the output channel use ``mr = 1``. The tiles
+``(n, channel block, row, column block)`` are fused into one parallel loop;
+the epilogue is inlined into the write-back of the tile
+(``reverse_compute_inline``), so it runs on data still in registers. The
+padding block stays a separate parallel, vectorised copy, so the inner loop
+reads the input without a bounds test. ``xt`` divides the output width (no
+remainder predicate, which would scalarise the vector loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight import ScheduleRule
+from tvm.s_tir.dlight.analysis import get_root_block
+from tvm.target import Target
+
+from .cpu_matmul import _has_fma, simd_lanes
+from .cpu_spatial import parallelize_spatial
+
+__all__ = ["ConvAxes", "DirectConv", "match_conv"]
+
+_ScheduleError = s_tir.ScheduleError
+
+
+@dataclass
+class ConvAxes:
+    """The convolution block of a PrimFunc and what the schedule needs to know.
+
+    Attributes
+    ----------
+    block : SBlockRV
+        The reduction block.
+    spatial_extents : list of int
+        ``(n, f, [y,] x)`` output extents.
+    reduce_extents : list of int
+        ``(rc, [ry,] rx)`` extents.
+    depthwise : bool
+        The input channel read depends on the output channel (grouped or depthwise).
+    producers, consumers : list of SBlockRV
+        Blocks before / after the reduction block, in program order.
+    """
+
+    block: object
+    spatial_extents: List[int]
+    reduce_extents: List[int]
+    depthwise: bool
+    producers: list
+    consumers: list
+
+
+def _uses(expr, var) -> bool:
+    if isinstance(expr, tirx.IntImm):
+        return False
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
+def _static(extent) -> Optional[int]:
+    return extent.value if isinstance(extent, tirx.IntImm) else None
+
+
+def match_conv(sch: s_tir.Schedule) -> Optional[ConvAxes]:
+    """Find the direct-convolution block of the function in ``sch``.
+
+    Parameters
+    ----------
+    sch : tvm.s_tir.Schedule
+
+    Returns
+    -------
+    ConvAxes or None
+        ``None`` unless the function has exactly one reduction block, a sum of
+        products of two buffers written at its spatial iter vars ``(n, f, [y,] x)``
+        in order, with at least two reduction iter vars (or one reading the
+        input at a ``x * stride + rx`` index), ``x`` indexing only the last dim
+        of one operand (the input) and not the other (the weights), and every
+        extent constant.
+    """
+    blocks = sch.get_child_blocks(get_root_block(sch))
+    reductions = [b for b in blocks if any(iv.iter_type == tirx.IterVar.CommReduce
+                                           for iv in sch.get(b).iter_vars)]
+    if len(reductions) != 1:
+        return None
+    block_rv = reductions[0]
+    block = sch.get(block_rv)
+    spatial = [iv for iv in block.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+    reduce = [iv for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
+    if len(spatial) + len(reduce) != len(block.iter_vars) or len(spatial) not in (3, 4):
+        return None
+    if len(reduce) != len(spatial) - 1:
+        return None
+    extents = [_static(iv.dom.extent) for iv in block.iter_vars]
+    if any(e is None for e in extents):
+        return None
+    # loops in iter-var order (S.. then R..), one loop per iter var
+    loops = sch.get_loops(block_rv)
+    if len(loops) != len(block.iter_vars):
+        return None
+    for lp, iv in zip(loops, block.iter_vars):
+        binding = sch.get(lp)
+        if _static(binding.extent) != _static(iv.dom.extent):
+            return None
+    if len(block.writes) != 1 or len(block.reads) != 2:
+        return None
+    out_idx = [r.min for r in block.writes[0].region]
+    if len(out_idx) != len(spatial) or not all(
+            isinstance(i, tirx.Var) and i.same_as(iv.var) for i, iv in zip(out_idx, spatial)):
+        return None
+    store = block.body
+    if not isinstance(store, tirx.BufferStore) or not isinstance(store.value, tirx.Add):
+        return None
+    x_var, f_var = spatial[-1].var, spatial[1].var
+    data = [r for r in block.reads if _uses(r.region[-1].min, x_var)]
+    weights = [r for r in block.reads if not any(_uses(rng.min, x_var) for rng in r.region)]
+    if len(data) != 1 or len(weights) != 1:
+        return None
+    if any(not (isinstance(rng.extent, tirx.IntImm) and rng.extent.value == 1)
+           for r in block.reads for rng in r.region):
+        return None
+    depthwise = any(_uses(rng.min, f_var) for rng in data[0].region)
+    pos = [sch.get(b).same_as(block) for b in blocks].index(True)
+    return ConvAxes(block=block_rv,
+                    spatial_extents=[_static(iv.dom.extent) for iv in spatial],
+                    reduce_extents=[_static(iv.dom.extent) for iv in reduce],
+                    depthwise=depthwise,
+                    producers=list(blocks[:pos]), consumers=list(blocks[pos + 1:]))
+
+
+def _column_tile(width: int, lanes: int, max_vectors: int) -> int:
+    """Output columns per tile: ``width`` if it fits, else its largest divisor that does."""
+    limit = lanes * max_vectors
+    if width <= limit:
+        return width
+    return max(d for d in range(1, limit + 1) if width % d == 0)
+
+
+def _try(prim, block) -> bool:
+    try:
+        prim(block)
+    except _ScheduleError:
+        return False
+    return True
+
+
+class DirectConv(ScheduleRule):
+    """Blocked direct convolution for constant shapes (see the module docstring).
+
+    Parameters
+    ----------
+    max_column_vectors : int
+        Output columns per tile, in SIMD vectors (``xt <= max_column_vectors * lanes``).
+    channel_tiles : tuple of int
+        Output channels per tile (``mr``) to try, largest first; the first dividing
+        the channel count with ``mr * vectors(xt)`` accumulators within budget wins.
+    accumulators_fma, accumulators_no_fma : int
+        Budget of vector accumulators (registers) with / without FMA.
+    """
+
+    def __init__(self, max_column_vectors: int = 2, channel_tiles=(6, 4, 3, 2),
+                 accumulators_fma: int = 12, accumulators_no_fma: int = 8):
+        self.max_column_vectors = max_column_vectors
+        self.channel_tiles = tuple(channel_tiles)
+        self.accumulators_fma = accumulators_fma
+        self.accumulators_no_fma = accumulators_no_fma
+
+    def is_target_available(self, target: Target) -> bool:
+        return target is not None and target.kind.name == "llvm"
+
+    def _channel_tile(self, axes: ConvAxes, vectors: int, target: Target) -> int:
+        if axes.depthwise:
+            return 1
+        budget = self.accumulators_fma if _has_fma(target) else self.accumulators_no_fma
+        channels = axes.spatial_extents[1]
+        return next((mr for mr in self.channel_tiles
+                     if channels % mr == 0 and mr * vectors <= budget), 1)
+
+    def apply(self, func: tirx.PrimFunc, target: Target, _tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        try:
+            axes = match_conv(sch)
+        except ValueError:  # body is not a root block
+            return None
+        if axes is None:
+            return None
+        dtype = str(sch.get(axes.block).writes[0].source.dtype)
+        lanes = simd_lanes(target, dtype)
+        try:
+            self._schedule(sch, axes, lanes, target)
+        except _ScheduleError:
+            return None
+        return sch
+
+    def _schedule(self, sch: s_tir.Schedule, axes: ConvAxes, lanes: int, target: Target) -> None:
+        block = axes.block
+        width = axes.spatial_extents[-1]
+        xt = _column_tile(width, lanes, self.max_column_vectors)
+        vectors = -(-xt // lanes)
+        mr = self._channel_tile(axes, vectors, target)
+        loops = sch.get_loops(block)
+        n_sp = len(axes.spatial_extents)
+        spatial, reduce = loops[:n_sp], loops[n_sp:]
+        n, f, x = spatial[0], spatial[1], spatial[-1]
+        rows = list(spatial[2:-1])
+        fo, fi = sch.split(f, factors=[None, mr])
+        xo, xi = sch.split(x, factors=[None, xt])
+        sch.reorder(n, fo, *rows, xo, *reduce, fi, xi)
+        tile = sch.fuse(n, fo, *rows, xo)
+        sch.parallel(tile)
+
+        write_back = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
+        # epilogue intermediates inlined forward (one of them may feed two blocks, as in
+        # ``sigmoid(y) * y``), then the last block into the write-back
+        remaining = [c for c in axes.consumers[:-1] if not _try(sch.compute_inline, c)]
+        remaining += axes.consumers[-1:]
+        for consumer in remaining:
+            if not _try(sch.reverse_compute_inline, consumer):
+                parallelize_spatial(sch, consumer, lanes)
+        wb_loops = sch.get_loops(write_back)
+        sch.vectorize(wb_loops[-1])
+        for producer in axes.producers:  # padding: a parallel copy, no bounds test inside
+            parallelize_spatial(sch, producer, lanes)
+        sch.unroll(fi)
+        sch.vectorize(xi)
+        init = sch.decompose_reduction(block, reduce[0])
+        sch.vectorize(sch.get_loops(init)[-1])
