@@ -3,7 +3,9 @@
 Only argument parsing lives here; the work is :func:`relax_memplan.compiler.compile_onnx`.
 
 Exit status: 0 success, 1 a clear error (printed on one line), 2 bad usage
-(argparse's message and usage), 3 ``--verify`` found an error above tolerance.
+(argparse's message and usage), 3 ``--verify`` found an error above tolerance or a
+NaN/Inf not matched by the reference (at any sampled shape with ``--dim``),
+130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = ["main", "build_parser"]
 
 EXIT_ERROR = 1
 EXIT_VERIFY_FAILED = 3
+EXIT_INTERRUPTED = 130
 
 
 def _positive_seconds(text: str) -> float:
@@ -289,12 +292,14 @@ def _compile_dynamic(args, shapes, plan_pass, input_values, config, progress) ->
                 dispatch=dispatch or None, schedule=args.schedule or config.schedule,
                 sample_shapes=args.sample_shapes, measure=not args.no_measure,
                 verify=args.verify, input_values=input_values,
-                seed=config.verify.seed, prepare=not args.no_prepare, progress=progress,
-                compare_with_tvm=k == 0)
+                seed=config.verify.seed, rtol=config.verify.rtol, atol=config.verify.atol,
+                prepare=not args.no_prepare, progress=progress, compare_with_tvm=k == 0)
         print(report.format_text())
         reports[name] = report.to_dict()
     _write_outputs(args, ex, reports[strategy] if strategy != "all" else {"strategies": reports},
                    plot=None)
+    if args.verify and any(r["verified"] is False for r in reports.values()):
+        return EXIT_VERIFY_FAILED
     return 0
 
 
@@ -332,20 +337,33 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``relax-memplan``; returns the exit status.
 
     Errors of this package (bad model, unsupported ONNX node, bad shape, bad
-    config, TVM build failure) are printed as one line without a traceback.
+    config, TVM build failure, a run-time failure, onnxruntime refusing the
+    inputs) are printed as one line without a traceback. Ctrl-C prints
+    ``relax-memplan: interrupted`` and returns 130, also when TVM turned the
+    KeyboardInterrupt into another error or it came while handling one.
     """
     args = build_parser().parse_args(argv)
-    try:
-        return _compile(args)
-    except RelaxMemplanError as err:
-        message = str(err)
-        _release_quietly(err)
-        del err
-        print(f"relax-memplan: error: {message}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("relax-memplan: interrupted", file=sys.stderr)
-        return 130
+    from .runtime import recording_interrupts
+
+    with recording_interrupts() as interrupted:
+        try:
+            try:
+                return _compile(args)
+            except RelaxMemplanError as err:
+                if interrupted:
+                    raise KeyboardInterrupt from None
+                message = str(err)
+                _release_quietly(err)
+                del err
+                print(f"relax-memplan: error: {message}", file=sys.stderr)
+                return EXIT_ERROR
+            except Exception:
+                if interrupted:  # a Ctrl-C that TVM's FFI turned into another error
+                    raise KeyboardInterrupt from None
+                raise
+        except KeyboardInterrupt:
+            print("relax-memplan: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

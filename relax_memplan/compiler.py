@@ -13,14 +13,16 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 import numpy as np
 import tvm
 
-from .errors import CompileError, RelaxMemplanError, VerificationError, summarize_error
+from .errors import CompileError, RelaxMemplanError, summarize_error
 from .pipeline import get_pipeline
 from .report import FunctionMemoryReport, MemoryReport
-from .runtime import RuntimeMemory, run_and_measure
+from .runtime import RuntimeMemory, run_checked
+from .verify import compare_outputs, input_sensitivity
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.record_storage import RecordStorage
 
-__all__ = ["CompileResult", "build", "compile_module", "compile_onnx", "max_abs_error"]
+__all__ = ["CompileResult", "build", "compile_module", "compile_onnx", "max_abs_error",
+           "reference_sensitivity"]
 
 Progress = Optional[Callable[[str], None]]
 
@@ -44,23 +46,28 @@ class CompileResult:
 
 
 def max_abs_error(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> float:
-    """Largest absolute difference over all outputs.
+    """Largest absolute difference over all outputs; ``inf`` when a NaN/Inf of one side
+    is not matched by the same value on the other (matching NaN/Inf count as equal).
 
     Raises
     ------
     VerificationError
         If the number of outputs or a shape differs.
     """
-    if len(actual) != len(expected):
-        raise VerificationError(f"got {len(actual)} outputs, the reference has {len(expected)}")
-    err = 0.0
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        a, e = np.asarray(a), np.asarray(e)
-        if a.shape != e.shape:
-            raise VerificationError(f"output {i} has shape {a.shape}, the reference has {e.shape}")
-        if a.size:
-            err = max(err, float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)))))
-    return err
+    return compare_outputs(actual, expected, rtol=0.0, atol=0.0).error
+
+
+def reference_sensitivity(onnx_model, info, reference: Sequence[np.ndarray], tolerance: float,
+                          seed: int, values=None) -> Optional[Dict]:
+    """Run onnxruntime on a second random input (seed ``seed + 1``) and measure how much the
+    reference moves (:func:`relax_memplan.verify.input_sensitivity`); None when every input
+    is given in ``values`` (nothing to draw)."""
+    from . import frontend
+
+    if set(values or {}) >= set(info.input_shapes):
+        return None
+    other = frontend.make_random_inputs(onnx_model, info, seed=seed + 1, values=values)
+    return input_sensitivity(reference, frontend.run_onnxruntime(onnx_model, other), tolerance)
 
 
 _KERNEL_OPTIONS = ("dim_ranges", "dispatch", "dispatch_pass", "schedule")
@@ -157,9 +164,10 @@ def compile_module(
     plan_pass : PlanStaticMemory, optional
         Our pass, configured; a default one otherwise.
     reference : sequence of numpy.ndarray, optional
-        Expected outputs (e.g. from onnxruntime); sets ``max_abs_error``.
+        Expected outputs (e.g. from onnxruntime); sets ``max_abs_error`` and the other
+        fields of :func:`relax_memplan.verify.compare_outputs` (NaN/Inf compared by position).
     rtol, atol : float
-        Tolerance ``rtol * max|reference| + atol`` on the max abs error.
+        Tolerance ``rtol * max|finite reference| + atol`` on the max abs error.
     name : str
         Model name for the report.
     notes : sequence of str
@@ -181,6 +189,10 @@ def compile_module(
     ------
     CompileError
         If TVM fails to build the module.
+    RunError
+        If a build fails at run time (one line, the input shapes named).
+    VerificationError
+        If the outputs and ``reference`` differ in count or shape.
     """
     say = progress or (lambda _msg: None)
     tgt = tvm.target.Target(target) if isinstance(target, str) else target
@@ -230,19 +242,17 @@ def compile_module(
         _check_fits_in_memory(functions["main"], inputs)
         main = functions["main"]
         say("running our build once (naive allocator, counting alloc_storage)")
-        measured: RuntimeMemory = run_and_measure(ex, inputs)
+        measured: RuntimeMemory = run_checked(ex, inputs, "relax_memplan's build")
         main.runtime_alloc_bytes, main.runtime_num_allocs = measured.alloc_bytes, measured.num_allocs
         outputs = measured.outputs
         if ex_tvm is not None:
             say("running TVM's default build on the same inputs")
-            base = run_and_measure(ex_tvm, inputs)
+            base = run_checked(ex_tvm, inputs, "TVM's default build")
             main.tvm_default_runtime_alloc_bytes = base.alloc_bytes
             main.tvm_default_runtime_num_allocs = base.num_allocs
             main.max_abs_diff_vs_tvm_default = max_abs_error(outputs, base.outputs)
         if reference is not None:
-            main.max_abs_error = max_abs_error(outputs, reference)
-            ref_max = max((float(np.max(np.abs(r))) for r in reference if np.asarray(r).size), default=0.0)
-            main.error_tolerance = rtol * ref_max + atol
+            main.record_comparison(compare_outputs(outputs, reference, rtol, atol))
     return CompileResult(executable=ex, report=report, outputs=outputs)
 
 
@@ -276,7 +286,9 @@ def compile_onnx(
     plan_pass : PlanStaticMemory, optional
         Our configured pass.
     verify : bool
-        Run onnxruntime on the same inputs and record ``max_abs_error``.
+        Run onnxruntime on the same inputs (before our build runs) and compare
+        (:func:`relax_memplan.verify.compare_outputs`); also run it on a second random
+        input and record ``input_sensitivity`` (a warning when the output barely moves).
     measure : bool
         Run both builds once and measure the bytes they allocate.
     input_values : dict of str to numpy.ndarray, optional
@@ -308,6 +320,10 @@ def compile_onnx(
         Shapes that do not fit the model's inputs.
     CompileError
         TVM failed to build.
+    ReferenceRunError
+        onnxruntime refused the model or the inputs.
+    RunError
+        A build failed at run time.
     """
     from . import frontend
     from .errors import ShapeSpecError
@@ -345,6 +361,11 @@ def compile_onnx(
         mod, arrays, target=target, plan_pass=plan_pass, reference=reference, rtol=rtol, atol=atol,
         name=name, notes=info.notes, dump_dir=dump_dir, progress=progress, schedule=schedule,
     )
+    main = result.report.main
+    if reference is not None and main.error_tolerance is not None:
+        say("running onnxruntime on a second random input (does the output depend on it?)")
+        main.input_sensitivity = reference_sensitivity(onnx_model, info, reference,
+                                                       main.error_tolerance, seed, input_values)
     result.report.inputs = {
         n: {"shape": list(s), "dtype": info.input_dtypes[n]} for n, s in info.input_shapes.items()
     }

@@ -10,6 +10,7 @@ allocate with the lower bound at that shape.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -17,13 +18,14 @@ import numpy as np
 import tvm
 
 from .analysis.dims import DimRange, evaluate_int
-from .compiler import build, max_abs_error
-from .errors import RelaxMemplanError, ShapeSpecError, summarize_error
-from .runtime import run_and_measure
+from .compiler import build, reference_sensitivity
+from .errors import ShapeSpecError
+from .runtime import run_checked
 from .transform._dynamic_plan import sample_points
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule, dispatch_path
+from .verify import WEAK_VERIFICATION, Comparison, compare_outputs
 
 __all__ = ["ShapeMeasurement", "DynamicReport", "parse_dim_spec", "parse_values_spec",
            "compile_onnx_dynamic"]
@@ -81,7 +83,9 @@ def parse_values_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
 
 @dataclass
 class ShapeMeasurement:
-    """Bytes at one sampled shape (all sizes in bytes)."""
+    """Bytes at one sampled shape (all sizes in bytes), and the check against onnxruntime
+    there (``max_abs_error`` and the other fields of
+    :class:`~relax_memplan.verify.Comparison`, ``input_sensitivity``)."""
 
     dims: Dict[str, int]
     runtime_alloc_bytes: Optional[int]
@@ -90,6 +94,23 @@ class ShapeMeasurement:
     tvm_default_runtime_alloc_bytes: Optional[int] = None
     max_abs_error: Optional[float] = None
     kernel_paths: Optional[List[str]] = None
+    error_tolerance: Optional[float] = None
+    nonfinite_mismatches: Optional[int] = None
+    nonfinite_matched: Optional[int] = None
+    input_sensitivity: Optional[Dict] = None
+
+    def record_comparison(self, comparison: Comparison) -> None:
+        """Keep the comparison with the reference at this shape."""
+        self.max_abs_error, self.error_tolerance = comparison.max_abs_error, comparison.tolerance
+        self.nonfinite_mismatches = comparison.nonfinite_mismatches
+        self.nonfinite_matched = comparison.nonfinite_matched
+
+    @property
+    def verified(self) -> Optional[bool]:
+        """Whether our outputs match onnxruntime's at this shape (None if not compared)."""
+        if self.max_abs_error is None or self.error_tolerance is None:
+            return None
+        return not self.nonfinite_mismatches and self.max_abs_error <= self.error_tolerance
 
     @property
     def arena_over_lower_bound(self) -> float:
@@ -111,6 +132,12 @@ class DynamicReport:
     checked: Dict = field(default_factory=dict)
     specialized: Dict[str, Dict[str, List[int]]] = field(default_factory=dict)
 
+    @property
+    def verified(self) -> Optional[bool]:
+        """Whether every compared shape matched onnxruntime (None if none was compared)."""
+        verdicts = [s.verified for s in self.shapes if s.verified is not None]
+        return all(verdicts) if verdicts else None
+
     def to_dict(self) -> Dict:
         """JSON-ready dict."""
         return {
@@ -122,7 +149,9 @@ class DynamicReport:
             "notes": self.notes,
             "ratio_check": self.checked,
             "specialized_kernels": self.specialized,
-            "shapes": [dict(vars(s), arena_over_lower_bound=round(s.arena_over_lower_bound, 4))
+            "verified": self.verified,
+            "shapes": [dict(vars(s), arena_over_lower_bound=round(s.arena_over_lower_bound, 4),
+                            verified=s.verified)
                        for s in self.shapes],
         }
 
@@ -136,12 +165,30 @@ class DynamicReport:
         def num(value):
             return "-" if value is None else f"{value:,}"
 
+        compared = self.verified is not None
+        if compared:
+            lines[-1] += f"{'tol':>10}  verify"
         for s in self.shapes:
             dims = ", ".join(f"{k}={v}" for k, v in s.dims.items())
             err = "-" if s.max_abs_error is None else f"{s.max_abs_error:.2g}"
-            lines.append(f"  {dims:<28}{s.lower_bound_bytes:>12,}{s.arena_bytes:>12,}"
-                         f"{s.arena_over_lower_bound:>9.3f}{num(s.runtime_alloc_bytes):>12}"
-                         f"{num(s.tvm_default_runtime_alloc_bytes):>12}{err:>10}")
+            row = (f"  {dims:<28}{s.lower_bound_bytes:>12,}{s.arena_bytes:>12,}"
+                   f"{s.arena_over_lower_bound:>9.3f}{num(s.runtime_alloc_bytes):>12}"
+                   f"{num(s.tvm_default_runtime_alloc_bytes):>12}{err:>10}")
+            if compared and s.verified is not None:
+                row += f"{s.error_tolerance:>10.2g}  {'OK' if s.verified else 'FAILED'}"
+            lines.append(row)
+        for s in self.shapes:
+            if s.verified is not None and (s.nonfinite_mismatches or s.nonfinite_matched):
+                comparison = Comparison(s.max_abs_error, s.error_tolerance,
+                                        s.nonfinite_mismatches, s.nonfinite_matched)
+                lines.append("  at " + ", ".join(f"{k}={v}" for k, v in s.dims.items())
+                             + f": {comparison.describe()}")
+        weak = [s for s in self.shapes if s.input_sensitivity and s.input_sensitivity["weak"]]
+        if weak:
+            moved = max(s.input_sensitivity["max_abs_change"] for s in weak)
+            lines.append(f"  WARNING: {WEAK_VERIFICATION} (at {len(weak)} of {len(self.shapes)} "
+                         f"shapes the reference moves by at most {moved:.3g} on another random "
+                         f"input)")
         if self.left_to_tvm:
             reasons: Dict[str, int] = {}
             for why in self.left_to_tvm.values():
@@ -166,12 +213,19 @@ class DynamicReport:
 
 
 def _sample_dims(ranges: Mapping[str, Tuple], count: int, seed: int) -> List[Dict[str, int]]:
-    """``count`` shapes: the range ends, then random shapes on each dim's grid (an unbounded dim
-    up to 4x its lower bound), as the planner samples them."""
+    """``count`` distinct shapes: the range ends, then random shapes on each dim's grid (an
+    unbounded dim up to 4x its lower bound), as the planner samples them; every shape in range
+    (the ends first) when there are no more than ``count``."""
     dim_ranges = {n: DimRange(*r) for n, r in ranges.items()}
     lows = {n: r.values()[0] if r.upper is not None else max(r.lower, 1) for n, r in dim_ranges.items()}
+    grids = [r.values() if r.upper is not None else range(lows[n], 4 * lows[n] + 1)
+             for n, r in dim_ranges.items()]
+    if int(np.prod([len(g) for g in grids], dtype=np.float64)) <= count:
+        every = [dict(zip(dim_ranges, values)) for values in itertools.product(*grids)]
+        return every[:1] + every[-1:] + every[1:-1] if len(every) > 1 else every
     points = sample_points(dim_ranges, list(dim_ranges), lows, 4 * count + 8, seed)
-    return points[: max(count, 2)]
+    distinct = [p for i, p in enumerate(points) if p not in points[:i]]
+    return distinct[: max(count, 2)]
 
 
 def compile_onnx_dynamic(
@@ -192,6 +246,8 @@ def compile_onnx_dynamic(
     verify: bool = False,
     input_values: Optional[Dict[str, np.ndarray]] = None,
     seed: int = 0,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
     prepare: bool = True,
     compare_with_tvm: bool = True,
     progress: Optional[Callable[[str], None]] = None,
@@ -233,7 +289,11 @@ def compile_onnx_dynamic(
         Run the builds at the sampled shapes (``False``: the report gives the
         plan's arena and lower bound there only).
     verify : bool
-        Compare with onnxruntime at each shape.
+        Compare with onnxruntime at each shape (:func:`relax_memplan.verify.compare_outputs`,
+        onnxruntime run first), and measure how much its output moves on a second random
+        input (``input_sensitivity``).
+    rtol, atol : float
+        Verification tolerance ``rtol * max|finite reference| + atol``, per shape.
     input_values : dict, optional
         Fixed values for inputs (e.g. a sample rate); must fit every sampled shape.
     seed : int
@@ -254,8 +314,10 @@ def compile_onnx_dynamic(
         A declared dim is not a symbolic dim of the model, is fixed by ``shapes``, or a
         symbolic dim has no declared range; or ``shapes`` is invalid (as in
         :func:`relax_memplan.frontend.import_onnx`).
-    RelaxMemplanError
+    RunError
         The build fails at a sampled shape (e.g. a shape the model cannot take).
+    ReferenceRunError
+        onnxruntime refuses the inputs at a sampled shape.
     CompileError, ModelLoadError
         As :func:`relax_memplan.compiler.compile_onnx`.
     """
@@ -336,24 +398,26 @@ def compile_onnx_dynamic(
         report.shapes.append(row)
         if not measure:
             continue
-        got = _run(ex, arrays, dims)
+        # the reference first: onnxruntime refusing the inputs is a clear error, whereas
+        # our build may not check them (e.g. an index beyond the data)
+        reference = frontend.run_onnxruntime(onnx_model, feed) if verify else None
+        got = _run(ex, arrays, dims, "relax_memplan's build")
         row.runtime_alloc_bytes = got.alloc_bytes
         if ex_tvm is not None:
-            row.tvm_default_runtime_alloc_bytes = _run(ex_tvm, arrays, dims).alloc_bytes
+            row.tvm_default_runtime_alloc_bytes = _run(ex_tvm, arrays, dims,
+                                                       "TVM's default build").alloc_bytes
         if verify:
-            row.max_abs_error = max_abs_error(got.outputs, frontend.run_onnxruntime(onnx_model, feed))
+            row.record_comparison(compare_outputs(got.outputs, reference, rtol, atol))
+            row.input_sensitivity = reference_sensitivity(
+                onnx_model, point_info, reference, row.error_tolerance, seed,
+                _fit_values(input_values, shapes))
     return ex, report
 
 
-def _run(ex, arrays, dims):
-    """run_and_measure; a failure at run time becomes a one-line error naming the shape."""
-    try:
-        return run_and_measure(ex, arrays)
-    except Exception as err:  # noqa: BLE001 - TVM raises many types; one clear message
-        at = ", ".join(f"{k}={v}" for k, v in dims.items())
-        raise RelaxMemplanError(f"running the build at {at} failed: {summarize_error(err)} "
-                                f"(does the model accept this shape? narrow --dim or give a "
-                                f":STEP)") from None
+def _run(ex, arrays, dims, build_name):
+    """run_checked, with a hint about the shape: the likeliest cause of a failure here."""
+    return run_checked(ex, arrays, build_name, dims=dims,
+                       hint=" (does the model accept this shape? narrow --dim or give a :STEP)")
 
 
 def _summarize_skipped(skipped: Sequence[str]) -> List[str]:

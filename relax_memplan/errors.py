@@ -167,4 +167,14 @@ class PrepareStepError(RelaxMemplanError, ValueError):
     ``onnx_prepare.prepare``); the message lists the known steps."""
 
 
-__all__ += ["PrepareStepError"]
+class ReferenceRunError(RelaxMemplanError):
+    """onnxruntime (the reference) refused the model or the inputs, e.g. a token id
+    beyond the vocabulary; the message is onnxruntime's, on one line."""
+
+
+class RunError(RelaxMemplanError):
+    """A compiled module failed at run time; the message names the function and,
+    where known, the shapes it ran at."""
+
+
+__all__ += ["PrepareStepError", "ReferenceRunError", "RunError"]

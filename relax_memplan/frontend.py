@@ -30,7 +30,8 @@ import tvm
 from tvm.relax.frontend.onnx import onnx_frontend
 
 from . import onnx_prepare
-from .errors import ModelLoadError, ShapeSpecError, UnsupportedOperatorError, summarize_error
+from .errors import (ModelLoadError, ReferenceRunError, ShapeSpecError, UnsupportedOperatorError,
+                     summarize_error)
 from .onnx_prepare.converters import corrected_converters, describe_usage
 
 __all__ = [
@@ -709,6 +710,9 @@ def run_onnxruntime(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     ------
     ImportError
         When onnxruntime is not installed.
+    ReferenceRunError
+        When onnxruntime cannot load the model or refuses the inputs (e.g. a token id
+        beyond the vocabulary); onnxruntime's message on one line.
     """
     try:
         import onnxruntime  # pylint: disable=import-outside-toplevel
@@ -719,7 +723,23 @@ def run_onnxruntime(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only: no unused-initializer warnings
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    session = onnxruntime.InferenceSession(
-        source, sess_options=options, providers=["CPUExecutionProvider"]
-    )
-    return [np.asarray(out) for out in session.run(None, dict(inputs))]
+    try:
+        session = onnxruntime.InferenceSession(
+            source, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as err:  # onnxruntime's own error types; one clear line
+        raise ReferenceRunError(
+            f"onnxruntime (the reference) cannot load the model: {_ort_message(err)}"
+        ) from None
+    try:
+        return [np.asarray(out) for out in session.run(None, dict(inputs))]
+    except Exception as err:  # e.g. INVALID_ARGUMENT: an index beyond the data
+        at = ", ".join(f"{n}{tuple(np.shape(v))}" for n, v in inputs.items())
+        raise ReferenceRunError(
+            f"onnxruntime (the reference) refused the inputs ({at}): {_ort_message(err)}"
+        ) from None
+
+
+def _ort_message(err: BaseException) -> str:
+    """onnxruntime's message without its ``[ONNXRuntimeError] : 2 : INVALID_ARGUMENT :`` prefix."""
+    return re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*", "", summarize_error(err))

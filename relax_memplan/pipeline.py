@@ -3,7 +3,7 @@
 Phases (from ``tvm.relax.backend.<target>.pipeline``):
 
 1. ``library_dispatch`` -- library dispatch passes of the target;
-2. ``legalize`` -- LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps,
+2. ``legalize`` -- ClampEmptySlices (ours: empty dynamic slices), LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps,
    FuseTIR (and dlight GPU schedules for CUDA, with a rule that fails on a
    kernel skipped: :func:`~relax_memplan.schedules.gpu_schedule_pass`);
 3. ``dataflow_lower`` -- RewriteDataflowReshape, ToNonDataflow,
@@ -33,6 +33,7 @@ import tvm
 from tvm import relax
 
 from .transform.annotate_dim_ranges import AnnotateDimRanges
+from .transform.clamp_empty_slices import ClampEmptySlices
 from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
@@ -128,7 +129,8 @@ def backend_phases(
         if p.info.name == "StaticPlanBlockMemory" and record_pass is not None:
             finalize.append(record_pass)
     annotate = [AnnotateDimRanges(dim_ranges)] if dim_ranges else []
-    legalize = list(backend.legalize_passes(target))
+    # before LegalizeOps: TVM's dynamic_strided_slice gives a negative extent for an empty slice
+    legalize = [ClampEmptySlices()] + list(backend.legalize_passes(target))
     if kind == "cuda":
         # dlight's GPU rules, each failure of a rule meaning "try the next one"
         legalize = [gpu_schedule_pass(target) if p.info.name == "ApplyDefaultSchedule" else p

@@ -74,9 +74,17 @@ class FunctionMemoryReport:
     tvm_default_runtime_alloc_bytes, tvm_default_runtime_num_allocs : int or None
         Measured with TVM's pipeline on the same inputs.
     max_abs_error : float or None
-        Against onnxruntime, with ``verify``.
+        Against onnxruntime, with ``verify``, over the positions finite on both sides.
     error_tolerance : float or None
-        ``rtol * max|reference| + atol``.
+        ``rtol * max|finite reference| + atol``.
+    nonfinite_mismatches : int or None
+        Elements NaN/Inf on one side only (any is a failure), with ``verify``.
+    nonfinite_matched : int or None
+        Elements NaN/Inf at the same place on both sides (agreement; the inputs
+        produced non-finite values).
+    input_sensitivity : dict or None
+        How much the reference moves on a second random input
+        (:func:`relax_memplan.verify.input_sensitivity`), with ``verify``.
     max_abs_diff_vs_tvm_default : float or None
         Our outputs against TVM's default build on the same inputs.
     """
@@ -102,6 +110,9 @@ class FunctionMemoryReport:
     max_abs_error: Optional[float] = None
     error_tolerance: Optional[float] = None
     max_abs_diff_vs_tvm_default: Optional[float] = None
+    nonfinite_mismatches: Optional[int] = None
+    nonfinite_matched: Optional[int] = None
+    input_sensitivity: Optional[Dict] = None
 
     @property
     def expected_runtime_alloc_bytes(self) -> int:
@@ -135,7 +146,13 @@ class FunctionMemoryReport:
         """Whether the error against onnxruntime is within tolerance (None if not run)."""
         if self.max_abs_error is None or self.error_tolerance is None:
             return None
-        return self.max_abs_error <= self.error_tolerance
+        return not self.nonfinite_mismatches and self.max_abs_error <= self.error_tolerance
+
+    def record_comparison(self, comparison) -> None:
+        """Keep a :class:`relax_memplan.verify.Comparison` against the reference."""
+        self.max_abs_error, self.error_tolerance = comparison.max_abs_error, comparison.tolerance
+        self.nonfinite_mismatches = comparison.nonfinite_mismatches
+        self.nonfinite_matched = comparison.nonfinite_matched
 
     def to_dict(self) -> Dict:
         """JSON-ready dict, with ratios and derived fields added."""
@@ -272,9 +289,14 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
     if f.max_abs_diff_vs_tvm_default is not None:
         lines.append(f"  max abs difference vs TVM default build: {f.max_abs_diff_vs_tvm_default:.3g}")
     if f.max_abs_error is not None:
-        verdict = "OK" if f.verified else "FAILED"
-        lines.append(
-            f"  verification vs onnxruntime: max abs error {f.max_abs_error:.3g} "
-            f"(tolerance {f.error_tolerance:.3g}) {verdict}"
-        )
+        from .verify import Comparison
+
+        comparison = Comparison(f.max_abs_error, f.error_tolerance, f.nonfinite_mismatches or 0,
+                                f.nonfinite_matched or 0)
+        lines.append(f"  verification vs onnxruntime: {comparison.describe()}")
+    if f.input_sensitivity and f.input_sensitivity["weak"]:
+        from .verify import WEAK_VERIFICATION
+
+        lines.append(f"  WARNING: {WEAK_VERIFICATION} (the reference moves by "
+                     f"{f.input_sensitivity['max_abs_change']:.3g} on another random input)")
     return lines

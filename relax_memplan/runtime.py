@@ -9,18 +9,23 @@ workspaces allocated inside PrimFuncs are not seen by the hook.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
+import signal
+import threading
 from dataclasses import dataclass, field
-from typing import List, Sequence
+from typing import Iterator, List, Mapping, Sequence
 
 import numpy as np
 import tvm
 from tvm import relax
 
 from .analysis.liveness import dtype_size_bytes
+from .errors import RunError, summarize_error
 
-__all__ = ["RuntimeMemory", "run_and_measure", "to_numpy_list", "release_pooled_memory", "heap_bytes"]
+__all__ = ["RuntimeMemory", "run_and_measure", "run_checked", "recording_interrupts",
+           "to_numpy_list", "release_pooled_memory", "heap_bytes"]
 
 
 @dataclass
@@ -95,18 +100,98 @@ def run_and_measure(
     dev = device if device is not None else tvm.cpu()
     vm = relax.VirtualMachine(executable, dev, memory_cfg="naive")
     sizes: List[int] = []
+    hook_interrupted: List[bool] = []
 
     def _instrument(_func, name, before_run, _ret, *args):
-        if before_run and name == "vm.builtin.alloc_storage":
-            sizes.append(_storage_bytes(args))
+        try:
+            if before_run and name == "vm.builtin.alloc_storage":
+                sizes.append(_storage_bytes(args))
+        except KeyboardInterrupt:
+            hook_interrupted.append(True)
+            raise
         return 0
 
     vm.set_instrument(_instrument)
     # np.ascontiguousarray would turn a 0-d array (a scalar input) into 1-d
     args = [tvm.runtime.tensor(np.asarray(x, order="C"), dev) for x in inputs]
-    result = vm[func_name](*args)
+    with recording_interrupts() as interrupted:
+        try:
+            result = vm[func_name](*args)
+        except Exception:
+            # Ctrl-C lands in the instrument hook (the only Python code running during
+            # the call); TVM's FFI turns that KeyboardInterrupt into a bare RuntimeError.
+            if interrupted or hook_interrupted:
+                raise KeyboardInterrupt from None
+            raise
     outputs = to_numpy_list(result)
     return RuntimeMemory(alloc_bytes=sum(sizes), alloc_sizes_bytes=sizes, outputs=outputs)
+
+
+@contextlib.contextmanager
+def recording_interrupts() -> Iterator[List[int]]:
+    """Record SIGINT (Ctrl-C) while the block runs; the handler in place still runs.
+
+    Yields a list that is non-empty once a SIGINT arrived, so code that sees the
+    KeyboardInterrupt converted to another exception type (TVM's FFI does that when
+    it is raised inside a Python callback) can raise KeyboardInterrupt again. Outside
+    the main thread (no signal handlers there) it records nothing.
+    """
+    received: List[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def _handler(signum, frame):
+        received.append(signum)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, _handler)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_checked(executable: tvm.runtime.Executable, inputs: Sequence[np.ndarray], build_name: str,
+                dims: Mapping[str, int] = None, hint: str = "",
+                func_name: str = "main") -> RuntimeMemory:
+    """:func:`run_and_measure`, with any failure of the run as a one-line :class:`RunError`.
+
+    Parameters
+    ----------
+    executable : tvm.runtime.Executable
+    inputs : sequence of numpy.ndarray
+    build_name : str
+        Which build runs, for the message (e.g. ``"relax_memplan's build"``).
+    dims : mapping of str to int, optional
+        The symbolic dims' values, named in the message; else the input shapes are.
+    hint : str
+        Advice appended to the message.
+    func_name : str
+        The VM function to call.
+
+    Returns
+    -------
+    RuntimeMemory
+
+    Raises
+    ------
+    RunError
+        The call failed (TVM's error summarized on one line: :func:`summarize_error`).
+    KeyboardInterrupt
+        Ctrl-C during the call, whatever type TVM turned it into.
+    """
+    try:
+        return run_and_measure(executable, inputs, func_name=func_name)
+    except Exception as err:  # noqa: BLE001 - TVM raises many types; one clear message
+        at = (", ".join(f"{k}={v}" for k, v in dims.items()) if dims is not None
+              else "inputs " + ", ".join(str(tuple(np.shape(x))) for x in inputs))
+        raise RunError(f"running {func_name} of {build_name} at {at} failed: "
+                       f"{summarize_error(err)}{hint}") from None
 
 
 def release_pooled_memory() -> None:
