@@ -17,6 +17,7 @@ from .errors import CompileError, RelaxMemplanError, VerificationError, summariz
 from .pipeline import get_pipeline
 from .report import FunctionMemoryReport, MemoryReport
 from .runtime import RuntimeMemory, run_and_measure
+from .transform.check_index_bounds import CheckIndexBounds
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.record_storage import RecordStorage
 
@@ -63,7 +64,7 @@ def max_abs_error(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) 
     return err
 
 
-_KERNEL_OPTIONS = ("dim_ranges", "dispatch", "dispatch_pass", "schedule")
+_KERNEL_OPTIONS = ("dim_ranges", "dispatch", "dispatch_pass", "schedule", "check_indices")
 """``get_pipeline`` options that change the kernels, not the memory plan: kept by the retry
 with TVM's planner that decides whose fault a failed build is."""
 
@@ -77,11 +78,15 @@ def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage],
     kernel options (``dim_ranges``, ``dispatch``/``dispatch_pass``, ``schedule``), without our
     planning passes (``plan_pass``, ``dynamic_pass``): a failure caused by a kernel option then
     fails the retry too and is not blamed on our planner."""
+    index_pass = CheckIndexBounds(runtime_checks=pipeline_kwargs.get("check_indices", True)
+                                  and tvm.target.Target(target).kind.name != "cuda")
     pipeline = get_pipeline(target, planner=planner, plan_pass=plan_pass, record_pass=record,
-                            dump_dir=dump_dir, **pipeline_kwargs)
+                            dump_dir=dump_dir, index_pass=index_pass, **pipeline_kwargs)
     try:
         return tvm.compile(mod, target, relax_pipeline=pipeline)
     except Exception as err:  # TVM raises many types; re-raised as one clear error
+        if index_pass.refused is not None:  # the model cannot serve a declared dim range
+            raise index_pass.refused from None
         if planner == "tvm":
             raise CompileError.from_tvm(planner, err) from err
         # Whose fault? Build again with TVM's planner alone (same kernels) to say so.
@@ -225,7 +230,10 @@ def compile_module(
         _check_fits_in_memory(functions["main"], inputs)
         main = functions["main"]
         say("running our build once (naive allocator, counting alloc_storage)")
-        measured: RuntimeMemory = run_and_measure(ex, inputs)
+        try:
+            measured: RuntimeMemory = run_and_measure(ex, inputs)
+        except Exception as err:  # noqa: BLE001 - e.g. an index check: one clear line
+            raise RelaxMemplanError(f"running the build failed: {summarize_error(err)}") from None
         main.runtime_alloc_bytes, main.runtime_num_allocs = measured.alloc_bytes, measured.num_allocs
         outputs = measured.outputs
         if ex_tvm is not None:
