@@ -147,6 +147,7 @@ def compile_module(
     dump_dir=None,
     progress: Progress = None,
     schedule: bool = False,
+    check_indices: bool = True,
 ) -> CompileResult:
     """Build ``mod`` with our pipeline (and TVM's for comparison), run it, report memory.
 
@@ -177,6 +178,9 @@ def compile_module(
         Called with a short message before each step.
     schedule : bool
         Apply our CPU matmul schedules to both builds (llvm only).
+    check_indices : bool
+        Check index values at run time in both builds (see
+        :class:`~relax_memplan.transform.check_index_bounds.CheckIndexBounds`).
 
     Returns
     -------
@@ -192,11 +196,13 @@ def compile_module(
     plan_pass = plan_pass if plan_pass is not None else PlanStaticMemory()
     ours_rec, tvm_rec = RecordStorage(), RecordStorage()
     say(f"building with relax_memplan's planner for {tgt.kind.name}")
-    ex = build(mod, tgt, "relax_memplan", plan_pass, ours_rec, dump_dir, schedule=schedule)
+    ex = build(mod, tgt, "relax_memplan", plan_pass, ours_rec, dump_dir, schedule=schedule,
+               check_indices=check_indices)
     ex_tvm = None
     if compare_with_tvm:
         say("building with TVM's StaticPlanBlockMemory for comparison")
-        ex_tvm = build(mod, tgt, "tvm", None, tvm_rec, schedule=schedule)
+        ex_tvm = build(mod, tgt, "tvm", None, tvm_rec, schedule=schedule,
+                       check_indices=check_indices)
 
     functions: Dict[str, FunctionMemoryReport] = {}
     for fname, fplan in plan_pass.plans.items():
@@ -265,6 +271,7 @@ def compile_onnx(
     progress: Progress = None,
     prepare: bool = True,
     schedule: bool = False,
+    check_indices: bool = True,
 ) -> CompileResult:
     """Import an ONNX model with TVM's frontend, compile it with our planner, report memory.
 
@@ -298,6 +305,8 @@ def compile_onnx(
     schedule : bool
         Apply our CPU matmul schedules (:mod:`relax_memplan.schedules`) to both
         builds (llvm only).
+    check_indices : bool
+        Check index values at run time (see :func:`compile_module`).
 
     Returns
     -------
@@ -347,6 +356,7 @@ def compile_onnx(
     result = compile_module(
         mod, arrays, target=target, plan_pass=plan_pass, reference=reference, rtol=rtol, atol=atol,
         name=name, notes=info.notes, dump_dir=dump_dir, progress=progress, schedule=schedule,
+        check_indices=check_indices,
     )
     result.report.inputs = {
         n: {"shape": list(s), "dtype": info.input_dtypes[n]} for n, s in info.input_shapes.items()

@@ -23,7 +23,7 @@ ranges (:mod:`._index_bounds`):
 * otherwise (indices from an input) -- with ``runtime_checks``, a TIR kernel checks every index
   before the op and passes the indices on (a copy the op reads, so it cannot be dropped or
   reordered). An index out of range raises ``IndexError`` through the VM, e.g.
-  ``relax_memplan: index out of range in take (Gather): valid [-1000, 999]``. The valid range
+  ``relax_memplan: index out of range in Gather (Relax take 'lv12'): valid [-1000, 999]``. The valid range
   is given as ONNX defines it (``[-s, s-1]``) when the indices come from the importer's
   negative-index mapping, else as the op accepts it.
 
@@ -273,5 +273,4 @@ def _message(op, spec, call, var, axes, indices_value) -> str:
         hi = _fmt(tvm.sym.Analyzer().simplify(s - 1)) if shape is not None else f"{s}-1"
         ranges.append(f"[{lo}, {hi}]")
     where = _node(call, var)
-    return (f"relax_memplan: index out of range in {op.split('.')[-1]} ({spec.onnx_name} "
-            f"{where}): valid {', '.join(ranges)}")
+    return f"relax_memplan: index out of range in {spec.onnx_name} {where}: valid {', '.join(ranges)}"
