@@ -125,3 +125,32 @@ def test_cli_dim_range_past_position_table_refused_and_128_compiles():
     proc = _run(["-m", "relax_memplan.cli", "compile", model, "--dim", "batch=1..2",
                  "--dim", "seq=1..128", "--no-measure", "-q"])
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _range_gather_model():
+    """``Gather(table[128, 4], Range(0, seq))``: position ids from the dim itself."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    const = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+             helper.make_node("Range", ["zero", "seq", "one"], ["pos"]),
+             helper.make_node("Gather", ["table", "pos"], ["out"], axis=0)]
+    graph = helper.make_graph(
+        nodes, "pos", [helper.make_tensor_value_info("x", TensorProto.INT64, [1, "seq"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["seq", 4])],
+        initializer=[numpy_helper.from_array(np.zeros((128, 4), np.float32), "table"),
+                     const("one", 1), const("zero", 0)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_range_position_ids_past_table_refused_and_in_range_proved():
+    mod, _ = import_onnx(_range_gather_model(), keep_dynamic=True)
+    check = CheckIndexBounds()
+    check(AnnotateDimRanges({"seq": (1, 128)})(mod))
+    assert check.proved == ["main: take (Relax take 'gv')"] and check.checked == []
+    check = CheckIndexBounds()
+    with pytest.raises(Exception):
+        check(AnnotateDimRanges({"seq": (1, 129)})(mod))
+    assert str(check.refused) == ("--dim seq=1..129: Gather (Relax take 'gv') reads row seq - 1 "
+                                  "of a 128-row table; the largest allowed seq is 128")
