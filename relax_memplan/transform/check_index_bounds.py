@@ -33,7 +33,7 @@ The check kernels have no GPU schedule: build for ``cuda`` with ``runtime_checks
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import tvm
 from tvm import relax, tirx
