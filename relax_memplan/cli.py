@@ -156,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "the generic kernel), chosen at run time (repeatable)")
     c.add_argument("--schedule", action="store_true",
                    help="apply relax_memplan's CPU matmul schedules (llvm)")
+    c.add_argument("--no-index-checks", action="store_true",
+                   help="do not check index values (Gather ids, ...) at run time; an index "
+                   "out of range then reads or writes outside its tensor")
     c.add_argument("--sample-shapes", type=int, default=3, metavar="N",
                    help="with --dim: shapes to run at, the range ends first (default 3)")
     c.add_argument("--no-prepare", action="store_true",
@@ -225,6 +228,7 @@ def _compile(args) -> int:
             seed=config.verify.seed, rtol=config.verify.rtol, atol=config.verify.atol,
             dump_dir=args.dump_ir, progress=progress, prepare=not args.no_prepare,
             schedule=args.schedule or config.schedule,
+            check_indices=config.check_indices and not args.no_index_checks,
         )
     print(result.report.format_text())
     def plot():
@@ -293,7 +297,8 @@ def _compile_dynamic(args, shapes, plan_pass, input_values, config, progress) ->
                 sample_shapes=args.sample_shapes, measure=not args.no_measure,
                 verify=args.verify, input_values=input_values,
                 seed=config.verify.seed, rtol=config.verify.rtol, atol=config.verify.atol,
-                prepare=not args.no_prepare, progress=progress, compare_with_tvm=k == 0)
+                prepare=not args.no_prepare, progress=progress, compare_with_tvm=k == 0,
+                check_indices=config.check_indices and not args.no_index_checks)
         print(report.format_text())
         reports[name] = report.to_dict()
     _write_outputs(args, ex, reports[strategy] if strategy != "all" else {"strategies": reports},

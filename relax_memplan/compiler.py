@@ -18,6 +18,7 @@ from .pipeline import get_pipeline
 from .report import FunctionMemoryReport, MemoryReport
 from .runtime import RuntimeMemory, run_checked
 from .verify import compare_outputs, input_sensitivity
+from .transform.check_index_bounds import CheckIndexBounds
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.record_storage import RecordStorage
 
@@ -70,7 +71,7 @@ def reference_sensitivity(onnx_model, info, reference: Sequence[np.ndarray], tol
     return input_sensitivity(reference, frontend.run_onnxruntime(onnx_model, other), tolerance)
 
 
-_KERNEL_OPTIONS = ("dim_ranges", "dispatch", "dispatch_pass", "schedule")
+_KERNEL_OPTIONS = ("dim_ranges", "dispatch", "dispatch_pass", "schedule", "check_indices")
 """``get_pipeline`` options that change the kernels, not the memory plan: kept by the retry
 with TVM's planner that decides whose fault a failed build is."""
 
@@ -84,11 +85,15 @@ def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage],
     kernel options (``dim_ranges``, ``dispatch``/``dispatch_pass``, ``schedule``), without our
     planning passes (``plan_pass``, ``dynamic_pass``): a failure caused by a kernel option then
     fails the retry too and is not blamed on our planner."""
+    index_pass = CheckIndexBounds(runtime_checks=pipeline_kwargs.get("check_indices", True)
+                                  and tvm.target.Target(target).kind.name != "cuda")
     pipeline = get_pipeline(target, planner=planner, plan_pass=plan_pass, record_pass=record,
-                            dump_dir=dump_dir, **pipeline_kwargs)
+                            dump_dir=dump_dir, index_pass=index_pass, **pipeline_kwargs)
     try:
         return tvm.compile(mod, target, relax_pipeline=pipeline)
     except Exception as err:  # TVM raises many types; re-raised as one clear error
+        if index_pass.refused is not None:  # the model cannot serve a declared dim range
+            raise index_pass.refused from None
         if planner == "tvm":
             raise CompileError.from_tvm(planner, err) from err
         # Whose fault? Build again with TVM's planner alone (same kernels) to say so.
@@ -149,6 +154,7 @@ def compile_module(
     dump_dir=None,
     progress: Progress = None,
     schedule: bool = False,
+    check_indices: bool = True,
 ) -> CompileResult:
     """Build ``mod`` with our pipeline (and TVM's for comparison), run it, report memory.
 
@@ -180,6 +186,9 @@ def compile_module(
         Called with a short message before each step.
     schedule : bool
         Apply our CPU matmul schedules to both builds (llvm only).
+    check_indices : bool
+        Check index values at run time in both builds (see
+        :class:`~relax_memplan.transform.check_index_bounds.CheckIndexBounds`).
 
     Returns
     -------
@@ -199,11 +208,13 @@ def compile_module(
     plan_pass = plan_pass if plan_pass is not None else PlanStaticMemory()
     ours_rec, tvm_rec = RecordStorage(), RecordStorage()
     say(f"building with relax_memplan's planner for {tgt.kind.name}")
-    ex = build(mod, tgt, "relax_memplan", plan_pass, ours_rec, dump_dir, schedule=schedule)
+    ex = build(mod, tgt, "relax_memplan", plan_pass, ours_rec, dump_dir, schedule=schedule,
+               check_indices=check_indices)
     ex_tvm = None
     if compare_with_tvm:
         say("building with TVM's StaticPlanBlockMemory for comparison")
-        ex_tvm = build(mod, tgt, "tvm", None, tvm_rec, schedule=schedule)
+        ex_tvm = build(mod, tgt, "tvm", None, tvm_rec, schedule=schedule,
+                       check_indices=check_indices)
 
     functions: Dict[str, FunctionMemoryReport] = {}
     for fname, fplan in plan_pass.plans.items():
@@ -272,6 +283,7 @@ def compile_onnx(
     progress: Progress = None,
     prepare: bool = True,
     schedule: bool = False,
+    check_indices: bool = True,
 ) -> CompileResult:
     """Import an ONNX model with TVM's frontend, compile it with our planner, report memory.
 
@@ -307,6 +319,8 @@ def compile_onnx(
     schedule : bool
         Apply our CPU matmul schedules (:mod:`relax_memplan.schedules`) to both
         builds (llvm only).
+    check_indices : bool
+        Check index values at run time (see :func:`compile_module`).
 
     Returns
     -------
@@ -360,6 +374,7 @@ def compile_onnx(
     result = compile_module(
         mod, arrays, target=target, plan_pass=plan_pass, reference=reference, rtol=rtol, atol=atol,
         name=name, notes=info.notes, dump_dir=dump_dir, progress=progress, schedule=schedule,
+        check_indices=check_indices,
     )
     main = result.report.main
     if reference is not None and main.error_tolerance is not None:

@@ -199,6 +199,10 @@ class Config:
         chosen at run time.
     schedule : bool
         Apply our CPU matmul schedules (llvm; :mod:`relax_memplan.schedules`).
+    check_indices : bool
+        Check index values (Gather ids, ...) at run time where they are not proved in range
+        (:class:`~relax_memplan.transform.check_index_bounds.CheckIndexBounds`); ``false``
+        as ``--no-index-checks``.
     verify : VerifyConfig
         Numerical check settings.
     """
@@ -209,12 +213,15 @@ class Config:
     dims: dict[str, tuple] = field(default_factory=dict)
     dispatch: dict[str, tuple[int, ...]] = field(default_factory=dict)
     schedule: bool = False
+    check_indices: bool = True
     verify: VerifyConfig = field(default_factory=VerifyConfig)
 
     def __post_init__(self):
         object.__setattr__(self, "dispatch", _check_buckets("dispatch", self.dispatch))
         if not isinstance(self.schedule, bool):
             raise ConfigError(f"schedule must be true or false, got {self.schedule!r}")
+        if not isinstance(self.check_indices, bool):
+            raise ConfigError(f"check_indices must be true or false, got {self.check_indices!r}")
         if self.target not in TARGET_KINDS:
             raise ConfigError(f"target must be one of {list(TARGET_KINDS)}, got {self.target!r}")
         for key, cls in (("planner", PlannerConfig), ("verify", VerifyConfig)):
@@ -305,6 +312,7 @@ class Config:
             "dims": {name: list(bounds) for name, bounds in self.dims.items()},
             "dispatch": {name: list(v) for name, v in self.dispatch.items()},
             "schedule": self.schedule,
+            "check_indices": self.check_indices,
             "verify": dataclasses.asdict(self.verify),
         }
 

@@ -241,6 +241,7 @@ def compile_onnx_dynamic(
     size_class_growth: float = 4.0,
     dispatch: Optional[Mapping[str, Sequence[int]]] = None,
     schedule: bool = False,
+    check_indices: bool = True,
     sample_shapes: int = 3,
     measure: bool = True,
     verify: bool = False,
@@ -283,6 +284,8 @@ def compile_onnx_dynamic(
         the report says which path each sampled shape took.
     schedule : bool
         Apply our CPU matmul schedules (:mod:`relax_memplan.schedules`).
+    check_indices : bool
+        Check index values at run time where not proved in range (both builds).
     sample_shapes : int
         Shapes to run at (>= 2: the range ends come first).
     measure : bool
@@ -354,11 +357,12 @@ def compile_onnx_dynamic(
     kernels = SpecializeKernels(dispatch, schedule=_dispatch_schedule(schedule)) if dispatch else None
     say(f"building once with relax_memplan's {strategy} plan")
     ex = build(mod, "llvm", "relax_memplan", settings, None, dynamic_pass=dyn, dim_ranges=dim_ranges,
-               dispatch_pass=kernels, schedule=schedule)
+               dispatch_pass=kernels, schedule=schedule, check_indices=check_indices)
     ex_tvm = None
     if compare_with_tvm:
         say("building with TVM's StaticPlanBlockMemory (same declared ranges)")
-        ex_tvm = build(mod, "llvm", "tvm", None, None, dim_ranges=dim_ranges, schedule=schedule)
+        ex_tvm = build(mod, "llvm", "tvm", None, None, dim_ranges=dim_ranges, schedule=schedule,
+                       check_indices=check_indices)
     fplan = dyn.plans.get("main")
     report = DynamicReport(model=str(model), strategy=strategy, dims=dict(dim_ranges),
                            notes=[n for n in info.notes if "kept symbolic" not in n])

@@ -16,6 +16,7 @@ __all__ = [
     "ShapeSpecError",
     "ConfigError",
     "CompileError",
+    "IndexBoundsError",
     "VerificationError",
     "summarize_error",
 ]
@@ -155,6 +156,12 @@ class CompileError(RelaxMemplanError):
             With a one-line message naming the planner.
         """
         return cls(f"TVM build with planner '{planner}' failed: {summarize_error(error)}")
+
+
+class IndexBoundsError(RelaxMemplanError):
+    """An index certainly leaves its tensor at a declared dim value (found at compile time by
+    :class:`~relax_memplan.transform.check_index_bounds.CheckIndexBounds`); the message names
+    the op and the largest allowed dim value."""
 
 
 class VerificationError(RelaxMemplanError):

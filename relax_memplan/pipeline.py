@@ -33,6 +33,7 @@ import tvm
 from tvm import relax
 
 from .transform.annotate_dim_ranges import AnnotateDimRanges
+from .transform.check_index_bounds import CheckIndexBounds
 from .transform.clamp_empty_slices import ClampEmptySlices
 from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
@@ -69,6 +70,7 @@ def backend_phases(
     dispatch: Optional[Mapping[str, Sequence[int]]] = None,
     dispatch_pass: Optional[SpecializeKernels] = None,
     schedule: bool = False,
+    index_pass: Optional[CheckIndexBounds] = None,
 ):
     """TVM's per-target phases, with the memory planner chosen.
 
@@ -101,6 +103,9 @@ def backend_phases(
         For an llvm target, append
         :func:`~relax_memplan.schedules.cpu_schedule_pass` (CPU matmul/GEMV/
         reduction schedules) at the end of the ``legalize`` phase.
+    index_pass : CheckIndexBounds, optional
+        Runs first in ``library_dispatch`` (after ``AnnotateDimRanges``), on the imported
+        module: index values that would leave their tensor are refused or checked.
 
     Returns
     -------
@@ -129,6 +134,8 @@ def backend_phases(
         if p.info.name == "StaticPlanBlockMemory" and record_pass is not None:
             finalize.append(record_pass)
     annotate = [AnnotateDimRanges(dim_ranges)] if dim_ranges else []
+    if index_pass is not None:
+        annotate.append(index_pass)
     # before LegalizeOps: TVM's dynamic_strided_slice gives a negative extent for an empty slice
     legalize = [ClampEmptySlices()] + list(backend.legalize_passes(target))
     if kind == "cuda":
@@ -162,6 +169,8 @@ def get_pipeline(
     dispatch: Optional[Mapping[str, Sequence[int]]] = None,
     dispatch_pass: Optional[SpecializeKernels] = None,
     schedule: bool = False,
+    check_indices: bool = True,
+    index_pass: Optional[CheckIndexBounds] = None,
 ) -> tvm.transform.Pass:
     """The Relax pipeline to give ``tvm.compile(mod, target, relax_pipeline=...)``.
 
@@ -193,6 +202,14 @@ def get_pipeline(
         ``dispatch``; read its ``specialized`` attribute after the build.
     schedule : bool
         Schedule CPU kernels (llvm only; see :func:`backend_phases`).
+    check_indices : bool
+        Check index values at run time where they are not proved in range
+        (:class:`~relax_memplan.transform.check_index_bounds.CheckIndexBounds`, both planners;
+        CPU targets only, the check kernels have no GPU schedule). Index ranges that
+        certainly leave a table at a declared dim value are refused at compile time either way.
+    index_pass : CheckIndexBounds, optional
+        A configured instance to run instead of one made from ``check_indices`` (read its
+        ``refused``, ``checked`` and ``proved`` attributes after the build).
 
     Returns
     -------
@@ -210,10 +227,12 @@ def get_pipeline(
     if planner == "relax_memplan" and plan_pass is None:
         plan_pass = PlanStaticMemory()
     mine = planner == "relax_memplan"
+    if index_pass is None:
+        index_pass = CheckIndexBounds(runtime_checks=check_indices and tgt.kind.name != "cuda")
     phases = backend_phases(tgt, plan_pass if mine else None, record_pass,
                             dynamic_pass if mine else None, dim_ranges,
                             dispatch=dispatch, dispatch_pass=dispatch_pass,
-                            schedule=schedule)
+                            schedule=schedule, index_pass=index_pass)
     dump = Path(dump_dir) if dump_dir is not None else None
 
     @tvm.transform.module_pass(opt_level=0, name=f"RelaxMemplanPipeline_{planner}")

@@ -1,0 +1,156 @@
+"""Tests of CheckIndexBounds: index values never make a kernel leave its tensor."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from relax_memplan.frontend import import_onnx
+from relax_memplan.transform.annotate_dim_ranges import AnnotateDimRanges
+from relax_memplan.transform.check_index_bounds import CheckIndexBounds
+from tests.conftest import shared_model
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+OPS = ("Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND")
+
+
+def _run(args, timeout=300):
+    """A subprocess from the repository root (so this worktree's package is imported)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, *args], env=env, cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def index_results():
+    proc = _run(["-m", "tests.transform.isolated_index_checks", *OPS])
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stderr[-2000:]}"
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_in_range_extremes_equal_onnxruntime(index_results, op):
+    """s-1 and -s (and -1) are not refused, and the outputs equal onnxruntime's."""
+    for row in index_results[op]["good"]:
+        assert row.get("error") is None, row
+        assert row["max_abs_error"] == 0.0
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_out_of_range_index_raises_named_error(index_results, op):
+    """s and -s-1 (per axis for the ND ops) are caught before the kernel runs."""
+    for row in index_results[op]["bad"]:
+        assert row["error"] is not None, f"{op}: an out-of-range index was not caught"
+        assert f"relax_memplan: index out of range in {op} " in row["error"]
+        assert "valid [-" in row["error"]
+
+
+def _bert(dim_upper):
+    mod, _ = import_onnx(shared_model("bert-tiny-randw.onnx"), keep_dynamic=True)
+    return AnnotateDimRanges({"batch": (1, 4), "seq": (1, dim_upper)})(mod)
+
+
+def test_bert_tiny_position_ids_proved_and_word_ids_checked():
+    """Position ids (a slice of a constant 0..127) need no run-time check; input ids do."""
+    check = CheckIndexBounds()
+    check(_bert(128))
+    assert len(check.checked) == 2  # word and token-type embeddings: values from inputs
+    assert len(check.proved) == 3  # position embeddings and the two mask gathers
+    assert check.refused is None
+
+
+def test_bert_tiny_declared_range_past_position_table_is_refused():
+    check = CheckIndexBounds()
+    with pytest.raises(Exception):
+        check(_bert(129))
+    assert str(check.refused) == (
+        "--dim seq=1..129: Slice (Relax strided_slice 'lv16') reads element seq - 1 of axis 1 "
+        "(size 128); the largest allowed seq is 128")
+
+
+def test_runtime_checks_off_keeps_compile_time_refusal():
+    check = CheckIndexBounds(runtime_checks=False)
+    out = check(_bert(128))
+    assert "relax_memplan_check_indices" not in [gv.name_hint for gv in out.get_global_vars()]
+    with pytest.raises(Exception):
+        CheckIndexBounds(runtime_checks=False)(_bert(200))
+
+
+BERT_SHAPES = ["--shape", "input_ids=1,16", "--shape", "attention_mask=1,16",
+               "--shape", "token_type_ids=1,16"]
+
+
+def test_cli_bert_tiny_huge_input_id_is_one_line_error_not_segfault(tmp_path):
+    ids = np.ones((1, 16), dtype=np.int64)
+    ids[0, 3] = 999999
+    np.save(tmp_path / "ids.npy", ids)
+    proc = _run(["-m", "relax_memplan.cli", "compile", str(shared_model("bert-tiny-randw.onnx")),
+                 *BERT_SHAPES, "--input", f"input_ids={tmp_path / 'ids.npy'}", "-q"])
+    assert proc.returncode == 1, f"exit {proc.returncode}: {proc.stderr[-1000:]}"
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("relax-memplan: error: running the build failed: ")
+    assert "index out of range in Gather" in lines[0] and "valid [-1000, 999]" in lines[0]
+
+
+def test_cli_gather_out_of_range_is_one_line_error(tmp_path):
+    from tests.transform.isolated_index_checks import CASES
+
+    import onnx
+
+    onnx.save(CASES["Gather"][0], tmp_path / "gather.onnx")
+    np.save(tmp_path / "idx.npy", np.array([0, 1, 5, 2], dtype=np.int64))
+    proc = _run(["-m", "relax_memplan.cli", "compile", str(tmp_path / "gather.onnx"),
+                 "--input", f"indices={tmp_path / 'idx.npy'}", "-q"])
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == ("relax-memplan: error: running the build failed: IndexError: "
+                                   "relax_memplan: index out of range in Gather (Relax take 'gv'): "
+                                   "valid [-5, 4]")
+
+
+def test_cli_dim_range_past_position_table_refused_and_128_compiles():
+    model = str(shared_model("bert-tiny-randw.onnx"))
+    proc = _run(["-m", "relax_memplan.cli", "compile", model, "--dim", "batch=1..2",
+                 "--dim", "seq=1..129", "--no-measure", "-q"])
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == (
+        "relax-memplan: error: --dim seq=1..129: Slice (Relax strided_slice 'lv16') reads "
+        "element seq - 1 of axis 1 (size 128); the largest allowed seq is 128")
+    proc = _run(["-m", "relax_memplan.cli", "compile", model, "--dim", "batch=1..2",
+                 "--dim", "seq=1..128", "--no-measure", "-q"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _range_gather_model():
+    """``Gather(table[128, 4], Range(0, seq))``: position ids from the dim itself."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    const = lambda name, v: numpy_helper.from_array(np.array(v, np.int64), name)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+             helper.make_node("Range", ["zero", "seq", "one"], ["pos"]),
+             helper.make_node("Gather", ["table", "pos"], ["out"], axis=0)]
+    graph = helper.make_graph(
+        nodes, "pos", [helper.make_tensor_value_info("x", TensorProto.INT64, [1, "seq"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["seq", 4])],
+        initializer=[numpy_helper.from_array(np.zeros((128, 4), np.float32), "table"),
+                     const("one", 1), const("zero", 0)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_range_position_ids_past_table_refused_and_in_range_proved():
+    mod, _ = import_onnx(_range_gather_model(), keep_dynamic=True)
+    check = CheckIndexBounds()
+    check(AnnotateDimRanges({"seq": (1, 128)})(mod))
+    assert check.proved == ["main: take (Relax take 'gv')"] and check.checked == []
+    check = CheckIndexBounds()
+    with pytest.raises(Exception):
+        check(AnnotateDimRanges({"seq": (1, 129)})(mod))
+    assert str(check.refused) == ("--dim seq=1..129: Gather (Relax take 'gv') reads row seq - 1 "
+                                  "of a 128-row table; the largest allowed seq is 128")
