@@ -95,7 +95,8 @@ def test_cli_bert_tiny_huge_input_id_is_one_line_error_not_segfault(tmp_path):
     assert proc.returncode == 1, f"exit {proc.returncode}: {proc.stderr[-1000:]}"
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("relax-memplan: error: running the build failed: ")
+    assert lines[0].startswith("relax-memplan: error: running main of relax_memplan's build at "
+                               "inputs (1, 16), (1, 16), (1, 16) failed: IndexError: ")
     assert "index out of range in Gather" in lines[0] and "valid [-1000, 999]" in lines[0]
 
 
@@ -109,7 +110,8 @@ def test_cli_gather_out_of_range_is_one_line_error(tmp_path):
     proc = _run(["-m", "relax_memplan.cli", "compile", str(tmp_path / "gather.onnx"),
                  "--input", f"indices={tmp_path / 'idx.npy'}", "-q"])
     assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.strip() == ("relax-memplan: error: running the build failed: IndexError: "
+    assert proc.stderr.strip() == ("relax-memplan: error: running main of relax_memplan's build at "
+                                   "inputs (5, 3), (4,) failed: IndexError: "
                                    "relax_memplan: index out of range in Gather (Relax take 'gv'): "
                                    "valid [-5, 4]")
 
