@@ -9,13 +9,17 @@ Phases (from ``tvm.relax.backend.<target>.pipeline``):
 3. ``dataflow_lower`` -- RewriteDataflowReshape, ToNonDataflow,
    RemovePurityChecking, CallTIRRewrite;
 4. ``finalize`` -- memory planning, then LowerAllocTensor, KillAfterLastUse,
-   LowerRuntimeBuiltin, ComputePrimValue, VMShapeLower, AttachGlobalSymbol.
+   LowerRuntimeBuiltin, ComputePrimValue, VMShapeLower, AttachGlobalSymbol, and
+   :class:`~relax_memplan.transform.annotate_no_alias.AnnotateNoAlias` (with
+   either planner: without it, TVM 0.27's LLVM codegen drops ``noalias`` from
+   every kernel of a symbolic-shape build, see that module).
 
 With ``planner="relax_memplan"`` the finalize phase runs
 :class:`~relax_memplan.transform.PlanStaticMemory` followed by TVM's
 ``StaticPlanBlockMemory`` (which then plans only what ours left, exactly as
-TVM would). With ``planner="tvm"`` it is TVM's own pipeline, unchanged: the
-baseline of every comparison in our reports.
+TVM would). With ``planner="tvm"`` it is TVM's own memory planning, unchanged: the
+baseline of every comparison in our reports (both planners get the same kernels,
+``AnnotateNoAlias`` included, so kernel time never differs between them).
 
 Unlike ``tvm.compile``'s bare default (``default_build_pipeline``), these
 phases fold constants and fuse operators.
@@ -33,6 +37,7 @@ import tvm
 from tvm import relax
 
 from .transform.annotate_dim_ranges import AnnotateDimRanges
+from .transform.annotate_no_alias import AnnotateNoAlias
 from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
@@ -127,6 +132,7 @@ def backend_phases(
         finalize.append(p)
         if p.info.name == "StaticPlanBlockMemory" and record_pass is not None:
             finalize.append(record_pass)
+    finalize.append(AnnotateNoAlias())
     annotate = [AnnotateDimRanges(dim_ranges)] if dim_ranges else []
     legalize = list(backend.legalize_passes(target))
     if kind == "cuda":
