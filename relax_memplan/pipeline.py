@@ -2,20 +2,26 @@
 
 Phases (from ``tvm.relax.backend.<target>.pipeline``):
 
-1. ``library_dispatch`` -- library dispatch passes of the target;
-2. ``legalize`` -- ClampEmptySlices (ours: empty dynamic slices), LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps,
-   FuseTIR (and dlight GPU schedules for CUDA, with a rule that fails on a
+1. ``library_dispatch`` -- library dispatch passes of the target, then (ours)
+   ``AnnotateDimRanges`` and ``CheckIndexBounds`` (index-value checks, see that module);
+2. ``legalize`` -- ``ClampEmptySlices`` (ours: empty dynamic slices), LegalizeOps,
+   AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR (and dlight GPU schedules for CUDA, with a rule that fails on a
    kernel skipped: :func:`~relax_memplan.schedules.gpu_schedule_pass`);
 3. ``dataflow_lower`` -- RewriteDataflowReshape, ToNonDataflow,
    RemovePurityChecking, CallTIRRewrite;
 4. ``finalize`` -- memory planning, then LowerAllocTensor, KillAfterLastUse,
-   LowerRuntimeBuiltin, ComputePrimValue, VMShapeLower, AttachGlobalSymbol.
+   LowerRuntimeBuiltin, ComputePrimValue, VMShapeLower, AttachGlobalSymbol, and
+   :class:`~relax_memplan.transform.annotate_no_alias.AnnotateNoAlias` (with
+   either planner: without it, TVM 0.27's LLVM codegen drops ``noalias`` from
+   every kernel of a symbolic-shape build, see that module).
 
 With ``planner="relax_memplan"`` the finalize phase runs
 :class:`~relax_memplan.transform.PlanStaticMemory` followed by TVM's
 ``StaticPlanBlockMemory`` (which then plans only what ours left, exactly as
-TVM would). With ``planner="tvm"`` it is TVM's own pipeline, unchanged: the
-baseline of every comparison in our reports.
+TVM would). With ``planner="tvm"`` it is TVM's own memory planning, unchanged: the
+baseline of every comparison in our reports (both planners get the same kernels,
+``CheckIndexBounds``, ``ClampEmptySlices`` and ``AnnotateNoAlias`` included, so kernel time
+and numerics never differ between them).
 
 Unlike ``tvm.compile``'s bare default (``default_build_pipeline``), these
 phases fold constants and fuse operators.
@@ -33,6 +39,7 @@ import tvm
 from tvm import relax
 
 from .transform.annotate_dim_ranges import AnnotateDimRanges
+from .transform.annotate_no_alias import AnnotateNoAlias
 from .transform.check_index_bounds import CheckIndexBounds
 from .transform.clamp_empty_slices import ClampEmptySlices
 from .transform.insert_dim_range_check import InsertDimRangeCheck
@@ -133,6 +140,7 @@ def backend_phases(
         finalize.append(p)
         if p.info.name == "StaticPlanBlockMemory" and record_pass is not None:
             finalize.append(record_pass)
+    finalize.append(AnnotateNoAlias())
     annotate = [AnnotateDimRanges(dim_ranges)] if dim_ranges else []
     if index_pass is not None:
         annotate.append(index_pass)

@@ -13,6 +13,7 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 from relax_memplan.pipeline import backend_phases, get_pipeline
+from relax_memplan.schedules import schedule_prim_func
 from relax_memplan.transform.specialize_kernels import (
     BUCKETS_ATTR,
     GENERIC,
@@ -294,6 +295,20 @@ def test_pipeline_with_cpu_schedules_runs_every_path():
     for seq in SEQS:
         out, expected = _run(vm, seq)
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_specialized_kernel_keeps_noalias_in_a_symbolic_build():
+    """The dispatch kernel's compute function gets noalias (AnnotateNoAlias), as a static one."""
+    tgt = tvm.target.Target("llvm")
+    dispatch = SpecializeKernels(BUCKETS, schedule=schedule_prim_func)
+    ex = tvm.compile(_dense_module(), tgt, relax_pipeline=get_pipeline(
+        tgt, dispatch_pass=dispatch, schedule=True))
+    kernel = _kernel_name(dispatch.specialized)
+    ir = next(m.inspect_source("ll") for m in [ex.mod] + list(ex.mod.imports)
+              if m.kind == "llvm")
+    (signature,) = [ln for ln in ir.splitlines() if f"@{kernel}_compute_(" in ln
+                    and ln.startswith("define")]
+    assert signature.count("noalias") == 4, signature  # x, w, b, the output
 
 
 # -- which kernels are specialized -------------------------------------------------------------
