@@ -2,8 +2,8 @@
 
 Phases (from ``tvm.relax.backend.<target>.pipeline``):
 
-1. ``library_dispatch`` -- library dispatch passes of the target, then (ours)
-   ``AnnotateDimRanges`` and ``CheckIndexBounds`` (index-value checks, see that module);
+1. ``library_dispatch`` -- (ours) ``AnnotateDimRanges`` and ``CheckIndexBounds``
+   (index-value checks, see that module), then the target's library dispatch passes;
 2. ``legalize`` -- ``ClampEmptySlices`` (ours: empty dynamic slices), LegalizeOps,
    AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR (and dlight GPU schedules for CUDA, with a rule that fails on a
    kernel skipped: :func:`~relax_memplan.schedules.gpu_schedule_pass`);
