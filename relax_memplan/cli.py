@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Memory planning for Apache TVM Relax: compile a model with an arena planner "
         "and compare its memory with the lower bound and TVM's default planner.",
     )
+    from ._version import __version__
+
+    parser.add_argument("--version", action="version", version=f"relax-memplan {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser(
         "compile",

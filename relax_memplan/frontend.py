@@ -413,12 +413,11 @@ def import_onnx(
     keep_dynamic : bool
         Keep the dynamic dims that ``shapes`` leaves free symbolic instead of setting them
         to 1: a named dim becomes the symbolic var of that name, an unnamed one its own var
-        ``<input>_dim<axis>``.  Runs the ONNX preparation steps of
-        :mod:`relax_memplan.onnx_prepare` by default.
+        ``<input>_dim<axis>``.
     prepare_steps : iterable of str, optional
         Names of the preparation steps to run (see ``onnx_prepare.STEP_NAMES``), in
-        their fixed order.  Default: all of them with ``keep_dynamic``, none without;
-        ``()`` runs none.  What each step changed is added to ``ImportInfo.notes``.
+        their fixed order.  Default: all of them, as ``relax-memplan compile`` does;
+        ``()`` runs none (TVM's importer on the model as it is).  What each step changed is added to ``ImportInfo.notes``.
     disable_steps : iterable of str
         Names of preparation steps not to run.
 
@@ -448,7 +447,7 @@ def import_onnx(
     # the steps and TVM see the model as if the chosen shapes were written in it
     model = _with_input_dims(model, plan.input_dims)
     if prepare_steps is None:
-        prepare_steps = onnx_prepare.STEP_NAMES if keep_dynamic else ()
+        prepare_steps = onnx_prepare.STEP_NAMES
     plan.steps = onnx_prepare.select_steps(prepare_steps, disable_steps)
     opset = _default_opset(model)
     upgraded_from = None
