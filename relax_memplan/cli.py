@@ -232,6 +232,7 @@ def _compile(args) -> int:
             dump_dir=args.dump_ir, progress=progress, prepare=not args.no_prepare,
             schedule=args.schedule or config.schedule,
             check_indices=config.check_indices and not args.no_index_checks,
+            library_path=args.output,
         )
     print(result.report.format_text())
     def plot():
@@ -239,7 +240,7 @@ def _compile(args) -> int:
 
         plot_plan(plan_pass.plans["main"], args.plot, title=result.report.model)
 
-    _write_outputs(args, result.executable, result.report.to_dict(), plot)
+    _write_outputs(args, result.report.to_dict(), plot)
     if args.verify and result.report.main.verified is False:
         return EXIT_VERIFY_FAILED
     return 0
@@ -292,7 +293,7 @@ def _compile_dynamic(args, shapes, plan_pass, input_values, config, progress) ->
     reports = {}
     for k, name in enumerate(strategies):
         with _muted_native_stderr(args.quiet):
-            ex, report = compile_onnx_dynamic(
+            _, report = compile_onnx_dynamic(
                 args.model, ranges, shapes=shapes, strategy=name, plan_pass=plan_pass, buckets=buckets or None,
                 size_classes=args.size_classes or config.planner.size_classes,
                 size_class_growth=config.planner.size_class_growth,
@@ -301,10 +302,11 @@ def _compile_dynamic(args, shapes, plan_pass, input_values, config, progress) ->
                 verify=args.verify, input_values=input_values,
                 seed=config.verify.seed, rtol=config.verify.rtol, atol=config.verify.atol,
                 prepare=not args.no_prepare, progress=progress, compare_with_tvm=k == 0,
-                check_indices=config.check_indices and not args.no_index_checks)
+                check_indices=config.check_indices and not args.no_index_checks,
+                library_path=args.output if k == len(strategies) - 1 else None)
         print(report.format_text())
         reports[name] = report.to_dict()
-    _write_outputs(args, ex, reports[strategy] if strategy != "all" else {"strategies": reports},
+    _write_outputs(args, reports[strategy] if strategy != "all" else {"strategies": reports},
                    plot=None)
     if args.verify and any(r["verified"] is False for r in reports.values()):
         return EXIT_VERIFY_FAILED
@@ -322,12 +324,11 @@ def _parse_repeated(specs: List[str], parse, option: str) -> Dict:
     return out
 
 
-def _write_outputs(args, executable, report: Dict, plot) -> None:
-    """Write -o, --plot, --report in that order (the likeliest to fail first)."""
+def _write_outputs(args, report: Dict, plot) -> None:
+    """Say where -o went (written right after the build, before any run: a library
+    exported after a run prints TVM warnings when loaded), then write --plot, --report."""
     try:
         if args.output:
-            with _muted_native_stderr(args.quiet):
-                executable.export_library(args.output)
             print(f"library written to {args.output}")
         if args.plot and plot is not None:
             plot()
