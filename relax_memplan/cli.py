@@ -1,6 +1,9 @@
 """``relax-memplan``: compile ONNX models with relax_memplan's planner and report memory.
 
-Only argument parsing lives here; the work is :func:`relax_memplan.compiler.compile_onnx`.
+Subcommands: ``compile`` (:func:`relax_memplan.compiler.compile_onnx`), ``run``
+(:func:`relax_memplan.tools.run.run_library`), ``inspect``
+(:func:`relax_memplan.tools.inspect.inspect_onnx`) and ``bench``
+(:func:`relax_memplan.tools.bench.bench_onnx`). Only argument parsing and printing live here.
 
 Exit status: 0 success, 1 a clear error (printed on one line), 2 bad usage
 (argparse's message and usage), 3 ``--verify`` found an error above tolerance or a
@@ -168,7 +171,61 @@ def build_parser() -> argparse.ArgumentParser:
                    help="import with TVM's ONNX frontend as it is, without our preparation "
                    "steps (relax_memplan.onnx_prepare)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+    _add_tool_parsers(sub)
     return parser
+
+
+def _add_tool_parsers(sub) -> None:
+    """The ``run``, ``inspect`` and ``bench`` subcommands."""
+    r = sub.add_parser("run", help="run a library written by compile -o",
+                       description="Load a library written by 'relax-memplan compile -o' and run "
+                       "it once with the Relax VM on the given inputs; print the output shapes.")
+    r.add_argument("library", metavar="LIB.so")
+    r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|VALUE",
+                   help="value of an input (repeatable; every input is needed)")
+    r.add_argument("--output", metavar="OUT.npz", help="write the outputs (output0, output1, ...)")
+    i = sub.add_parser("inspect", help="inputs, symbolic dims and unsupported ops of a model",
+                       description="Summarize an ONNX model before compiling it: inputs (dtype, "
+                       "dims with symbolic names), opsets, op counts, ops TVM cannot import, and "
+                       "--dim flags for its symbolic dims (placeholder ranges).")
+    i.add_argument("model", help="path to an .onnx file")
+    i.add_argument("--json", action="store_true", help="print the summary as JSON")
+    b = sub.add_parser("bench", help="latency: ours vs TVM's default build vs onnxruntime",
+                       description="Build the model with relax_memplan's planner and with TVM's "
+                       "default planner (same kernels), and time them and onnxruntime (same "
+                       "thread count) in interleaved rounds; print min/median/max per call.")
+    b.add_argument("model", nargs="?", help="path to an .onnx file (default: built-in example)")
+    b.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="full shape of an input (repeatable); dynamic dims not fixed are 1")
+    b.add_argument("--input", action="append", default=[], metavar="NAME=VALUE|FILE.npy",
+                   help="use this value for an input instead of random data")
+    b.add_argument("--repeat", type=_positive_int, default=20, metavar="N",
+                   help="timed calls per build (default 20)")
+    b.add_argument("--warmup", type=_non_negative_int, default=3, metavar="K",
+                   help="untimed calls per build first (default 3)")
+    b.add_argument("--no-onnxruntime", action="store_true", help="time the two TVM builds only")
+    b.add_argument("--json", metavar="JSON", help="also write the times as JSON")
+    b.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _parse_inputs(specs: List[str]) -> Dict[str, np.ndarray]:
@@ -342,6 +399,56 @@ def _write_outputs(args, report: Dict, plot) -> None:
         raise RelaxMemplanError(f"cannot write output: {summarize_error(err)}") from None
 
 
+def _run(args) -> int:
+    from .tools.run import run_library, save_outputs
+
+    if args.output:
+        _check_output_path("--output", args.output)
+    result = run_library(args.library, _parse_inputs(args.input))
+    for k, out in enumerate(result.outputs):
+        print(f"output{k}: {out.dtype} {list(out.shape)}")
+    if args.output:
+        save_outputs(args.output, result.outputs)
+        print(f"outputs written to {args.output}")
+    return 0
+
+
+def _inspect(args) -> int:
+    from .tools.inspect import inspect_onnx
+
+    summary = inspect_onnx(args.model)
+    print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.format_text())
+    return 0
+
+
+def _bench(args) -> int:
+    from .frontend import parse_shape_spec
+    from .tools.bench import bench_onnx
+
+    if not args.no_onnxruntime:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise RelaxMemplanError("bench times onnxruntime too: pip install onnxruntime "
+                                    "(or give --no-onnxruntime)") from None
+    if args.json:
+        _check_output_path("--json", args.json)
+    progress = None if args.quiet else (lambda msg: print(f"[relax-memplan] {msg}", file=sys.stderr, flush=True))
+    with _muted_native_stderr(args.quiet):
+        result = bench_onnx(args.model, _parse_repeated(args.shape, parse_shape_spec, "--shape"),
+                            repeat=args.repeat, warmup=args.warmup,
+                            onnxruntime=not args.no_onnxruntime,
+                            input_values=_parse_inputs(args.input), progress=progress)
+    print(result.format_text())
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+        print(f"times written to {args.json}")
+    return 0
+
+
+_COMMANDS = {"compile": _compile, "run": _run, "inspect": _inspect, "bench": _bench}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``relax-memplan``; returns the exit status.
 
@@ -357,7 +464,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     with recording_interrupts() as interrupted:
         try:
             try:
-                return _compile(args)
+                return _COMMANDS[args.command](args)
             except RelaxMemplanError as err:
                 if interrupted:
                     raise KeyboardInterrupt from None
