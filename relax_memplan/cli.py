@@ -14,7 +14,6 @@ NaN/Inf not matched by the reference (at any sampled shape with ``--dim``),
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import math
@@ -26,6 +25,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .errors import RelaxMemplanError, ShapeSpecError, summarize_error
+from .tools.console import native_log
 
 __all__ = ["main", "build_parser"]
 
@@ -91,21 +91,22 @@ def _check_environment(args) -> None:
         _check_output_path("--dump-ir", args.dump_ir, directory=True)
 
 
-@contextlib.contextmanager
-def _muted_native_stderr(enabled: bool):
-    """Silence TVM's C++ log lines (written to fd 2) while ``enabled``; errors still raise."""
-    if not enabled:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+def _log_mode(args) -> str:
+    """What becomes of TVM's native log lines: -q drops them, -v shows them as they come,
+    by default each distinct line is shown once with its count."""
+    return "mute" if args.quiet else "verbose" if args.verbose else "once"
+
+
+def _progress(args):
+    """The progress callback: each phase with its seconds (``None`` with -q)."""
+    from .tools.console import PhaseProgress
+
+    return None if args.quiet else PhaseProgress()
+
+
+def _finish(progress) -> None:
+    if progress is not None:
+        progress.finish()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -170,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-prepare", action="store_true",
                    help="import with TVM's ONNX frontend as it is, without our preparation "
                    "steps (relax_memplan.onnx_prepare)")
-    c.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+    _add_verbosity(c)
     _add_tool_parsers(sub)
     return parser
 
@@ -205,7 +206,16 @@ def _add_tool_parsers(sub) -> None:
                    help="untimed calls per build first (default 3)")
     b.add_argument("--no-onnxruntime", action="store_true", help="time the two TVM builds only")
     b.add_argument("--json", metavar="JSON", help="also write the times as JSON")
-    b.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+    _add_verbosity(b)
+
+
+def _add_verbosity(p) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="no progress messages and no TVM log lines")
+    group.add_argument("-v", "--verbose", action="store_true",
+                       help="show TVM's log lines as they come (default: each distinct "
+                       "line once, with its count, after the phase)")
 
 
 def _positive_int(text: str) -> int:
@@ -275,13 +285,13 @@ def _compile(args) -> int:
         algorithms=planner.algorithms,
         time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s,
     )
-    progress = None if args.quiet else (lambda msg: print(f"[relax-memplan] {msg}", file=sys.stderr, flush=True))
+    progress = _progress(args)
     if args.dim or config.dims:
         return _compile_dynamic(args, shapes, plan_pass, input_values, config, progress)
     if args.bucket or args.dispatch or args.size_classes or config.dispatch:
         raise RelaxMemplanError("--bucket, --dispatch and --size-classes (or config dispatch) "
                                 "need symbolic dims: give --dim NAME=LO..HI")
-    with _muted_native_stderr(args.quiet):
+    with native_log(_log_mode(args)):
         result = compile_onnx(
             args.model, shapes, target=target, plan_pass=plan_pass, verify=args.verify,
             measure=not args.no_measure, input_values=input_values,
@@ -291,6 +301,7 @@ def _compile(args) -> int:
             check_indices=config.check_indices and not args.no_index_checks,
             library_path=args.output,
         )
+        _finish(progress)  # before TVM's collected log lines
     print(result.report.format_text())
     def plot():
         from .plot import plot_plan
@@ -349,7 +360,7 @@ def _compile_dynamic(args, shapes, plan_pass, input_values, config, progress) ->
                   if strategy == "all" else [strategy])
     reports = {}
     for k, name in enumerate(strategies):
-        with _muted_native_stderr(args.quiet):
+        with native_log(_log_mode(args)):
             _, report = compile_onnx_dynamic(
                 args.model, ranges, shapes=shapes, strategy=name, plan_pass=plan_pass, buckets=buckets or None,
                 size_classes=args.size_classes or config.planner.size_classes,
@@ -361,6 +372,8 @@ def _compile_dynamic(args, shapes, plan_pass, input_values, config, progress) ->
                 prepare=not args.no_prepare, progress=progress, compare_with_tvm=k == 0,
                 check_indices=config.check_indices and not args.no_index_checks,
                 library_path=args.output if k == len(strategies) - 1 else None)
+            if k == len(strategies) - 1:
+                _finish(progress)
         print(report.format_text())
         reports[name] = report.to_dict()
     _write_outputs(args, reports[strategy] if strategy != "all" else {"strategies": reports},
@@ -433,12 +446,13 @@ def _bench(args) -> int:
                                     "(or give --no-onnxruntime)") from None
     if args.json:
         _check_output_path("--json", args.json)
-    progress = None if args.quiet else (lambda msg: print(f"[relax-memplan] {msg}", file=sys.stderr, flush=True))
-    with _muted_native_stderr(args.quiet):
+    progress = _progress(args)
+    with native_log(_log_mode(args)):
         result = bench_onnx(args.model, _parse_repeated(args.shape, parse_shape_spec, "--shape"),
                             repeat=args.repeat, warmup=args.warmup,
                             onnxruntime=not args.no_onnxruntime,
                             input_values=_parse_inputs(args.input), progress=progress)
+        _finish(progress)
     print(result.format_text())
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
