@@ -1,10 +1,17 @@
 """Install relax_memplan: memory planning and shape dispatch passes for Apache TVM Relax."""
 
+import re
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# the version is written once, in relax_memplan/_version.py (read without importing TVM)
+VERSION = re.search(r'__version__ = "([^"]+)"',
+                    Path(__file__).with_name("relax_memplan").joinpath("_version.py").read_text()).group(1)
 
 setup(
     name="relax_memplan",
-    version="0.1.0",
+    version=VERSION,
     description="Arena memory planning, liveness analysis and reports for Apache TVM Relax",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

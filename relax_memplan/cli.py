@@ -1,6 +1,9 @@
 """``relax-memplan``: compile ONNX models with relax_memplan's planner and report memory.
 
-Only argument parsing lives here; the work is :func:`relax_memplan.compiler.compile_onnx`.
+Subcommands: ``compile`` (:func:`relax_memplan.compiler.compile_onnx`), ``run``
+(:func:`relax_memplan.tools.run.run_library`), ``inspect``
+(:func:`relax_memplan.tools.inspect.inspect_onnx`) and ``bench``
+(:func:`relax_memplan.tools.bench.bench_onnx`). Only argument parsing and printing live here.
 
 Exit status: 0 success, 1 a clear error (printed on one line), 2 bad usage
 (argparse's message and usage), 3 ``--verify`` found an error above tolerance or a
@@ -11,7 +14,6 @@ NaN/Inf not matched by the reference (at any sampled shape with ``--dim``),
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import math
@@ -23,6 +25,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .errors import RelaxMemplanError, ShapeSpecError, summarize_error
+from .tools.console import native_log
 
 __all__ = ["main", "build_parser"]
 
@@ -88,21 +91,22 @@ def _check_environment(args) -> None:
         _check_output_path("--dump-ir", args.dump_ir, directory=True)
 
 
-@contextlib.contextmanager
-def _muted_native_stderr(enabled: bool):
-    """Silence TVM's C++ log lines (written to fd 2) while ``enabled``; errors still raise."""
-    if not enabled:
-        yield
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+def _log_mode(args) -> str:
+    """What becomes of TVM's native log lines: -q drops them, -v shows them as they come,
+    by default each distinct line is shown once with its count."""
+    return "mute" if args.quiet else "verbose" if args.verbose else "once"
+
+
+def _progress(args):
+    """The progress callback: each phase with its seconds (``None`` with -q)."""
+    from .tools.console import PhaseProgress
+
+    return None if args.quiet else PhaseProgress()
+
+
+def _finish(progress) -> None:
+    if progress is not None:
+        progress.finish()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Memory planning for Apache TVM Relax: compile a model with an arena planner "
         "and compare its memory with the lower bound and TVM's default planner.",
     )
+    from ._version import __version__
+
+    parser.add_argument("--version", action="version", version=f"relax-memplan {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser(
         "compile",
@@ -164,8 +171,71 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-prepare", action="store_true",
                    help="import with TVM's ONNX frontend as it is, without our preparation "
                    "steps (relax_memplan.onnx_prepare)")
-    c.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+    _add_verbosity(c)
+    _add_tool_parsers(sub)
     return parser
+
+
+def _add_tool_parsers(sub) -> None:
+    """The ``run``, ``inspect`` and ``bench`` subcommands."""
+    r = sub.add_parser("run", help="run a library written by compile -o",
+                       description="Load a library written by 'relax-memplan compile -o' and run "
+                       "it once with the Relax VM on the given inputs; print the output shapes.")
+    r.add_argument("library", metavar="LIB.so")
+    r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|VALUE",
+                   help="value of an input (repeatable; every input is needed)")
+    r.add_argument("--output", metavar="OUT.npz", help="write the outputs (output0, output1, ...)")
+    i = sub.add_parser("inspect", help="inputs, symbolic dims and unsupported ops of a model",
+                       description="Summarize an ONNX model before compiling it: inputs (dtype, "
+                       "dims with symbolic names), opsets, op counts, ops TVM cannot import, and "
+                       "--dim flags for its symbolic dims (placeholder ranges).")
+    i.add_argument("model", help="path to an .onnx file")
+    i.add_argument("--json", action="store_true", help="print the summary as JSON")
+    b = sub.add_parser("bench", help="latency: ours vs TVM's default build vs onnxruntime",
+                       description="Build the model with relax_memplan's planner and with TVM's "
+                       "default planner (same kernels), and time them and onnxruntime (same "
+                       "thread count) in interleaved rounds; print min/median/max per call.")
+    b.add_argument("model", nargs="?", help="path to an .onnx file (default: built-in example)")
+    b.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="full shape of an input (repeatable); dynamic dims not fixed are 1")
+    b.add_argument("--input", action="append", default=[], metavar="NAME=VALUE|FILE.npy",
+                   help="use this value for an input instead of random data")
+    b.add_argument("--repeat", type=_positive_int, default=20, metavar="N",
+                   help="timed calls per build (default 20)")
+    b.add_argument("--warmup", type=_non_negative_int, default=3, metavar="K",
+                   help="untimed calls per build first (default 3)")
+    b.add_argument("--no-onnxruntime", action="store_true", help="time the two TVM builds only")
+    b.add_argument("--json", metavar="JSON", help="also write the times as JSON")
+    _add_verbosity(b)
+
+
+def _add_verbosity(p) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="no progress messages and no TVM log lines")
+    group.add_argument("-v", "--verbose", action="store_true",
+                       help="show TVM's log lines as they come (default: each distinct "
+                       "line once, with its count, after the phase)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _parse_inputs(specs: List[str]) -> Dict[str, np.ndarray]:
@@ -215,13 +285,13 @@ def _compile(args) -> int:
         algorithms=planner.algorithms,
         time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s,
     )
-    progress = None if args.quiet else (lambda msg: print(f"[relax-memplan] {msg}", file=sys.stderr, flush=True))
+    progress = _progress(args)
     if args.dim or config.dims:
         return _compile_dynamic(args, shapes, plan_pass, input_values, config, progress)
     if args.bucket or args.dispatch or args.size_classes or config.dispatch:
         raise RelaxMemplanError("--bucket, --dispatch and --size-classes (or config dispatch) "
                                 "need symbolic dims: give --dim NAME=LO..HI")
-    with _muted_native_stderr(args.quiet):
+    with native_log(_log_mode(args)):
         result = compile_onnx(
             args.model, shapes, target=target, plan_pass=plan_pass, verify=args.verify,
             measure=not args.no_measure, input_values=input_values,
@@ -229,14 +299,16 @@ def _compile(args) -> int:
             dump_dir=args.dump_ir, progress=progress, prepare=not args.no_prepare,
             schedule=args.schedule or config.schedule,
             check_indices=config.check_indices and not args.no_index_checks,
+            library_path=args.output,
         )
+        _finish(progress)  # before TVM's collected log lines
     print(result.report.format_text())
     def plot():
         from .plot import plot_plan
 
         plot_plan(plan_pass.plans["main"], args.plot, title=result.report.model)
 
-    _write_outputs(args, result.executable, result.report.to_dict(), plot)
+    _write_outputs(args, result.report.to_dict(), plot)
     if args.verify and result.report.main.verified is False:
         return EXIT_VERIFY_FAILED
     return 0
@@ -288,8 +360,8 @@ def _compile_dynamic(args, shapes, plan_pass, input_values, config, progress) ->
                   if strategy == "all" else [strategy])
     reports = {}
     for k, name in enumerate(strategies):
-        with _muted_native_stderr(args.quiet):
-            ex, report = compile_onnx_dynamic(
+        with native_log(_log_mode(args)):
+            _, report = compile_onnx_dynamic(
                 args.model, ranges, shapes=shapes, strategy=name, plan_pass=plan_pass, buckets=buckets or None,
                 size_classes=args.size_classes or config.planner.size_classes,
                 size_class_growth=config.planner.size_class_growth,
@@ -298,10 +370,13 @@ def _compile_dynamic(args, shapes, plan_pass, input_values, config, progress) ->
                 verify=args.verify, input_values=input_values,
                 seed=config.verify.seed, rtol=config.verify.rtol, atol=config.verify.atol,
                 prepare=not args.no_prepare, progress=progress, compare_with_tvm=k == 0,
-                check_indices=config.check_indices and not args.no_index_checks)
+                check_indices=config.check_indices and not args.no_index_checks,
+                library_path=args.output if k == len(strategies) - 1 else None)
+            if k == len(strategies) - 1:
+                _finish(progress)
         print(report.format_text())
         reports[name] = report.to_dict()
-    _write_outputs(args, ex, reports[strategy] if strategy != "all" else {"strategies": reports},
+    _write_outputs(args, reports[strategy] if strategy != "all" else {"strategies": reports},
                    plot=None)
     if args.verify and any(r["verified"] is False for r in reports.values()):
         return EXIT_VERIFY_FAILED
@@ -319,12 +394,11 @@ def _parse_repeated(specs: List[str], parse, option: str) -> Dict:
     return out
 
 
-def _write_outputs(args, executable, report: Dict, plot) -> None:
-    """Write -o, --plot, --report in that order (the likeliest to fail first)."""
+def _write_outputs(args, report: Dict, plot) -> None:
+    """Say where -o went (written right after the build, before any run: a library
+    exported after a run prints TVM warnings when loaded), then write --plot, --report."""
     try:
         if args.output:
-            with _muted_native_stderr(args.quiet):
-                executable.export_library(args.output)
             print(f"library written to {args.output}")
         if args.plot and plot is not None:
             plot()
@@ -336,6 +410,57 @@ def _write_outputs(args, executable, report: Dict, plot) -> None:
             print(f"report written to {args.report}")
     except (OSError, RuntimeError) as err:
         raise RelaxMemplanError(f"cannot write output: {summarize_error(err)}") from None
+
+
+def _run(args) -> int:
+    from .tools.run import run_library, save_outputs
+
+    if args.output:
+        _check_output_path("--output", args.output)
+    result = run_library(args.library, _parse_inputs(args.input))
+    for k, out in enumerate(result.outputs):
+        print(f"output{k}: {out.dtype} {list(out.shape)}")
+    if args.output:
+        save_outputs(args.output, result.outputs)
+        print(f"outputs written to {args.output}")
+    return 0
+
+
+def _inspect(args) -> int:
+    from .tools.inspect import inspect_onnx
+
+    summary = inspect_onnx(args.model)
+    print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.format_text())
+    return 0
+
+
+def _bench(args) -> int:
+    from .frontend import parse_shape_spec
+    from .tools.bench import bench_onnx
+
+    if not args.no_onnxruntime:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise RelaxMemplanError("bench times onnxruntime too: pip install onnxruntime "
+                                    "(or give --no-onnxruntime)") from None
+    if args.json:
+        _check_output_path("--json", args.json)
+    progress = _progress(args)
+    with native_log(_log_mode(args)):
+        result = bench_onnx(args.model, _parse_repeated(args.shape, parse_shape_spec, "--shape"),
+                            repeat=args.repeat, warmup=args.warmup,
+                            onnxruntime=not args.no_onnxruntime,
+                            input_values=_parse_inputs(args.input), progress=progress)
+        _finish(progress)
+    print(result.format_text())
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+        print(f"times written to {args.json}")
+    return 0
+
+
+_COMMANDS = {"compile": _compile, "run": _run, "inspect": _inspect, "bench": _bench}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -353,7 +478,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     with recording_interrupts() as interrupted:
         try:
             try:
-                return _compile(args)
+                return _COMMANDS[args.command](args)
             except RelaxMemplanError as err:
                 if interrupted:
                     raise KeyboardInterrupt from None

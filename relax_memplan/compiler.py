@@ -22,8 +22,8 @@ from .transform.check_index_bounds import CheckIndexBounds
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.record_storage import RecordStorage
 
-__all__ = ["CompileResult", "build", "compile_module", "compile_onnx", "max_abs_error",
-           "reference_sensitivity"]
+__all__ = ["CompileResult", "build", "compile_module", "compile_onnx", "export_library",
+           "max_abs_error", "reference_sensitivity"]
 
 Progress = Optional[Callable[[str], None]]
 
@@ -110,6 +110,34 @@ def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage],
             f"it (please report this): {summarize_error(err)}") from err
 
 
+def export_library(executable: tvm.runtime.Executable, path) -> None:
+    """Write ``executable`` as a shared library that ``tvm.runtime.load_module`` loads.
+
+    Call it before the executable is ever run: creating a ``relax.VirtualMachine`` on an
+    executable records an empty memory scope per tensor constant in it (TVM 0.27's
+    ``vm.cc``, ``exec_->memory_scopes[i]``), and a library exported afterwards prints one
+    ``Warning: Scope Loaded:`` line per constant each time it is loaded.
+
+    Parameters
+    ----------
+    executable : tvm.runtime.Executable
+        Result of ``tvm.compile``.
+    path : str or os.PathLike
+        Where to write the library (``.so``); parent folders are created.
+
+    Raises
+    ------
+    RelaxMemplanError
+        The library cannot be written (one line: the path and the reason).
+    """
+    try:
+        os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+        executable.export_library(os.fspath(path))
+    except (OSError, RuntimeError) as err:
+        raise RelaxMemplanError(f"cannot write the library {os.fspath(path)}: "
+                                f"{summarize_error(err)}") from None
+
+
 def _with_options(kernel_options) -> str:
     """`` with dispatch={...}, schedule=True`` for the kernel options in use, else ``""``."""
     shown = []
@@ -155,6 +183,7 @@ def compile_module(
     progress: Progress = None,
     schedule: bool = False,
     check_indices: bool = True,
+    library_path=None,
 ) -> CompileResult:
     """Build ``mod`` with our pipeline (and TVM's for comparison), run it, report memory.
 
@@ -189,6 +218,8 @@ def compile_module(
     check_indices : bool
         Check index values at run time in both builds (see
         :class:`~relax_memplan.transform.check_index_bounds.CheckIndexBounds`).
+    library_path : str or os.PathLike, optional
+        Write our build there (:func:`export_library`) right after building it, before any run.
 
     Returns
     -------
@@ -198,6 +229,8 @@ def compile_module(
     ------
     CompileError
         If TVM fails to build the module.
+    RelaxMemplanError
+        If ``library_path`` cannot be written.
     RunError
         If a build fails at run time (one line, the input shapes named).
     VerificationError
@@ -210,6 +243,8 @@ def compile_module(
     say(f"building with relax_memplan's planner for {tgt.kind.name}")
     ex = build(mod, tgt, "relax_memplan", plan_pass, ours_rec, dump_dir, schedule=schedule,
                check_indices=check_indices)
+    if library_path is not None:
+        export_library(ex, library_path)
     ex_tvm = None
     if compare_with_tvm:
         say("building with TVM's StaticPlanBlockMemory for comparison")
@@ -284,6 +319,7 @@ def compile_onnx(
     prepare: bool = True,
     schedule: bool = False,
     check_indices: bool = True,
+    library_path=None,
 ) -> CompileResult:
     """Import an ONNX model with TVM's frontend, compile it with our planner, report memory.
 
@@ -321,6 +357,8 @@ def compile_onnx(
         builds (llvm only).
     check_indices : bool
         Check index values at run time (see :func:`compile_module`).
+    library_path : str or os.PathLike, optional
+        Write our build there before it runs (see :func:`compile_module`).
 
     Returns
     -------
@@ -374,7 +412,7 @@ def compile_onnx(
     result = compile_module(
         mod, arrays, target=target, plan_pass=plan_pass, reference=reference, rtol=rtol, atol=atol,
         name=name, notes=info.notes, dump_dir=dump_dir, progress=progress, schedule=schedule,
-        check_indices=check_indices,
+        check_indices=check_indices, library_path=library_path,
     )
     main = result.report.main
     if reference is not None and main.error_tolerance is not None:

@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 
 from .analysis.dims import DimRange, evaluate_int
-from .compiler import build, reference_sensitivity
+from .compiler import build, export_library, reference_sensitivity
 from .errors import ShapeSpecError
 from .runtime import run_checked
 from .transform._dynamic_plan import sample_points
@@ -252,6 +252,7 @@ def compile_onnx_dynamic(
     prepare: bool = True,
     compare_with_tvm: bool = True,
     progress: Optional[Callable[[str], None]] = None,
+    library_path=None,
 ) -> Tuple[object, DynamicReport]:
     """Import with symbolic dims, build once, measure at sampled shapes.
 
@@ -306,6 +307,9 @@ def compile_onnx_dynamic(
     compare_with_tvm : bool
         Also build and run with TVM's planner alone.
     progress : callable, optional
+    library_path : str or os.PathLike, optional
+        Write our build there right after building it, before any run
+        (:func:`relax_memplan.compiler.export_library`).
 
     Returns
     -------
@@ -358,6 +362,8 @@ def compile_onnx_dynamic(
     say(f"building once with relax_memplan's {strategy} plan")
     ex = build(mod, "llvm", "relax_memplan", settings, None, dynamic_pass=dyn, dim_ranges=dim_ranges,
                dispatch_pass=kernels, schedule=schedule, check_indices=check_indices)
+    if library_path is not None:
+        export_library(ex, library_path)
     ex_tvm = None
     if compare_with_tvm:
         say("building with TVM's StaticPlanBlockMemory (same declared ranges)")

@@ -41,6 +41,7 @@ __all__ = [
     "import_onnx",
     "make_random_inputs",
     "run_onnxruntime",
+    "unsupported_ops",
     "UPGRADE_TARGET_OPSET",
     "SAMPLE_RATE_DEFAULT_HZ",
 ]
@@ -413,12 +414,11 @@ def import_onnx(
     keep_dynamic : bool
         Keep the dynamic dims that ``shapes`` leaves free symbolic instead of setting them
         to 1: a named dim becomes the symbolic var of that name, an unnamed one its own var
-        ``<input>_dim<axis>``.  Runs the ONNX preparation steps of
-        :mod:`relax_memplan.onnx_prepare` by default.
+        ``<input>_dim<axis>``.
     prepare_steps : iterable of str, optional
         Names of the preparation steps to run (see ``onnx_prepare.STEP_NAMES``), in
-        their fixed order.  Default: all of them with ``keep_dynamic``, none without;
-        ``()`` runs none.  What each step changed is added to ``ImportInfo.notes``.
+        their fixed order.  Default: all of them, as ``relax-memplan compile`` does;
+        ``()`` runs none (TVM's importer on the model as it is).  What each step changed is added to ``ImportInfo.notes``.
     disable_steps : iterable of str
         Names of preparation steps not to run.
 
@@ -448,7 +448,7 @@ def import_onnx(
     # the steps and TVM see the model as if the chosen shapes were written in it
     model = _with_input_dims(model, plan.input_dims)
     if prepare_steps is None:
-        prepare_steps = onnx_prepare.STEP_NAMES if keep_dynamic else ()
+        prepare_steps = onnx_prepare.STEP_NAMES
     plan.steps = onnx_prepare.select_steps(prepare_steps, disable_steps)
     opset = _default_opset(model)
     upgraded_from = None
@@ -577,7 +577,7 @@ class _ConversionTrace:
             return None  # every node converted: failed while emitting the outputs
         if not isinstance(error, tvm.error.OpNotImplemented):
             return None  # failed before the node loop, e.g. while reading the inputs
-        supported = set(onnx_frontend._get_convert_map()) | {"If", "Constant"}
+        supported = _supported_op_types()
         return next((n for n in graph.node if n.op_type not in supported), None)
 
 
@@ -605,6 +605,34 @@ def _walk_nodes(graph: onnx.GraphProto):
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for subgraph in attr.graphs:
                     yield from _walk_nodes(subgraph)
+
+
+def _supported_op_types() -> set[str]:
+    """ONNX op types TVM 0.27's importer converts (its converter map, plus the ops its node
+    loop handles itself)."""
+    return set(onnx_frontend._get_convert_map()) | {"If", "Constant"}
+
+
+def unsupported_ops(model_or_path) -> dict[str, int]:
+    """ONNX op types of a model (subgraphs included) that TVM's importer has no converter for.
+
+    Parameters
+    ----------
+    model_or_path : onnx.ModelProto or str or os.PathLike
+
+    Returns
+    -------
+    dict of str to int
+        Op type -> number of nodes, sorted by op type; empty when every op has a converter
+        (a converter may still refuse a node's attributes or shapes at import).
+    """
+    model = _as_model(model_or_path)
+    supported = _supported_op_types()
+    counts: dict[str, int] = {}
+    for node in _walk_nodes(model.graph):
+        if node.op_type not in supported:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _in_chain(error: BaseException, target: BaseException | None) -> bool:

@@ -1,0 +1,28 @@
+"""The passes of relax_memplan, one per module (the registered name equals the class name).
+
+Where each runs in :func:`relax_memplan.get_pipeline`: ``AnnotateDimRanges`` and
+``CheckIndexBounds`` first, on the imported module; ``ClampEmptySlices`` before
+``LegalizeOps``; ``SpecializeKernels`` after ``FuseTIR``; ``PlanDynamicMemory``,
+``PlanStaticMemory`` and ``InsertDimRangeCheck`` in place of TVM's ``StaticPlanBlockMemory``
+(after ``CallTIRRewrite``); ``RecordStorage`` after ``StaticPlanBlockMemory``.
+"""
+
+from .annotate_dim_ranges import AnnotateDimRanges
+from .check_index_bounds import CheckIndexBounds
+from .clamp_empty_slices import ClampEmptySlices
+from .insert_dim_range_check import InsertDimRangeCheck
+from .plan_dynamic_memory import PlanDynamicMemory
+from .plan_static_memory import PlanStaticMemory
+from .record_storage import RecordStorage
+from .specialize_kernels import SpecializeKernels
+
+__all__ = [
+    "AnnotateDimRanges",
+    "CheckIndexBounds",
+    "ClampEmptySlices",
+    "InsertDimRangeCheck",
+    "PlanDynamicMemory",
+    "PlanStaticMemory",
+    "RecordStorage",
+    "SpecializeKernels",
+]

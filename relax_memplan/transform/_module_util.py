@@ -6,7 +6,10 @@ from typing import Mapping
 
 import tvm
 
-__all__ = ["replace_functions"]
+__all__ = ["replace_functions", "before_call_tir_rewrite"]
+
+_DPS_OPS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad",
+            "relax.call_dps_packed")
 
 
 def replace_functions(mod: tvm.IRModule, updates: Mapping) -> tvm.IRModule:
@@ -18,3 +21,24 @@ def replace_functions(mod: tvm.IRModule, updates: Mapping) -> tvm.IRModule:
     for gv, func in updates.items():
         new_mod[gv] = func
     return new_mod
+
+
+def before_call_tir_rewrite(mod: tvm.IRModule) -> bool:
+    """True when ``mod``'s Relax functions call kernels in destination-passing style
+    (``R.call_tir``, ``R.call_dps_packed``) but allocate no ``R.builtin.alloc_tensor``:
+    ``CallTIRRewrite`` has not run yet, so a memory planner finds nothing to plan."""
+    from tvm import relax
+
+    found = {"dps": False, "alloc": False}
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            if expr.op.name in _DPS_OPS:
+                found["dps"] = True
+            elif expr.op.name == "relax.builtin.alloc_tensor":
+                found["alloc"] = True
+
+    for _gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found["dps"] and not found["alloc"]

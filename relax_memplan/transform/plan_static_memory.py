@@ -55,6 +55,7 @@ planned tensors, sizes rounded to the alignment) on every function it plans.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -65,7 +66,7 @@ from ..analysis.liveness import FunctionLiveness, TensorLiveness, analyze_livene
 from ..analysis.storage import summarize_storage
 from ..planner import Buffer, peak_live_bytes, plan, validate
 from ._arena_rewrite import ArenaRewriter, alloc_arena
-from ._module_util import replace_functions
+from ._module_util import before_call_tir_rewrite, replace_functions
 from ._args import check_planner_args
 
 __all__ = ["PlanStaticMemory", "ArenaPlan", "FunctionPlan"]
@@ -251,6 +252,12 @@ class PlanStaticMemory:
         Filled when the pass runs: per function, the liveness, the arenas, the
         bytes per call with ours and with TVM's plan, and the fallback reason.
 
+    Warns
+    -----
+    UserWarning
+        When run before ``CallTIRRewrite`` (kernels called with ``R.call_tir``, no
+        ``R.builtin.alloc_tensor``): it then plans nothing and returns the module unchanged.
+
     Raises
     ------
     ValueError
@@ -275,6 +282,13 @@ class PlanStaticMemory:
         self.plans: Dict[str, FunctionPlan] = {}
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        if before_call_tir_rewrite(mod):
+            warnings.warn(
+                "PlanStaticMemory planned nothing: the module calls kernels with R.call_tir but "
+                "has no R.builtin.alloc_tensor, so CallTIRRewrite has not run yet; run "
+                "PlanStaticMemory after CallTIRRewrite (relax_memplan.get_pipeline places it "
+                "there)", stacklevel=2)
+            return mod
         updates = {}
         for gv, func in mod.functions_items():
             if not isinstance(func, relax.Function):

@@ -1,0 +1,163 @@
+"""What an ONNX model needs before compiling it (``relax-memplan inspect``).
+
+Inputs with their dtypes and dims (symbolic dims by name; an unnamed one is called
+``<input>_dim<axis>``, the name ``--dim`` takes), opsets, op counts, the ops TVM's
+importer has no converter for (:func:`relax_memplan.frontend.unsupported_ops`), and
+``--dim`` flags to start from, one per symbolic dim. The suggested ranges are placeholders:
+replace the upper end with the largest value the deployment will see.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Union
+
+__all__ = ["InputSummary", "ModelSummary", "inspect_onnx", "suggest_dim_range"]
+
+_BATCH = re.compile(r"batch|^n$|^b$|^N$", re.IGNORECASE)
+_SEQUENCE = re.compile(r"seq|len|token|time|step|position|past|sentence", re.IGNORECASE)
+_SPATIAL = re.compile(r"height|width|^h$|^w$", re.IGNORECASE)
+
+
+@dataclass
+class InputSummary:
+    """One graph input.
+
+    Attributes
+    ----------
+    name : str
+    dtype : str
+        Numpy dtype name (``"float32"``, ``"int64"``).
+    dims : list of int or str, or None
+        An int per static dim, the dim's name per symbolic one; None for an unknown rank.
+    """
+
+    name: str
+    dtype: str
+    dims: Union[List[Union[int, str]], None]
+
+
+@dataclass
+class ModelSummary:
+    """What :func:`inspect_onnx` found.
+
+    Attributes
+    ----------
+    model : str
+    inputs : list of InputSummary
+    outputs : list of str
+    opsets : dict of str to int
+        Opset per domain (``""`` is the default ONNX domain).
+    num_nodes : int
+        Nodes of the graph and its subgraphs.
+    op_counts : dict of str to int
+        Nodes per op type, most frequent first.
+    unsupported_ops : dict of str to int
+        Op types TVM's importer has no converter for, with their node counts.
+    symbolic_dims : list of str
+        Names of the symbolic dims, in the order they first appear.
+    suggested_dims : dict of str to str
+        A placeholder range per symbolic dim (``"1..8"``), for ``--dim NAME=RANGE``.
+    """
+
+    model: str
+    inputs: List[InputSummary]
+    outputs: List[str]
+    opsets: Dict[str, int]
+    num_nodes: int
+    op_counts: Dict[str, int]
+    unsupported_ops: Dict[str, int]
+    symbolic_dims: List[str] = field(default_factory=list)
+    suggested_dims: Dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict:
+        """JSON-ready dict (``relax-memplan inspect --json``)."""
+        return asdict(self)
+
+    def dim_flags(self) -> str:
+        """The suggested ``--dim`` flags on one line (empty when every dim is static)."""
+        return " ".join(f"--dim {n}={r}" for n, r in self.suggested_dims.items())
+
+    def format_text(self) -> str:
+        """The summary as text, for the terminal."""
+        lines = [f"model: {self.model}",
+                 "opsets: " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in self.opsets.items()),
+                 "inputs:"]
+        for inp in self.inputs:
+            dims = "unknown rank" if inp.dims is None else "[" + ", ".join(map(str, inp.dims)) + "]"
+            lines.append(f"  {inp.name}: {inp.dtype} {dims}")
+        lines.append("outputs: " + ", ".join(self.outputs))
+        lines.append(f"ops ({self.num_nodes} nodes): "
+                     + ", ".join(f"{op} {n}" for op, n in self.op_counts.items()))
+        if self.unsupported_ops:
+            lines.append("ops TVM cannot import: " + ", ".join(
+                f"{op} ({n} node{'s' if n > 1 else ''})" for op, n in self.unsupported_ops.items()))
+        else:
+            lines.append("ops TVM cannot import: none (every op has a converter)")
+        if self.suggested_dims:
+            lines.append("symbolic dims: " + ", ".join(self.symbolic_dims))
+            lines.append(f"suggested flags (placeholder ranges: set the upper ends to the largest "
+                         f"values you will run): {self.dim_flags()}")
+        else:
+            lines.append("symbolic dims: none (every input shape is static)")
+        return "\n".join(lines)
+
+
+def suggest_dim_range(name: str) -> str:
+    """A placeholder ``LO..HI[:STEP]`` for a symbolic dim, from its name: ``1..8`` for a batch,
+    ``1..128`` for a sequence length or the like, ``32..320:32`` for an image height or width
+    (CNNs with stride 32 take multiples of 32), ``1..64`` otherwise."""
+    if _BATCH.search(name):
+        return "1..8"
+    if _SPATIAL.search(name):
+        return "32..320:32"
+    if _SEQUENCE.search(name):
+        return "1..128"
+    return "1..64"
+
+
+def inspect_onnx(model) -> ModelSummary:
+    """Summarize an ONNX model for compiling: inputs, dims, opsets, ops, unsupported ops.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto or str or os.PathLike
+
+    Returns
+    -------
+    ModelSummary
+
+    Raises
+    ------
+    ModelLoadError
+        The file is missing or not a valid ONNX model.
+    """
+    import onnx
+
+    from .. import frontend
+
+    onnx_model = model if hasattr(model, "graph") else frontend.load_onnx(model)
+    graph_inputs = frontend._graph_inputs(onnx_model)
+    symbols = frontend._input_dim_symbols(graph_inputs)
+    inputs = []
+    symbolic: List[str] = []
+    for value in graph_inputs:
+        elem = value.type.tensor_type.elem_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem).name if elem else "unknown"
+        dims = symbols[value.name]
+        inputs.append(InputSummary(value.name, dtype, dims))
+        symbolic += [d for d in dims or () if isinstance(d, str) and d not in symbolic]
+    ops = Counter(node.op_type for node in frontend._walk_nodes(onnx_model.graph))
+    return ModelSummary(
+        model=str(model) if not hasattr(model, "graph") else (onnx_model.graph.name or "model"),
+        inputs=inputs,
+        outputs=[o.name for o in onnx_model.graph.output],
+        opsets={entry.domain: entry.version for entry in onnx_model.opset_import},
+        num_nodes=sum(ops.values()),
+        op_counts=dict(ops.most_common()),
+        unsupported_ops=frontend.unsupported_ops(onnx_model),
+        symbolic_dims=symbolic,
+        suggested_dims={name: suggest_dim_range(name) for name in symbolic},
+    )

@@ -1,0 +1,118 @@
+"""Run a library written by ``relax-memplan compile -o`` with the Relax VM (``relax-memplan run``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Mapping
+
+import numpy as np
+
+from ..errors import ModelLoadError, RelaxMemplanError, ShapeSpecError, summarize_error
+
+__all__ = ["RunOutputs", "function_params", "run_library", "save_outputs"]
+
+
+@dataclass
+class RunOutputs:
+    """What one call of a compiled function returned.
+
+    Attributes
+    ----------
+    param_names : list of str
+        The function's parameters, in the order they were passed.
+    outputs : list of numpy.ndarray
+        The results, flattened (a tuple result in order).
+    """
+
+    param_names: List[str]
+    outputs: List[np.ndarray]
+
+
+def _load(path):
+    """The library as a TVM module and a VM on it (CPU)."""
+    import tvm
+    from tvm import relax
+
+    if not os.path.isfile(path):
+        raise ModelLoadError(f"{path}: no such library file")
+    try:
+        lib = tvm.runtime.load_module(os.fspath(path))
+        return lib, relax.VirtualMachine(lib, tvm.cpu())
+    except Exception as err:  # noqa: BLE001 - TVM raises many types; one clear message
+        raise ModelLoadError(f"{path}: cannot load as a Relax VM library: "
+                             f"{summarize_error(err)}") from None
+
+
+def function_params(vm, func_name: str = "main") -> List[str]:
+    """Parameter names of ``func_name`` in a Relax VM, in call order (the ONNX graph order for
+    a model compiled by :func:`relax_memplan.compiler.compile_onnx`).
+
+    Raises
+    ------
+    RelaxMemplanError
+        The VM has no function of that name.
+    """
+    try:
+        arity = vm._get_function_arity(func_name)
+    except Exception:  # noqa: BLE001 - TVM says "not found" with a backtrace
+        raise RelaxMemplanError(f"the library has no function '{func_name}'") from None
+    return [vm._get_function_param_name(func_name, i) for i in range(arity)]
+
+
+def run_library(path, inputs: Mapping[str, np.ndarray], func_name: str = "main") -> RunOutputs:
+    """Load a compiled library and call ``func_name`` once on named inputs.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A library written by ``relax-memplan compile -o`` (or ``Executable.export_library``).
+    inputs : mapping of str to numpy.ndarray
+        One value per parameter of the function, by name.
+    func_name : str
+        The VM function to call.
+
+    Returns
+    -------
+    RunOutputs
+
+    Raises
+    ------
+    ModelLoadError
+        The file is missing or is not a Relax VM library.
+    ShapeSpecError
+        An input is missing or named that the function does not take (the message lists them).
+    RunError
+        The call failed: a dim outside its declared range, a shape the build does not accept,
+        an index out of range (one line, the input shapes named).
+    """
+    from ..runtime import run_checked
+
+    lib, vm = _load(path)
+    names = function_params(vm, func_name)
+    unknown = sorted(set(inputs) - set(names))
+    missing = [n for n in names if n not in inputs]
+    if unknown or missing:
+        raise ShapeSpecError(
+            ("unknown input(s) " + ", ".join(unknown) + "; " if unknown else "")
+            + ("missing input(s) " + ", ".join(missing) + "; " if missing else "")
+            + f"{func_name} takes " + ", ".join(names) + " (give each as --input NAME=FILE.npy)")
+    arrays = [np.asarray(inputs[n]) for n in names]
+    result = run_checked(lib, arrays, f"library {path}", func_name=func_name)
+    return RunOutputs(param_names=names, outputs=result.outputs)
+
+
+def save_outputs(path, outputs: List[np.ndarray]) -> Dict[str, np.ndarray]:
+    """Write outputs to an ``.npz`` file as ``output0``, ``output1``, ...; returns the dict.
+
+    Raises
+    ------
+    RelaxMemplanError
+        The file cannot be written.
+    """
+    named = {f"output{i}": out for i, out in enumerate(outputs)}
+    try:
+        np.savez(os.fspath(path), **named)
+    except OSError as err:
+        raise RelaxMemplanError(f"cannot write {path}: {err.strerror or err}") from None
+    return named

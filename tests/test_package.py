@@ -1,0 +1,83 @@
+"""The import surface: version, top-level names, the pipeline registered by ``import relax_memplan``."""
+
+import re
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from tests.conftest import REPO_ROOT, lower_to_alloc_form, shared_model
+
+
+def test_version_is_written_once_and_setup_reads_it():
+    import relax_memplan
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+.*", relax_memplan.__version__)
+    setup_py = (REPO_ROOT / "setup.py").read_text()
+    assert "version=VERSION" in setup_py and relax_memplan.__version__ not in setup_py
+
+
+def test_cli_version_prints_the_package_version(capsys):
+    import relax_memplan
+    from relax_memplan.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"relax-memplan {relax_memplan.__version__}"
+
+
+def test_top_level_names_and_transform_passes_import():
+    from relax_memplan import PlanDynamicMemory, PlanStaticMemory, get_pipeline, import_onnx
+    from relax_memplan import transform
+    from relax_memplan.frontend import import_onnx as frontend_import_onnx
+    from relax_memplan.transform import SpecializeKernels  # noqa: F401
+
+    assert import_onnx is frontend_import_onnx
+    assert PlanStaticMemory is transform.PlanStaticMemory
+    assert PlanDynamicMemory is transform.PlanDynamicMemory
+    assert callable(get_pipeline)
+    assert "SpecializeKernels" in transform.__all__
+    assert PlanStaticMemory().info.name == "PlanStaticMemory"
+
+
+def test_import_relax_memplan_registers_the_pipeline():
+    """In a fresh interpreter: ``import relax_memplan`` alone makes the name known to TVM."""
+    src = ("import relax_memplan, tvm\n"
+           "print(tvm.relax.get_pipeline('relax_memplan', target='llvm').info.name)\n")
+    proc = subprocess.run([sys.executable, "-c", src], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "RelaxMemplanPipeline_relax_memplan"
+
+
+def test_plan_static_memory_before_call_tir_rewrite_warns_and_plans_nothing():
+    import tvm
+    from tvm import relax
+
+    from relax_memplan import PlanStaticMemory
+    from tests.analysis.test_liveness import BranchesAndViews
+
+    legalized = relax.transform.LegalizeOps()(BranchesAndViews)  # call_tir, no alloc_tensor yet
+    plan = PlanStaticMemory()
+    with pytest.warns(UserWarning, match="after CallTIRRewrite"):
+        out = plan(legalized)
+    tvm.ir.assert_structural_equal(out, legalized)
+    assert plan.plans == {}
+    with warnings.catch_warnings():  # after CallTIRRewrite: plans, no warning
+        warnings.simplefilter("error")
+        PlanStaticMemory()(lower_to_alloc_form(BranchesAndViews))
+
+
+def test_import_onnx_runs_the_preparation_steps_by_default_with_fixed_shapes():
+    """magika imports from Python with fixed shapes as it does from the CLI; () opts out."""
+    from relax_memplan import import_onnx
+    from relax_memplan.errors import ModelLoadError
+
+    path = shared_model("magika-1.0.3.onnx")
+    mod, info = import_onnx(path)
+    assert "main" in [gv.name_hint for gv in mod.get_global_vars()]
+    assert not info.dynamic_dims_kept
+    with pytest.raises(ModelLoadError):
+        import_onnx(path, prepare_steps=())

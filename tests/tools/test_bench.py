@@ -1,0 +1,46 @@
+"""relax-memplan bench: ours vs TVM's default build vs onnxruntime, interleaved, as a table."""
+
+import json
+
+import pytest
+from onnx import TensorProto, helper
+
+from relax_memplan.cli import main
+from relax_memplan.tools.bench import bench_onnx
+
+
+def _model():
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Exp", ["r"], ["e"]),
+         helper.make_node("Add", ["e", "r"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_bench_times_three_runners_the_same_number_of_calls():
+    pytest.importorskip("onnxruntime")
+    result = bench_onnx(_model(), {"x": (4, 64)}, repeat=3, warmup=1)
+    assert [r.name for r in result.rows] == ["relax_memplan", "TVM default", "onnxruntime"]
+    assert all(len(r.times_ms) == 3 and 0 < r.min_ms <= r.median_ms <= r.max_ms
+               for r in result.rows)
+    assert result.input_shapes == {"x": [4, 64]}
+    assert "median / ours" in result.format_text()
+
+
+def test_bench_rejects_a_repeat_below_one():
+    with pytest.raises(ValueError, match="repeat must be >= 1"):
+        bench_onnx(_model(), repeat=0)
+
+
+def test_cli_bench_prints_a_table_and_writes_json(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model().SerializeToString())
+    out = tmp_path / "t.json"
+    assert main(["bench", str(path), "--shape", "x=2,64", "--repeat", "2", "--warmup", "0",
+                 "--no-onnxruntime", "-q", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "relax_memplan" in text and "TVM default" in text and "onnxruntime" not in text
+    assert [r["name"] for r in json.loads(out.read_text())["rows"]] == ["relax_memplan", "TVM default"]
+    with pytest.raises(SystemExit):
+        main(["bench", str(path), "--repeat", "0"])

@@ -1,0 +1,44 @@
+"""Progress lines with seconds and a total; TVM's native log lines shown once each."""
+
+import io
+import os
+
+from relax_memplan.tools.console import PhaseProgress, native_log, summarize_native_log
+
+
+def test_progress_prints_each_phase_with_seconds_and_the_total():
+    out = io.StringIO()
+    progress = PhaseProgress(out)
+    progress("importing m.onnx")
+    progress("building")
+    progress.finish()
+    lines = out.getvalue().splitlines()
+    assert [line.rsplit(":", 1)[0] for line in lines[:2]] == [
+        "[relax-memplan] importing m.onnx", "[relax-memplan] building"]
+    assert all(line.endswith(" s") for line in lines)
+    assert lines[2].startswith("[relax-memplan] total ")
+
+
+def test_native_log_lines_are_summarized_once_with_a_count():
+    text = ("[21:16:05] /project/include/tvm/topi/transform.h:1261: Warning: Fast mode\n"
+            "[21:16:06] /project/include/tvm/topi/transform.h:1261: Warning: Fast mode\n"
+            "[21:16:06] /project/src/relax/ir/block_builder.cc:67: Warning: BlockBuilder\n")
+    assert summarize_native_log(text) == ["TVM: Warning: Fast mode (2 times)",
+                                          "TVM: Warning: BlockBuilder"]
+
+
+def test_native_log_once_collects_fd2_and_prints_each_line_once(capfd):
+    with native_log("once"):
+        for _ in range(3):
+            os.write(2, b"[21:16:05] /x.cc:1: Warning: repeated\n")
+    err = capfd.readouterr().err
+    assert err.count("repeated") == 1 and "(3 times)" in err
+
+
+def test_native_log_mute_drops_and_verbose_keeps(capfd):
+    with native_log("mute"):
+        os.write(2, b"dropped\n")
+    with native_log("verbose"):
+        os.write(2, b"kept\n")
+    err = capfd.readouterr().err
+    assert "dropped" not in err and "kept" in err

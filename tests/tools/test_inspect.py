@@ -1,0 +1,52 @@
+"""relax-memplan inspect: inputs with symbolic dims, op counts, unsupported ops, --dim flags."""
+
+import json
+
+from onnx import TensorProto, helper
+
+from relax_memplan.cli import main
+from relax_memplan.tools.inspect import inspect_onnx, suggest_dim_range
+
+
+def _model(tmp_path):
+    """Relu, Det (TVM has no converter) and Relu; inputs x [batch, seq, ?] and ids [batch, 7]."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Det", ["r"], ["y"]),
+         helper.make_node("Relu", ["r"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", None]),
+         helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", "seq", None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_summary_names_dims_ops_and_unsupported_ops(tmp_path):
+    summary = inspect_onnx(_model(tmp_path))
+    assert [(i.name, i.dtype, i.dims) for i in summary.inputs] == [
+        ("x", "float32", ["batch", "seq", "x_dim2"]), ("ids", "int64", ["batch", 7])]
+    assert summary.opsets == {"": 17}
+    assert summary.op_counts == {"Relu": 2, "Det": 1}
+    assert summary.unsupported_ops == {"Det": 1}
+    assert summary.symbolic_dims == ["batch", "seq", "x_dim2"]
+    assert summary.dim_flags() == "--dim batch=1..8 --dim seq=1..128 --dim x_dim2=1..64"
+
+
+def test_suggested_ranges_follow_the_dim_name():
+    assert suggest_dim_range("batch_size") == "1..8"
+    assert suggest_dim_range("sequence_length") == "1..128"
+    assert suggest_dim_range("height") == "32..320:32"
+
+
+def test_cli_inspect_text_and_json(tmp_path, capsys):
+    path = _model(tmp_path)
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "ops TVM cannot import: Det (1 node)" in text
+    assert "placeholder" in text and "--dim batch=1..8" in text
+    assert main(["inspect", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["unsupported_ops"] == {"Det": 1}
+    assert data["suggested_dims"]["seq"] == "1..128"
