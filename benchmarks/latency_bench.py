@@ -31,8 +31,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-MODELS_DIR = REPO.parent.parent / "shared" / "models" if (REPO.parent.parent / "shared").exists() \
-    else REPO.parent / "shared" / "models"
+MODELS_DIR = REPO.parent / "shared" / "models"  # ../shared beside the checkout
 
 # (label, file, shapes, fixed input values)
 MODELS = [
