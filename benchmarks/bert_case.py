@@ -98,19 +98,24 @@ def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0,
         bias = const(f"{p}.beta", np.zeros(hidden, np.float32))
         return node("LayerNormalization", [x, scale, bias], f"{p}.out", axis=-1, epsilon=1e-12)
 
-    value = lambda name, dims, t=TensorProto.FLOAT: helper.make_tensor_value_info(name, t, dims)  # noqa
+    def value(name, dims, elem_type=TensorProto.FLOAT):
+        return helper.make_tensor_value_info(name, elem_type, dims)
+
     inputs = [value("hidden_states", ["batch", "seq", hidden])]
     x = "hidden_states"
     if embeddings:
-        inputs = [value(n, ["batch", "seq"], TensorProto.INT64) for n in ("input_ids", "token_type_ids")]
-        seq_1d = node("Slice", [node("Shape", ["input_ids"], "ids_shape"), const("e_one", np.array([1])),
+        inputs = [value(n, ["batch", "seq"], TensorProto.INT64)
+                  for n in ("input_ids", "token_type_ids")]
+        ids_shape = node("Shape", ["input_ids"], "ids_shape")
+        seq_1d = node("Slice", [ids_shape, const("e_one", np.array([1])),
                                 const("e_two", np.array([2]))], "seq_1d")
         positions = node("Slice", [const("position_ids", np.arange(MAX_POSITIONS)[None]),
-                                   const("e_zero", np.array([0])), seq_1d, const("e_axis", np.array([1]))],
-                         "emb.position_ids")
-        gathers = [node("Gather", [weight(f"emb.{n}.table", rows, hidden), ids], f"emb.{n}", axis=0)
-                   for n, rows, ids in (("word", VOCAB, "input_ids"), ("position", MAX_POSITIONS, positions),
-                                        ("token_type", TOKEN_TYPES, "token_type_ids"))]
+                                   const("e_zero", np.array([0])), seq_1d,
+                                   const("e_axis", np.array([1]))], "emb.position_ids")
+        tables = (("word", VOCAB, "input_ids"), ("position", MAX_POSITIONS, positions),
+                  ("token_type", TOKEN_TYPES, "token_type_ids"))
+        gathers = [node("Gather", [weight(f"emb.{n}.table", rows, hidden), ids], f"emb.{n}",
+                        axis=0) for n, rows, ids in tables]
         summed = node("Add", [node("Add", gathers[:2], "emb.add1"), gathers[2]], "emb.add2")
         x = layer_norm(summed, "emb.ln")
     inputs.append(value("attention_mask", ["batch", 1, 1, "seq"]))
@@ -329,8 +334,8 @@ def ratios(rows, seqs):
                    spec_speedup_at_buckets={s: t32[s] for s in seqs if s in BUCKETS},
                    dispatch_overhead_elsewhere={s: t32[s] for s in seqs if s not in BUCKETS})
     if "dynamic_pool" in by and "exact_spec" in by:
-        out["exact_over_pool_bytes"] = {s: by["exact_spec"]["bytes"][s] / by["dynamic_pool"]["bytes"][s]
-                                        for s in seqs}
+        r2, r4 = by["dynamic_pool"], by["exact_spec"]
+        out["exact_over_pool_bytes"] = {s: r4["bytes"][s] / r2["bytes"][s] for s in seqs}
     return out
 
 
@@ -394,8 +399,9 @@ def print_table(rows, ort_ms, seqs, cfg, target, repeats, rat):
                       ("row3/row2 time elsewhere (target <= 1.02)", "dispatch_overhead_elsewhere"),
                       ("row4/row2 bytes per call", "exact_over_pool_bytes")):
         print(f"  {text:47s} {fmt(rat.get(key, {}))}")
-    print("  specialized kernels: " + ", ".join(f"{r['label'].split()[0]} {r['specialized_kernels']}"
-                                                for r in rows if r["specialized_kernels"]))
+    counts = [f"row {r['label'].split()[0]} {r['specialized_kernels']}" for r in rows
+              if r["specialized_kernels"]]
+    print(f"  specialized kernels: {', '.join(counts) or '-'}")
     bad = [(r["label"], s, r["err"][s], r["tol"][s]) for r in rows for s in seqs
            if not r["err"][s] <= r["tol"][s]]
     for label, s, err, tol in bad:

@@ -1,4 +1,5 @@
-"""Which ONNX node a Relax binding came from, as recorded by :func:`~relax_memplan.frontend.import_onnx`.
+"""Which ONNX node a Relax binding came from, as :func:`~relax_memplan.frontend.import_onnx`
+recorded it.
 
 TVM's ONNX importer keeps no node names.  While :func:`import_onnx` runs, the results of the
 converters of the ops whose errors we report (:data:`NAMED_OPS`) are traced to their bindings

@@ -208,7 +208,8 @@ class CheckIndexBounds:
                     self.proved.append(where)
                     return None
                 if got.tight:
-                    refusal.check(got.hi - (extent - 1), _reads(node, call, got.hi, extent, axes[0]))
+                    refusal.check(got.hi - (extent - 1),
+                                  _reads(node, call, got.hi, extent, axes[0]))
         if not self.runtime_checks:
             return None
         if axes is None or getattr(indices.ty, "ndim", -1) < 0 or not dtype_name(indices.ty).startswith("int"):

@@ -15,7 +15,8 @@ def _table(mod):
     attrs = mod["main"].attrs
     if attrs is None or ONNX_NODES_ATTR not in attrs:
         return {}
-    return {var: {k: str(v) for k, v in entry.items()} for var, entry in attrs[ONNX_NODES_ATTR].items()}
+    return {var: {k: str(v) for k, v in entry.items()}
+            for var, entry in attrs[ONNX_NODES_ATTR].items()}
 
 
 def _without_table(mod):
