@@ -28,8 +28,17 @@ row 4 / row 2 bytes.
 Thread pools do not spin (``TVM_THREAD_POOL_SPIN_COUNT=0``, onnxruntime
 ``allow_spinning=0``), so interleaved runs do not steal each other's cores.
 
+Cost of the run-time index checks (``--check-cost``): row 4 built again with
+``check_indices=False`` ("4b"), timed in the same interleaved rounds; per seq, ms with and
+without checks and their ratio, and the check kernels alone timed with the VM instrument hook
+(independent of the machine's noise). The encoder alone has no value-dependent op, so nothing
+is checked: ``--embeddings`` puts BERT's embedding layer first (inputs ``input_ids``,
+``token_type_ids``; word table 30522 rows, position ids a Slice of a constant ``0..511``,
+proved in range; the word and token-type Gathers are checked at run time).
+``--rows exact_spec`` compiles only the rows named (the check-cost row follows row 4).
+
 Usage: python benchmarks/bert_case.py [--quick] [--layers N] [--hidden H] [--repeats R]
-[--seqs 32,64] [--json PATH]
+[--seqs 32,64] [--embeddings] [--check-cost] [--rows KEY,...] [--json PATH]
 """
 
 from __future__ import annotations
@@ -49,6 +58,9 @@ REPO = Path(__file__).resolve().parents[1]
 BUCKETS = (64, 128)
 FULL = dict(hidden=768, layers=12, heads=12, ffn=3072, batch=8)
 QUICK = dict(hidden=256, layers=4, heads=4, ffn=1024, batch=2)
+VOCAB, MAX_POSITIONS, TOKEN_TYPES = 30522, 512, 2
+"""BERT-base's embedding tables (``--embeddings``)."""
+CHECK_KERNEL = "relax_memplan_check_indices"
 
 
 def log(msg: str) -> None:
@@ -56,8 +68,10 @@ def log(msg: str) -> None:
 
 
 # ----------------------------------------------------------------------------- the model
-def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0) -> onnx.ModelProto:
-    """A BERT encoder as an ONNX graph (opset 17) with symbolic dims ``batch`` and ``seq``."""
+def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0,
+               embeddings: bool = False) -> onnx.ModelProto:
+    """A BERT encoder as an ONNX graph (opset 17) with symbolic dims ``batch`` and ``seq``;
+    with ``embeddings``, BERT's embedding layer first (word, position, token type, LayerNorm)."""
     rng = np.random.default_rng(seed)
     head_dim = hidden // heads
     nodes, inits = [], []
@@ -84,7 +98,28 @@ def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0) ->
         bias = const(f"{p}.beta", np.zeros(hidden, np.float32))
         return node("LayerNormalization", [x, scale, bias], f"{p}.out", axis=-1, epsilon=1e-12)
 
-    bs = node("Slice", [node("Shape", ["hidden_states"], "in_shape"),
+    def value(name, dims, elem_type=TensorProto.FLOAT):
+        return helper.make_tensor_value_info(name, elem_type, dims)
+
+    inputs = [value("hidden_states", ["batch", "seq", hidden])]
+    x = "hidden_states"
+    if embeddings:
+        inputs = [value(n, ["batch", "seq"], TensorProto.INT64)
+                  for n in ("input_ids", "token_type_ids")]
+        ids_shape = node("Shape", ["input_ids"], "ids_shape")
+        seq_1d = node("Slice", [ids_shape, const("e_one", np.array([1])),
+                                const("e_two", np.array([2]))], "seq_1d")
+        positions = node("Slice", [const("position_ids", np.arange(MAX_POSITIONS)[None]),
+                                   const("e_zero", np.array([0])), seq_1d,
+                                   const("e_axis", np.array([1]))], "emb.position_ids")
+        tables = (("word", VOCAB, "input_ids"), ("position", MAX_POSITIONS, positions),
+                  ("token_type", TOKEN_TYPES, "token_type_ids"))
+        gathers = [node("Gather", [weight(f"emb.{n}.table", rows, hidden), ids], f"emb.{n}",
+                        axis=0) for n, rows, ids in tables]
+        summed = node("Add", [node("Add", gathers[:2], "emb.add1"), gathers[2]], "emb.add2")
+        x = layer_norm(summed, "emb.ln")
+    inputs.append(value("attention_mask", ["batch", 1, 1, "seq"]))
+    bs = node("Slice", [node("Shape", [x], "in_shape"),
                         const("zero", np.array([0])), const("two", np.array([2]))], "batch_seq")
     split, merge, wide = (node("Concat", [bs, const(f"{n}_dims", np.array(d, np.int64))], n,
                                axis=0) for n, d in (("heads_shape", [heads, head_dim]),
@@ -92,7 +127,6 @@ def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0) ->
     scale = const("attn_scale", np.array(1.0 / np.sqrt(head_dim), np.float32))
     half, one = const("half", np.array(0.5, np.float32)), const("one", np.array(1.0, np.float32))
     rsqrt2 = const("rsqrt2", np.array(1.0 / np.sqrt(2.0), np.float32))
-    x = "hidden_states"
     for i in range(layers):
         p = f"l{i}"
         q, k, v = (dense(x, f"{p}.{n}", hidden, hidden, split) for n in "qkv")
@@ -114,10 +148,7 @@ def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0) ->
         x = layer_norm(node("Add", [x, dense(gelu, f"{p}.ffn2", ffn, hidden, merge)], f"{p}.res2"),
                        f"{p}.ln2")
     nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="output"))
-    value = lambda name, dims: helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)  # noqa
-    graph = helper.make_graph(nodes, "bert_encoder",
-                              [value("hidden_states", ["batch", "seq", hidden]),
-                               value("attention_mask", ["batch", 1, 1, "seq"])],
+    graph = helper.make_graph(nodes, "bert_encoder", inputs,
                               [value("last_hidden_state", ["batch", "seq", hidden])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -126,8 +157,9 @@ def build_bert(hidden: int, layers: int, heads: int, ffn: int, seed: int = 0) ->
 
 
 # ----------------------------------------------------------------------------- the builds
-def compile_rows(model, cfg, target, keys=None):
-    """Compile the rows (all, or those named in ``keys``): list of dicts (key, label, ex, ...)."""
+def compile_rows(model, cfg, target, keys=None, check_cost=False):
+    """Compile the rows (all, or those named in ``keys``): list of dicts (key, label, ex, ...);
+    with ``check_cost``, row 4 also without index checks (key ``exact_nocheck``)."""
     import tvm
     from relax_memplan.frontend import import_onnx
     from relax_memplan.pipeline import get_pipeline
@@ -135,13 +167,16 @@ def compile_rows(model, cfg, target, keys=None):
     from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
     from relax_memplan.transform.specialize_kernels import SpecializeKernels
 
-    b, h, top = cfg["batch"], cfg["hidden"], max(BUCKETS)
+    b, top = cfg["batch"], max(BUCKETS)
     ranges = {"batch": (b, b), "seq": (1, top)}
-    static_mod, _ = import_onnx(model, {"hidden_states": (b, top, h),
-                                        "attention_mask": (b, 1, 1, top)})
+    sizes = {"batch": b, "seq": top}
+    static_mod, _ = import_onnx(model, {
+        i.name: tuple(sizes.get(d.dim_param, d.dim_value) for d in i.type.tensor_type.shape.dim)
+        for i in model.graph.input})
     dyn_mod, _ = import_onnx(model, keep_dynamic=True)
     spec = lambda: SpecializeKernels({"seq": list(BUCKETS)}, schedule=schedule_prim_func)  # noqa
     spec3, spec4, exact = spec(), spec(), PlanDynamicMemory(strategy="exact")
+    spec4b, exact4b = spec(), PlanDynamicMemory(strategy="exact")
     specs = [
         ("static_pad128", f"1 static, padded to {top}", static_mod, "pooled", None,
          dict(schedule=True)),
@@ -152,9 +187,14 @@ def compile_rows(model, cfg, target, keys=None):
         ("exact_spec", "4 exact arena + specialization", dyn_mod, "naive", spec4,
          dict(dynamic_pass=exact, dim_ranges=ranges, dispatch_pass=spec4, schedule=True)),
     ]
+    if check_cost:
+        specs.append(("exact_nocheck", "4b row 4, no index checks", dyn_mod, "naive", spec4b,
+                      dict(dynamic_pass=exact4b, dim_ranges=ranges, dispatch_pass=spec4b,
+                           schedule=True, check_indices=False)))
     rows = []
     for key, label, mod, allocator, sk, kwargs in specs:
-        if keys is not None and key not in keys:
+        if keys is not None and key not in keys and not (key == "exact_nocheck"
+                                                          and "exact_spec" in keys):
             continue
         log(f"compiling {label} ...")
         t0 = time.perf_counter()
@@ -169,22 +209,28 @@ def compile_rows(model, cfg, target, keys=None):
 
 
 # ----------------------------------------------------------------------------- measuring
-def make_inputs(batch, seq, hidden, seed):
+def make_inputs(batch, seq, hidden, seed, embeddings=False):
+    """The graph's inputs by name, in graph order (ids in range for ``embeddings``)."""
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((batch, seq, hidden)).astype(np.float32)
-    return x, np.zeros((batch, 1, 1, seq), np.float32)
+    if embeddings:
+        feed = {"input_ids": rng.integers(0, VOCAB, (batch, seq), dtype=np.int64),
+                "token_type_ids": rng.integers(0, TOKEN_TYPES, (batch, seq), dtype=np.int64)}
+    else:
+        feed = {"hidden_states": rng.standard_normal((batch, seq, hidden)).astype(np.float32)}
+    feed["attention_mask"] = np.zeros((batch, 1, 1, seq), np.float32)
+    return feed
 
 
-def row_inputs(row, x, mask):
+def row_inputs(row, feed):
     """The inputs a row is called with: padded to the static length (padding masked) for row 1."""
     if row["key"] != "static_pad128":
-        return [x, mask]
-    top, (b, seq, h) = max(BUCKETS), x.shape
-    xp = np.zeros((b, top, h), np.float32)
-    xp[:, :seq] = x
-    mp = np.full((b, 1, 1, top), -1e4, np.float32)
-    mp[..., :seq] = mask
-    return [xp, mp]
+        return list(feed.values())
+    top, padded = max(BUCKETS), []
+    for name, a in feed.items():
+        axis, fill = (3, -1e4) if name == "attention_mask" else (1, 0)
+        widths = [(0, top - a.shape[axis] if k == axis else 0) for k in range(a.ndim)]
+        padded.append(np.pad(a, widths, constant_values=np.array(fill, a.dtype)))
+    return padded
 
 
 def ort_session(model):
@@ -203,16 +249,16 @@ def measure(rows, model, cfg, seqs, repeats):
     from relax_memplan.runtime import heap_bytes, run_and_measure
 
     b, h = cfg["batch"], cfg["hidden"]
-    data = {s: make_inputs(b, s, h, seed=s) for s in seqs}
+    embeddings = any(i.name == "input_ids" for i in model.graph.input)
+    data = {s: make_inputs(b, s, h, seed=s, embeddings=embeddings) for s in seqs}
     sess = ort_session(model)
-    refs = {s: sess.run(None, {"hidden_states": data[s][0], "attention_mask": data[s][1]})[0]
-            for s in seqs}
+    refs = {s: sess.run(None, data[s])[0] for s in seqs}
     clear = tvm.get_global_func("vm.builtin.memory_manager.clear")
     for row in rows:
         log(f"bytes and numerics: {row['label']}")
         row.update(bytes={}, err={}, tol={}, ms={})
         for s in seqs:
-            mem = run_and_measure(row["ex"], row_inputs(row, *data[s]))
+            mem = run_and_measure(row["ex"], row_inputs(row, data[s]))
             out = mem.outputs[0][:, :s]
             row["bytes"][s] = mem.alloc_bytes
             row["err"][s] = float(np.max(np.abs(out - refs[s])))
@@ -222,14 +268,14 @@ def measure(rows, model, cfg, seqs, repeats):
         base = heap_bytes()
         vm = relax.VirtualMachine(row["ex"], tvm.cpu(), memory_cfg=row["allocator"])
         for s in seqs:
-            out = vm["main"](*[tvm.runtime.tensor(a) for a in row_inputs(row, *data[s])])
+            out = vm["main"](*[tvm.runtime.tensor(a) for a in row_inputs(row, data[s])])
             del out
         row["held_bytes"] = heap_bytes() - base
         del vm
         clear()
     # timing: rows (and onnxruntime) interleaved, one warm-up round then `repeats` rounds
     vms = [relax.VirtualMachine(r["ex"], tvm.cpu(), memory_cfg=r["allocator"]) for r in rows]
-    args = {(i, s): [tvm.runtime.tensor(a) for a in row_inputs(r, *data[s])]
+    args = {(i, s): [tvm.runtime.tensor(a) for a in row_inputs(r, data[s])]
             for i, r in enumerate(rows) for s in seqs}
     times = {(i, s): [] for i in range(len(rows) + 1) for s in seqs}
     for rep in range(repeats + 1):
@@ -239,27 +285,92 @@ def measure(rows, model, cfg, seqs, repeats):
                 t0 = time.perf_counter()
                 vm["main"](*args[i, s])
                 times[i, s].append(time.perf_counter() - t0)
-            feed = {"hidden_states": data[s][0], "attention_mask": data[s][1]}
             t0 = time.perf_counter()
-            sess.run(None, feed)
+            sess.run(None, data[s])
             times[len(rows), s].append(time.perf_counter() - t0)
     med = {k: 1000 * float(np.median(v[1:] if len(v) > 1 else v)) for k, v in times.items()}
     for i, row in enumerate(rows):
         row["ms"] = {s: med[i, s] for s in seqs}
+        row["check_kernels"] = {s: check_kernel_time(vms[i], args[i, s], repeats) for s in seqs}
     return {s: med[len(rows), s] for s in seqs}
+
+
+def check_kernel_time(vm, args, repeats):
+    """The index-check kernels alone (VM instrument hook, ``repeats`` calls after one):
+    calls, ms per call in them, and ms per call in all packed calls."""
+    total, checks, calls, started = 0.0, 0.0, 0, {}
+
+    def hook(func, name, before_run, ret, *_args):
+        nonlocal total, checks, calls
+        if before_run:
+            started[name] = time.perf_counter()
+            return
+        spent = time.perf_counter() - started.pop(name, time.perf_counter())
+        total += spent
+        if name.startswith(CHECK_KERNEL):
+            checks, calls = checks + spent, calls + 1
+
+    vm["main"](*args)
+    vm.set_instrument(hook)
+    try:
+        for _ in range(max(1, repeats)):
+            vm["main"](*args)
+    finally:
+        vm.set_instrument(None)
+    n = max(1, repeats)
+    return {"calls": calls // n, "ms": 1000 * checks / n, "all_calls_ms": 1000 * total / n}
 
 
 # ----------------------------------------------------------------------------- reporting
 def ratios(rows, seqs):
-    """Row 3 / row 2 time (bucket and other seqs), row 4 / row 2 bytes."""
-    r2, r3, r4 = rows[1], rows[2], rows[3]
-    t32 = {s: r3["ms"][s] / r2["ms"][s] for s in seqs}
-    return {
-        "spec_over_pool_time": t32,
-        "spec_speedup_at_buckets": {s: t32[s] for s in seqs if s in BUCKETS},
-        "dispatch_overhead_elsewhere": {s: t32[s] for s in seqs if s not in BUCKETS},
-        "exact_over_pool_bytes": {s: r4["bytes"][s] / r2["bytes"][s] for s in seqs},
-    }
+    """Row 3 / row 2 time (bucket and other seqs), row 4 / row 2 bytes: those whose rows
+    were built."""
+    by = {r["key"]: r for r in rows}
+    out = {}
+    if "dynamic_pool" in by and "dynamic_spec" in by:
+        r2, r3 = by["dynamic_pool"], by["dynamic_spec"]
+        t32 = {s: r3["ms"][s] / r2["ms"][s] for s in seqs}
+        out.update(spec_over_pool_time=t32,
+                   spec_speedup_at_buckets={s: t32[s] for s in seqs if s in BUCKETS},
+                   dispatch_overhead_elsewhere={s: t32[s] for s in seqs if s not in BUCKETS})
+    if "dynamic_pool" in by and "exact_spec" in by:
+        r2, r4 = by["dynamic_pool"], by["exact_spec"]
+        out["exact_over_pool_bytes"] = {s: r4["bytes"][s] / r2["bytes"][s] for s in seqs}
+    return out
+
+
+def check_cost(rows, seqs):
+    """Per seq: row 4 ms with and without index checks, their ratio, and the check kernels
+    alone (instrument hook); ``None`` without the ``exact_nocheck`` row."""
+    by = {r["key"]: r for r in rows}
+    if "exact_spec" not in by or "exact_nocheck" not in by:
+        return None
+    on, off = by["exact_spec"], by["exact_nocheck"]
+    return {s: {"with_checks_ms": on["ms"][s], "without_checks_ms": off["ms"][s],
+                "ratio": on["ms"][s] / off["ms"][s],
+                "check_kernel_calls": on["check_kernels"][s]["calls"],
+                "check_kernels_ms": on["check_kernels"][s]["ms"],
+                "check_share_of_packed_calls": on["check_kernels"][s]["ms"]
+                / on["check_kernels"][s]["all_calls_ms"],
+                "check_kernel_calls_without": off["check_kernels"][s]["calls"]}
+            for s in seqs}
+
+
+def print_check_cost(cost, seqs):
+    w = 12
+    print("\nindex checks: row 4 with / without (same interleaved rounds), and the check "
+          "kernels alone (VM instrument hook)")
+    print(f"{'':34s}" + "".join(f"{'seq=' + str(s):>{w}s}" for s in seqs))
+    for title, key, spec in (("ms per call, with checks", "with_checks_ms", "{:>%d.2f}"),
+                             ("ms per call, without checks", "without_checks_ms", "{:>%d.2f}"),
+                             ("ratio with / without", "ratio", "{:>%d.3f}"),
+                             ("check kernels, calls per call", "check_kernel_calls", "{:>%dd}"),
+                             ("check kernels, us per call", "check_kernels_ms", "{:>%d.1f}"),
+                             ("check kernels, share of kernels", "check_share_of_packed_calls",
+                              "{:>%d.4%%}")):
+        scale = 1000 if key == "check_kernels_ms" else 1
+        cells = [cost[s][key] * scale for s in seqs]
+        print(f"{title:34s}" + "".join((spec % w).format(c) for c in cells))
 
 
 def print_table(rows, ort_ms, seqs, cfg, target, repeats, rat):
@@ -287,9 +398,10 @@ def print_table(rows, ort_ms, seqs, cfg, target, repeats, rat):
     for text, key in (("row3/row2 time at bucket seqs (target <= 0.75)", "spec_speedup_at_buckets"),
                       ("row3/row2 time elsewhere (target <= 1.02)", "dispatch_overhead_elsewhere"),
                       ("row4/row2 bytes per call", "exact_over_pool_bytes")):
-        print(f"  {text:47s} {fmt(rat[key])}")
-    print(f"  specialized kernels: row 3 {rows[2]['specialized_kernels']}, "
-          f"row 4 {rows[3]['specialized_kernels']}")
+        print(f"  {text:47s} {fmt(rat.get(key, {}))}")
+    counts = [f"row {r['label'].split()[0]} {r['specialized_kernels']}" for r in rows
+              if r["specialized_kernels"]]
+    print(f"  specialized kernels: {', '.join(counts) or '-'}")
     bad = [(r["label"], s, r["err"][s], r["tol"][s]) for r in rows for s in seqs
            if not r["err"][s] <= r["tol"][s]]
     for label, s, err, tol in bad:
@@ -308,9 +420,20 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="timed calls after 1 warm-up")
     parser.add_argument("--seqs", default="32,48,64,96,128")
     parser.add_argument("--mcpu", default=None, help="llvm -mcpu for every row (default: host)")
-    parser.add_argument("--json", type=Path,
-                        default=REPO / "benchmarks" / "results" / "bert_case.json")
+    parser.add_argument("--embeddings", action="store_true",
+                        help="BERT's embedding layer first (inputs input_ids, token_type_ids)")
+    parser.add_argument("--check-cost", action="store_true",
+                        help="also row 4 with check_indices=False; print the checks' cost")
+    parser.add_argument("--rows", default=None,
+                        help="comma-separated row keys to build (default all): static_pad128, "
+                             "dynamic_pool, dynamic_spec, exact_spec")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="default benchmarks/results/bert_case.json, or "
+                             "bert_case_check_cost.json with --check-cost")
     args = parser.parse_args(argv)
+    name = "bert_case_check_cost.json" if args.check_cost else "bert_case.json"
+    args.json = args.json or REPO / "benchmarks" / "results" / name
+    keys = tuple(args.rows.split(",")) if args.rows else None
     cfg = dict(QUICK if args.quick else FULL)
     if args.hidden:
         cfg.update(hidden=args.hidden, heads=max(1, args.hidden // 64), ffn=4 * args.hidden)
@@ -326,19 +449,25 @@ def main(argv=None):
     target = tvm.target.Target({"kind": "llvm", "mcpu": args.mcpu}) if args.mcpu else host_target()
     mcpu = target.attrs.get("mcpu", "generic")
     log(f"config {cfg}, seqs {seqs}, target {target}")
-    model = build_bert(cfg["hidden"], cfg["layers"], cfg["heads"], cfg["ffn"])
+    model = build_bert(cfg["hidden"], cfg["layers"], cfg["heads"], cfg["ffn"],
+                       embeddings=args.embeddings)
     t0 = time.perf_counter()
-    rows = compile_rows(model, cfg, target)
+    rows = compile_rows(model, cfg, target, keys=keys, check_cost=args.check_cost)
     ort_ms = measure(rows, model, cfg, seqs, args.repeats)
     rat = ratios(rows, seqs)
     bad = print_table(rows, ort_ms, seqs, cfg, f"llvm -mcpu={mcpu}", args.repeats, rat)
-    plan = rows[3].pop("exact_plan")
+    cost = check_cost(rows, seqs)
+    if cost is not None:
+        print_check_cost(cost, seqs)
+    plan = next((r.pop("exact_plan") for r in rows if r["key"] == "exact_spec"), None)
+    for r in rows:
+        r.pop("exact_plan", None)
     arena = {s: plan.bytes_at({"batch": cfg["batch"], "seq": s})[:2] for s in seqs} if plan else {}
     result = {
-        "config": cfg, "seqs": seqs, "buckets": list(BUCKETS),
+        "config": cfg, "embeddings": args.embeddings, "seqs": seqs, "buckets": list(BUCKETS),
         "target": str(target), "repeats": args.repeats, "total_s": time.perf_counter() - t0,
         "rows": [{k: v for k, v in r.items() if k != "ex"} for r in rows],
-        "onnxruntime_ms": ort_ms, "ratios": rat,
+        "onnxruntime_ms": ort_ms, "ratios": rat, "check_cost": cost,
         "exact_plan_arena_and_lower_bound_bytes": arena,
         "numerics_failed": [dict(zip(("row", "seq", "max_abs_error", "tolerance"), b))
                             for b in bad],

@@ -33,6 +33,7 @@ from . import onnx_prepare
 from .errors import (ModelLoadError, ReferenceRunError, ShapeSpecError, UnsupportedOperatorError,
                      summarize_error)
 from .onnx_prepare.converters import corrected_converters, describe_usage
+from .onnx_prepare.node_names import attach_node_names, name_onnx_nodes
 
 __all__ = [
     "ImportInfo",
@@ -397,6 +398,7 @@ def import_onnx(
     keep_dynamic: bool = False,
     prepare_steps: Iterable[str] | None = None,
     disable_steps: Iterable[str] = (),
+    node_names: bool = True,
 ) -> tuple[tvm.IRModule, ImportInfo]:
     """Import an ONNX model into a Relax module with weights as constants.
 
@@ -421,6 +423,11 @@ def import_onnx(
         ``()`` runs none (TVM's importer on the model as it is).  What each step changed is added to ``ImportInfo.notes``.
     disable_steps : iterable of str
         Names of preparation steps not to run.
+    node_names : bool
+        Record which ONNX node each Gather, GatherElements, GatherND, ScatterElements,
+        ScatterND and Slice binding came from, in ``main``'s attribute
+        ``relax_memplan.onnx_nodes``, so that errors name the ONNX node
+        (:mod:`relax_memplan.onnx_prepare.node_names`).  The module is otherwise the same.
 
     Returns
     -------
@@ -453,7 +460,7 @@ def import_onnx(
     opset = _default_opset(model)
     upgraded_from = None
     try:
-        mod = _from_onnx_naming_node(model, plan)
+        mod = _from_onnx_naming_node(model, plan, node_names=node_names)
     except ModelLoadError as first_error:
         if opset >= UPGRADE_TARGET_OPSET:
             raise
@@ -461,7 +468,8 @@ def import_onnx(
             upgraded = onnx.version_converter.convert_version(model, UPGRADE_TARGET_OPSET)
         except Exception:  # the converter cannot upgrade it: report TVM's original failure
             raise first_error from None
-        mod = _from_onnx_naming_node(upgraded, plan, upgraded_from_opset=opset)
+        mod = _from_onnx_naming_node(upgraded, plan, upgraded_from_opset=opset,
+                                     node_names=node_names)
         upgraded_from, opset = opset, UPGRADE_TARGET_OPSET
         plan.notes.append(
             f"ONNX opset upgraded {upgraded_from} -> {opset} for import; "
@@ -480,15 +488,19 @@ def import_onnx(
     return mod, info
 
 
-def _from_onnx_naming_node(model, plan: _InputPlan, upgraded_from_opset=None) -> tvm.IRModule:
+def _from_onnx_naming_node(model, plan: _InputPlan, upgraded_from_opset=None,
+                           node_names: bool = True) -> tvm.IRModule:
     """Prepare the model with ``plan.steps`` and run TVM's ``from_onnx``; on failure raise
-    an error naming the node TVM failed on.  Notes of the steps go to ``plan.notes``."""
+    an error naming the node TVM failed on.  Notes of the steps go to ``plan.notes``.
+    With ``node_names``, bindings of the guarded ops are named after their ONNX node."""
     prepared = onnx_prepare.prepare(model, plan.steps)
     model = prepared.model
     trace = _ConversionTrace()
     converters = corrected_converters(prepared.converter_steps)
+    naming = name_onnx_nodes() if node_names else contextlib.nullcontext()
     # TVM prints every failing converter's inputs (whole constants) to stdout: swallow it.
-    with converters as usage, trace, contextlib.redirect_stdout(io.StringIO()):
+    # The node naming wraps the corrected converter table, so it is entered after it.
+    with converters as usage, naming as named, trace, contextlib.redirect_stdout(io.StringIO()):
         try:
             mod = onnx_frontend.from_onnx(
                 model, shape_dict=plan.tvm_shapes, dtype_dict=plan.dtypes
@@ -500,7 +512,7 @@ def _from_onnx_naming_node(model, plan: _InputPlan, upgraded_from_opset=None) ->
     if failure is None:
         plan.notes.extend(prepared.notes)
         plan.notes.extend(describe_usage(usage))
-        return mod
+        return attach_node_names(mod, named) if node_names else mod
     node = trace.failing_node(model.graph, failure)
     if node is None:
         raise ModelLoadError(f"cannot import ONNX model: {summarize_error(failure)}") from failure

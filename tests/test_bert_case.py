@@ -27,9 +27,33 @@ def test_static_and_exact_rows_match_onnxruntime():
     assert rows[1]["specialized_kernels"] > 0
     sess = bert_case.ort_session(model)
     for seq in (20, 64):
-        x, mask = bert_case.make_inputs(cfg["batch"], seq, cfg["hidden"], seed=seq)
-        ref = sess.run(None, {"hidden_states": x, "attention_mask": mask})[0]
+        feed = bert_case.make_inputs(cfg["batch"], seq, cfg["hidden"], seed=seq)
+        ref = sess.run(None, feed)[0]
         for row in rows:
-            out = run_and_measure(row["ex"], bert_case.row_inputs(row, x, mask)).outputs[0]
+            out = run_and_measure(row["ex"], bert_case.row_inputs(row, feed)).outputs[0]
             np.testing.assert_allclose(out[:, :seq], ref, rtol=1e-3, atol=1e-4,
                                        err_msg=f"{row['label']} at seq {seq}")
+
+
+def test_check_cost_row_has_no_check_kernels_and_same_output():
+    """--embeddings --check-cost: row 4 runs the word and token-type checks, row 4b none."""
+    import tvm
+    from tvm import relax
+    from relax_memplan.runtime import run_and_measure
+
+    cfg = dict(hidden=64, layers=1, heads=1, ffn=256, batch=2)
+    model = bert_case.build_bert(cfg["hidden"], cfg["layers"], cfg["heads"], cfg["ffn"],
+                                 embeddings=True)
+    rows = bert_case.compile_rows(model, cfg, tvm.target.Target("llvm"), keys=("exact_spec",),
+                                  check_cost=True)
+    assert [r["key"] for r in rows] == ["exact_spec", "exact_nocheck"]
+    feed = bert_case.make_inputs(cfg["batch"], 20, cfg["hidden"], seed=0, embeddings=True)
+    ref = bert_case.ort_session(model).run(None, feed)[0]
+    calls = []
+    for row in rows:
+        args = bert_case.row_inputs(row, feed)
+        out = run_and_measure(row["ex"], args).outputs[0]
+        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4, err_msg=row["label"])
+        vm = relax.VirtualMachine(row["ex"], tvm.cpu())
+        calls.append(bert_case.check_kernel_time(vm, [tvm.runtime.tensor(a) for a in args], 1)["calls"])
+    assert calls == [2, 0]

@@ -2,8 +2,8 @@
 
 Where it runs: on the module as imported, before ``LegalizeOps`` (our pipeline runs it first in
 the ``library_dispatch`` phase, right after ``AnnotateDimRanges``), on every Relax function.
-Reads ``tir_var_lower_bound`` / ``tir_var_upper_bound`` (the declared dim ranges); writes no
-attribute.
+Reads ``tir_var_lower_bound`` / ``tir_var_upper_bound`` (the declared dim ranges) and
+``relax_memplan.onnx_nodes`` (for messages); writes no attribute.
 
 Guarded ops (their kernels load or store ``data[index]`` unchecked): ``take`` in mode ``fast``
 (ONNX Gather), ``gather_elements``, ``gather_nd``, ``scatter_elements``, ``scatter_nd``. Not
@@ -23,9 +23,14 @@ ranges (:mod:`._index_bounds`):
 * otherwise (indices from an input) -- with ``runtime_checks``, a TIR kernel checks every index
   before the op and passes the indices on (a copy the op reads, so it cannot be dropped or
   reordered). An index out of range raises ``IndexError`` through the VM, e.g.
-  ``relax_memplan: index out of range in Gather (Relax take 'lv12'): valid [-1000, 999]``. The valid range
-  is given as ONNX defines it (``[-s, s-1]``) when the indices come from the importer's
-  negative-index mapping, else as the op accepts it.
+  ``relax_memplan: index out of range in Gather node 'bert/embeddings/Gather': valid [-1000, 999]``.
+  The valid range is given as ONNX defines it (``[-s, s-1]``) when the indices come from the
+  importer's negative-index mapping, else as the op accepts it.
+
+Messages name the ONNX node from the function attribute ``relax_memplan.onnx_nodes`` that
+:func:`~relax_memplan.frontend.import_onnx` writes (:mod:`relax_memplan.analysis.onnx_nodes`);
+without it (a module not imported from ONNX) they name the Relax op and variable, e.g.
+``Gather (Relax take 'lv12')``.
 
 The check kernels have no GPU schedule: build for ``cuda`` with ``runtime_checks=False``.
 """
@@ -39,6 +44,7 @@ import tvm
 from tvm import relax, tirx
 
 from ..analysis.dims import DimRange, declared_ranges, evaluate_int, signature_dims
+from ..analysis.onnx_nodes import onnx_node_label
 from ..errors import IndexBoundsError
 from ._index_bounds import ValueRange, ValueRanges, _i64, _prim
 from ._index_kernels import GUARDED_OPS, check_kernel, dtype_name, index_axes
@@ -60,14 +66,13 @@ def _analyzer(dims: Dict[str, tirx.Var], ranges: Dict[str, DimRange]):
     return analyzer
 
 
-def _node(call: relax.Call, var: relax.Var) -> str:
-    """``Gather 'name'`` when the importer kept the ONNX node name in the span, else the
-    op and the Relax variable (``take 'lv12'``)."""
-    span = call.span
-    source = getattr(getattr(span, "source_name", None), "name", "") if span is not None else ""
-    if source:
-        return f"'{source}'"
-    return f"(Relax {call.op.name.split('.')[-1]} '{var.name}')"
+def _node(func: relax.Function, onnx_op: str, call: relax.Call, var: relax.Var) -> str:
+    """``Gather node 'bert/Gather'`` when the importer recorded the ONNX node of ``var``, else
+    ``onnx_op`` with the Relax op and variable (``Gather (Relax take 'lv12')``)."""
+    label = onnx_node_label(func, var, call)
+    if label is not None:
+        return label
+    return f"{onnx_op} (Relax {call.op.name.split('.')[-1]} '{var.name}')"
 
 
 class _Refusal:
@@ -122,7 +127,7 @@ class CheckIndexBounds:
     ----------
     checked, proved : list of str
         Filled when the pass runs: the guarded ops checked at run time, and those proved in
-        range (``"<function>: <op> <node>"``).
+        range (``"<function>: <node>"``, e.g. ``"main: Gather node 'bert/Gather'"``).
     refused : IndexBoundsError or None
         The compile-time refusal, kept because TVM re-raises errors of a pass as
         ``RuntimeError``.
@@ -170,9 +175,10 @@ class CheckIndexBounds:
                 call = b.value if isinstance(b, relax.VarBinding) else None
                 op = getattr(getattr(call, "op", None), "name", None) if isinstance(call, relax.Call) else None
                 if op == "relax.strided_slice":
-                    _check_slice(b.var, call, analyzer, refusal)
+                    _check_slice(b.var, call, analyzer, refusal, _node(func, "Slice", call, b.var))
                 if op in GUARDED_OPS and (op != "relax.take" or call.attrs.mode == "fast"):
-                    new = self._guard(fname, b, op, call, values, analyzer, refusal, builder,
+                    node = _node(func, GUARDED_OPS[op].onnx_name, call, b.var)
+                    new = self._guard(fname, node, b, op, call, values, analyzer, refusal, builder,
                                       isinstance(block, relax.DataflowBlock))
                     if new is not None:
                         bindings += new
@@ -187,11 +193,11 @@ class CheckIndexBounds:
         body = relax.SeqExpr(blocks, func.body.body, func.body.span)
         return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
 
-    def _guard(self, fname, binding, op, call, values, analyzer, refusal, builder, dataflow):
+    def _guard(self, fname, node, binding, op, call, values, analyzer, refusal, builder, dataflow):
         spec = GUARDED_OPS[op]
         axes = index_axes(op, call)
         data, indices = call.args[0], call.args[spec.indices_arg]
-        where = f"{fname}: {op.split('.')[-1]} {_node(call, binding.var)}"
+        where = f"{fname}: {node}"
         shape = getattr(data.ty, "shape", None)
         if axes is not None and not spec.coordinates and shape is not None:
             extent = shape[axes[0]]
@@ -202,13 +208,13 @@ class CheckIndexBounds:
                     self.proved.append(where)
                     return None
                 if got.tight:
-                    refusal.check(got.hi - (extent - 1), _reads(spec.onnx_name, call, binding.var,
-                                                                 got.hi, extent, axes[0]))
+                    refusal.check(got.hi - (extent - 1),
+                                  _reads(node, call, got.hi, extent, axes[0]))
         if not self.runtime_checks:
             return None
         if axes is None or getattr(indices.ty, "ndim", -1) < 0 or not dtype_name(indices.ty).startswith("int"):
             return None  # unknown rank or axis: the op's own type checks are all we have
-        message = _message(op, spec, call, binding.var, axes, values.bindings.get(indices))
+        message = _message(node, spec, call, axes, values.bindings.get(indices))
         kernel = check_kernel(data.ty, indices.ty, axes, spec.coordinates, spec.wraps_negative, message)
         gv = builder.add_func(kernel, "relax_memplan_check_indices")
         var_type = relax.DataflowVar if dataflow else relax.Var
@@ -221,14 +227,13 @@ class CheckIndexBounds:
                                                          call.span))]
 
 
-def _reads(onnx_name, call, var, hi, extent, axis) -> str:
+def _reads(node, call, hi, extent, axis) -> str:
     if axis == 0 and call.op.name == "relax.take":
-        return f"{onnx_name} {_node(call, var)} reads row {_fmt(hi)} of a {_fmt(extent)}-row table"
-    return (f"{onnx_name} {_node(call, var)} reads index {_fmt(hi)} of axis {axis} "
-            f"(size {_fmt(extent)})")
+        return f"{node} reads row {_fmt(hi)} of a {_fmt(extent)}-row table"
+    return f"{node} reads index {_fmt(hi)} of axis {axis} (size {_fmt(extent)})"
 
 
-def _check_slice(var, call, analyzer, refusal) -> None:
+def _check_slice(var, call, analyzer, refusal, node) -> None:
     """``strided_slice(..., assume_inbound=True)`` with symbolic bounds: no clamping, so its
     last element must lie inside the axis at every declared dim value."""
     if not call.attrs.assume_inbound or len(call.args) < 4:
@@ -249,7 +254,7 @@ def _check_slice(var, call, analyzer, refusal) -> None:
         if analyzer.can_prove(last <= shape[axis] - 1) or analyzer.can_prove(out[axis] == 0):
             continue
         refusal.check(last - (shape[axis] - 1),
-                      f"Slice {_node(call, var)} reads element {_fmt(analyzer.simplify(last))} "
+                      f"{node} reads element {_fmt(analyzer.simplify(last))} "
                       f"of axis {axis} (size {_fmt(shape[axis])})")
 
 
@@ -262,7 +267,7 @@ def _value(x):
     return getattr(x, "value", x)
 
 
-def _message(op, spec, call, var, axes, indices_value) -> str:
+def _message(node, spec, call, axes, indices_value) -> str:
     shape = call.args[0].ty.shape
     mapped = (isinstance(indices_value, relax.Call)
               and getattr(indices_value.op, "name", "") == "relax.where")
@@ -272,5 +277,4 @@ def _message(op, spec, call, var, axes, indices_value) -> str:
         lo = f"-{_fmt(s)}" if spec.wraps_negative or mapped else "0"
         hi = _fmt(tvm.sym.Analyzer().simplify(s - 1)) if shape is not None else f"{s}-1"
         ranges.append(f"[{lo}, {hi}]")
-    where = _node(call, var)
-    return f"relax_memplan: index out of range in {spec.onnx_name} {where}: valid {', '.join(ranges)}"
+    return f"relax_memplan: index out of range in {node}: valid {', '.join(ranges)}"

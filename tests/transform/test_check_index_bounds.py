@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tvm.script import ir as I
+from tvm.script import relax as R
 
 from relax_memplan.frontend import import_onnx
 from relax_memplan.transform.annotate_dim_ranges import AnnotateDimRanges
@@ -47,8 +49,8 @@ def test_out_of_range_index_raises_named_error(index_results, op):
     """s and -s-1 (per axis for the ND ops) are caught before the kernel runs."""
     for row in index_results[op]["bad"]:
         assert row["error"] is not None, f"{op}: an out-of-range index was not caught"
-        assert f"relax_memplan: index out of range in {op} " in row["error"]
-        assert "valid [-" in row["error"]
+        assert f"relax_memplan: index out of range in {op} node 'my_{op.lower()}': valid [-" \
+            in row["error"]
 
 
 def _bert(dim_upper):
@@ -70,7 +72,7 @@ def test_bert_tiny_declared_range_past_position_table_is_refused():
     with pytest.raises(Exception):
         check(_bert(129))
     assert str(check.refused) == (
-        "--dim seq=1..129: Slice (Relax strided_slice 'lv16') reads element seq - 1 of axis 1 "
+        "--dim seq=1..129: Slice node '/m/embeddings/Slice' reads element seq - 1 of axis 1 "
         "(size 128); the largest allowed seq is 128")
 
 
@@ -97,7 +99,8 @@ def test_cli_bert_tiny_huge_input_id_is_one_line_error_not_segfault(tmp_path):
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("relax-memplan: error: running main of relax_memplan's build at "
                                "inputs (1, 16), (1, 16), (1, 16) failed: IndexError: ")
-    assert "index out of range in Gather" in lines[0] and "valid [-1000, 999]" in lines[0]
+    assert lines[0].endswith("IndexError: relax_memplan: index out of range in Gather node "
+                             "'/m/embeddings/word_embeddings/Gather': valid [-1000, 999]")
 
 
 def test_cli_gather_out_of_range_is_one_line_error(tmp_path):
@@ -112,7 +115,7 @@ def test_cli_gather_out_of_range_is_one_line_error(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip() == ("relax-memplan: error: running main of relax_memplan's build at "
                                    "inputs (5, 3), (4,) failed: IndexError: "
-                                   "relax_memplan: index out of range in Gather (Relax take 'gv'): "
+                                   "relax_memplan: index out of range in Gather node 'my_gather': "
                                    "valid [-5, 4]")
 
 
@@ -122,7 +125,7 @@ def test_cli_dim_range_past_position_table_refused_and_128_compiles():
                  "--dim", "seq=1..129", "--no-measure", "-q"])
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip() == (
-        "relax-memplan: error: --dim seq=1..129: Slice (Relax strided_slice 'lv16') reads "
+        "relax-memplan: error: --dim seq=1..129: Slice node '/m/embeddings/Slice' reads "
         "element seq - 1 of axis 1 (size 128); the largest allowed seq is 128")
     proc = _run(["-m", "relax_memplan.cli", "compile", model, "--dim", "batch=1..2",
                  "--dim", "seq=1..128", "--no-measure", "-q"])
@@ -150,9 +153,35 @@ def test_range_position_ids_past_table_refused_and_in_range_proved():
     mod, _ = import_onnx(_range_gather_model(), keep_dynamic=True)
     check = CheckIndexBounds()
     check(AnnotateDimRanges({"seq": (1, 128)})(mod))
-    assert check.proved == ["main: take (Relax take 'gv')"] and check.checked == []
+    assert check.proved == ["main: Gather node with output 'out'"] and check.checked == []
     check = CheckIndexBounds()
     with pytest.raises(Exception):
         check(AnnotateDimRanges({"seq": (1, 129)})(mod))
-    assert str(check.refused) == ("--dim seq=1..129: Gather (Relax take 'gv') reads row seq - 1 "
-                                  "of a 128-row table; the largest allowed seq is 128")
+    assert str(check.refused) == ("--dim seq=1..129: Gather node with output 'out' reads row "
+                                  "seq - 1 of a 128-row table; the largest allowed seq is 128")
+
+
+def test_bert_tiny_checks_name_onnx_nodes():
+    check = CheckIndexBounds()
+    check(_bert(128))
+    assert check.checked == ["main: Gather node '/m/embeddings/word_embeddings/Gather'",
+                             "main: Gather node '/m/embeddings/token_type_embeddings/Gather'"]
+
+
+@I.ir_module
+class _PlainTake:
+    @R.function
+    def main(x: R.Tensor((5, 3), "float32"), i: R.Tensor((4,), "int64")):
+        with R.dataflow():
+            y = R.take(x, i, axis=0, mode="fast")
+            R.output(y)
+        return y
+
+
+def test_module_not_from_onnx_names_relax_op_and_var():
+    """No ``relax_memplan.onnx_nodes`` attribute (and a TVMScript span): today's wording."""
+    check = CheckIndexBounds()
+    out = check(_PlainTake)
+    assert check.checked == ["main: Gather (Relax take 'y')"]
+    kernel = [f for gv, f in out.functions_items() if gv.name_hint == "relax_memplan_check_indices"]
+    assert "index out of range in Gather (Relax take 'y'): valid [0, 4]" in kernel[0].script()
