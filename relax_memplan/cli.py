@@ -200,9 +200,9 @@ def _add_tool_parsers(sub) -> None:
                    help="full shape of an input (repeatable); dynamic dims not fixed are 1")
     b.add_argument("--input", action="append", default=[], metavar="NAME=VALUE|FILE.npy",
                    help="use this value for an input instead of random data")
-    b.add_argument("--repeat", type=_positive_int, default=20, metavar="N",
+    b.add_argument("--repeat", type=_int_at_least(1), default=20, metavar="N",
                    help="timed calls per build (default 20)")
-    b.add_argument("--warmup", type=_non_negative_int, default=3, metavar="K",
+    b.add_argument("--warmup", type=_int_at_least(0), default=3, metavar="K",
                    help="untimed calls per build first (default 3)")
     b.add_argument("--no-onnxruntime", action="store_true", help="time the two TVM builds only")
     b.add_argument("--json", metavar="JSON", help="also write the times as JSON")
@@ -218,24 +218,19 @@ def _add_verbosity(p) -> None:
                        "line once, with its count, after the phase)")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def _int_at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum``."""
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    return parse
 
 
 def _parse_inputs(specs: List[str]) -> Dict[str, np.ndarray]:

@@ -40,7 +40,7 @@ from tvm.s_tir.dlight import ScheduleRule
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.target import Target
 
-from .cpu_matmul import _has_fma, simd_lanes
+from .cpu_matmul import _has_fma, _try, simd_lanes
 from .cpu_spatial import parallelize_spatial
 
 __all__ = ["ConvAxes", "DirectConv", "match_conv"]
@@ -157,14 +157,6 @@ def _column_tile(width: int, lanes: int, max_vectors: int) -> int:
     if width <= limit:
         return width
     return max(d for d in range(1, limit + 1) if width % d == 0)
-
-
-def _try(prim, block) -> bool:
-    try:
-        prim(block)
-    except _ScheduleError:
-        return False
-    return True
 
 
 class DirectConv(ScheduleRule):

@@ -13,11 +13,11 @@ _DPS_OPS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_gra
 
 
 def replace_functions(mod: tvm.IRModule, updates: Mapping) -> tvm.IRModule:
-    """A copy of ``mod`` (same attributes) with ``updates`` (GlobalVar -> function) put in;
-    ``mod`` itself when there is nothing to update."""
+    """A copy of ``mod`` (``IRModule.clone``: same attributes and global infos) with
+    ``updates`` (GlobalVar -> function) put in; ``mod`` itself when there is nothing to update."""
     if not updates:
         return mod
-    new_mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
+    new_mod = mod.clone()
     for gv, func in updates.items():
         new_mod[gv] = func
     return new_mod

@@ -56,6 +56,8 @@ import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
+from ._module_util import replace_functions
+
 __all__ = ["AnnotateNoAlias", "NOALIAS_ATTR", "pointer_vars"]
 
 NOALIAS_ATTR = "tirx.noalias"
@@ -112,9 +114,4 @@ class AnnotateNoAlias:
             else:
                 self.unrestricted.append(
                     f"{gv.name_hint}: {len(pointers)} pointers ({', '.join(pointers)})")
-        if not updates:
-            return mod
-        new_mod = mod.clone()
-        for gv, func in updates.items():
-            new_mod[gv] = func
-        return new_mod
+        return replace_functions(mod, updates)

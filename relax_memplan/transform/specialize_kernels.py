@@ -88,6 +88,7 @@ from tvm.target import Target
 
 from ..analysis.dims import declared_ranges
 from ._args import check_buckets
+from ._module_util import replace_functions
 
 __all__ = ["SpecializeKernels", "dispatch_path", "dlight_schedule", "backend_schedule", "GENERIC",
            "BUCKETS_ATTR"]
@@ -479,9 +480,4 @@ class SpecializeKernels:
             if new is not None:
                 updates[gv] = new
                 self.specialized[name] = {n: list(v) for n, v in var_values.items()}
-        if not updates:
-            return mod
-        new_mod = mod.clone()
-        for gv, func in updates.items():
-            new_mod[gv] = func
-        return new_mod
+        return replace_functions(mod, updates)
