@@ -58,8 +58,8 @@ def max_abs_error(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) 
     return compare_outputs(actual, expected, rtol=0.0, atol=0.0).error
 
 
-def reference_sensitivity(onnx_model, info, reference: Sequence[np.ndarray], tolerance: float,
-                          seed: int, values=None) -> Optional[Dict]:
+def reference_sensitivity(onnx_model, info, reference: Sequence[np.ndarray], rtol: float,
+                          atol: float, seed: int, values=None) -> Optional[Dict]:
     """Run onnxruntime on a second random input (seed ``seed + 1``) and measure how much the
     reference moves (:func:`relax_memplan.verify.input_sensitivity`); None when every input
     is given in ``values`` (nothing to draw)."""
@@ -68,7 +68,7 @@ def reference_sensitivity(onnx_model, info, reference: Sequence[np.ndarray], tol
     if set(values or {}) >= set(info.input_shapes):
         return None
     other = frontend.make_random_inputs(onnx_model, info, seed=seed + 1, values=values)
-    return input_sensitivity(reference, frontend.run_onnxruntime(onnx_model, other), tolerance)
+    return input_sensitivity(reference, frontend.run_onnxruntime(onnx_model, other), rtol, atol)
 
 
 _KERNEL_OPTIONS = ("dim_ranges", "dispatch", "dispatch_pass", "schedule", "check_indices")
@@ -417,8 +417,8 @@ def compile_onnx(
     main = result.report.main
     if reference is not None and main.error_tolerance is not None:
         say("running onnxruntime on a second random input (does the output depend on it?)")
-        main.input_sensitivity = reference_sensitivity(onnx_model, info, reference,
-                                                       main.error_tolerance, seed, input_values)
+        main.input_sensitivity = reference_sensitivity(onnx_model, info, reference, rtol, atol,
+                                                       seed, input_values)
     result.report.inputs = {
         n: {"shape": list(s), "dtype": info.input_dtypes[n]} for n, s in info.input_shapes.items()
     }

@@ -419,7 +419,7 @@ def compile_onnx_dynamic(
         if verify:
             row.record_comparison(compare_outputs(got.outputs, reference, rtol, atol))
             row.input_sensitivity = reference_sensitivity(
-                onnx_model, point_info, reference, row.error_tolerance, seed,
+                onnx_model, point_info, reference, rtol, atol, seed,
                 _fit_values(input_values, shapes))
     return ex, report
 

@@ -123,6 +123,27 @@ def test_corrupted_reference_fails_dynamic(monkeypatch, capsys, tmp_path, shift,
     assert [s["verified"] for s in data["shapes"]] == [False, False]
 
 
+def _two_scale_model(tmp_path):
+    """y = tanh(x) (values in [-1, 1]) and z = x * 1e6: two outputs of very different scales."""
+    big = helper.make_tensor("big", TensorProto.FLOAT, [], [1e6])
+    return _save(tmp_path, "two_scale", [helper.make_node("Tanh", ["x"], ["y"]),
+                                         helper.make_node("Mul", ["x", "big"], ["z"])],
+                 [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
+                  helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4])], [big])
+
+
+def test_a_large_output_does_not_hide_an_error_in_a_small_one(monkeypatch, capsys, tmp_path):
+    """Regression (newcomer trial): one tolerance over all outputs came from the largest one
+    (1e6 scale here), so a 0.05 error in tanh's output passed as OK."""
+    _shifted_reference(monkeypatch, 0.05)
+    report = tmp_path / "r.json"
+    status = main(["compile", _two_scale_model(tmp_path), "--verify", "-q", "--report", str(report)])
+    assert status == EXIT_VERIFY_FAILED
+    assert "FAILED" in capsys.readouterr().out
+    assert json.loads(report.read_text())["verified"] is False
+
+
 def test_dynamic_verify_passes_per_shape_with_tolerance(capsys, tmp_path):
     report = tmp_path / "d.json"
     status = main(["compile", _matmul_model(tmp_path), "--dim", "n=1..8", "--sample-shapes", "3",

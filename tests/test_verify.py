@@ -66,8 +66,34 @@ def test_empty_outputs_compare_equal():
 
 def test_input_sensitivity_flags_an_output_that_does_not_move():
     ref = [np.array([1.0, 2.0])]
-    assert input_sensitivity(ref, [np.array([1.0, 2.0 + 1e-7])], 1e-4)["weak"] is True
-    moved = input_sensitivity(ref, [np.array([1.5, 2.0])], 1e-4)
+    assert input_sensitivity(ref, [np.array([1.0, 2.0 + 1e-7])], rtol=0.0, atol=1e-4)["weak"] is True
+    moved = input_sensitivity(ref, [np.array([1.5, 2.0])], rtol=0.0, atol=1e-4)
     assert moved == {"max_abs_change": 0.5, "nonfinite_changes": 0, "weak": False}
-    assert input_sensitivity(ref, [np.array([1.0, NAN])], 1e-4)["weak"] is False
-    assert input_sensitivity(ref, [np.array([1.0])], 1e-4)["weak"] is False
+    assert input_sensitivity(ref, [np.array([1.0, NAN])], rtol=0.0, atol=1e-4)["weak"] is False
+    assert input_sensitivity(ref, [np.array([1.0])], rtol=0.0, atol=1e-4)["weak"] is False
+
+
+def test_each_output_has_its_own_tolerance():
+    # a large output (a state, x * 1e6) must not widen the tolerance of a small one
+    small_ours, small_ref = np.array([0.5, 0.6]), np.array([0.5, 0.9])
+    large = np.array([3e9, -2e9])
+    c = compare_outputs([small_ours, large], [small_ref, large])
+    assert not c.ok and c.worst_output == 0
+    assert c.max_abs_error == pytest.approx(0.3) and c.tolerance == pytest.approx(1e-4 * 0.9 + 1e-5)
+    assert [o.ok for o in c.outputs] == [False, True]
+    assert "output 0" in c.describe() and c.describe().endswith("FAILED")
+
+
+def test_int32_cast_mismatch_fails_next_to_a_large_output():
+    # the newcomer's two_cast model: y = Cast(x, int32) differs, z = x * 1e6 agrees
+    y_ours = np.array([-1, -1294967296, 1294967296, 2, -2, 0, 0, 1], dtype=np.int32)
+    y_ref = np.array([-1, -2147483648, -2147483648, 2, -2, -2147483648, 0, 1], dtype=np.int32)
+    z = np.array([3e11, -3e11, 1.0], dtype=np.float32)
+    c = compare_outputs([y_ours, z], [y_ref, z])
+    assert not c.ok and c.worst_output == 0
+
+
+def test_within_tolerance_on_every_output_passes():
+    c = compare_outputs([np.array([1.0 + 1e-6]), np.array([1e6 + 1.0])],
+                        [np.array([1.0]), np.array([1e6])])
+    assert c.ok and len(c.outputs) == 2
