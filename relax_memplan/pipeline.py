@@ -46,6 +46,7 @@ from .transform.clamp_empty_slices import ClampEmptySlices
 from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
+from .transform.fuse_attention import FuseAttention
 from .transform.record_storage import RecordStorage
 from .transform.remove_dropout import RemoveDropout
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule
@@ -73,11 +74,14 @@ def _as_target(target: Union[str, dict, tvm.target.Target, None]) -> tvm.target.
 def fusion_passes(target: tvm.target.Target) -> list:
     """Our graph-level fusion passes, in the order they run (before ``LegalizeOps``).
 
-    :class:`~relax_memplan.transform.remove_dropout.RemoveDropout` on every target; the passes
-    that emit our own CPU kernels only for ``llvm`` (they have no GPU schedule).
+    :class:`~relax_memplan.transform.remove_dropout.RemoveDropout` on every target;
+    :class:`~relax_memplan.transform.fuse_attention.FuseAttention`, which emits our own CPU
+    kernel, only for ``llvm`` (it has no GPU schedule).
     """
-    del target  # every pass so far is target-independent
-    return [RemoveDropout()]
+    passes = [RemoveDropout()]
+    if target.kind.name in ("llvm", "c"):
+        passes.append(FuseAttention())
+    return passes
 
 
 def backend_phases(
