@@ -15,7 +15,10 @@ before the importer's transposes, so those transposes disappear. The mask, when 
 sequence lengths are symbolic; heads and head_dim are static.
 
 Schedule (written in the TIR itself, the function is marked ``tirx.is_scheduled``): parallel
-over batch x heads x blocks of ``block_queries`` query rows, the head_dim loops vectorized.
+over batch x heads x blocks of ``block_queries`` query rows; each block of keys is copied
+transposed into a (head_dim, block_keys) buffer once per task, so the scores of a row are
+vectorized over keys and the output update over head_dim. Keys past the end of the last block
+get score -inf (weight 0).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
     acc_t = "float32"
     scale_c = float(scale)
     lowest = float(np.finfo(np.float32).min)
+    neg_inf = float("-inf")
     b = tirx.Var("batch", "int64")
     sq = tirx.Var("seq_q", "int64")
     sk = tirx.Var("seq_k", "int64")
@@ -68,15 +72,15 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                   one if mq else sq, sk)
 
     @T.macro
-    def score(s, Q, K, M, bi, hi, i, j, key):
-        s[j] = T.float32(0)
-        for d in range(D):
-            s[j] = s[j] + T.Cast(acc_t, Q[bi, i, hi, d]) * T.Cast(acc_t, K[bi, key, hi, d])
-        if has_mask:
-            s[j] = s[j] * T.float32(scale_c) + T.Cast(
-                acc_t, M[0 if mb else bi, 0 if mh else hi, 0 if mq else i, key])
-        else:
-            s[j] = s[j] * T.float32(scale_c)
+    def masked(s, M, bi, hi, i, kb):
+        # keys past the end get -inf (weight 0 even when every real key is masked to lowest)
+        for j in T.vectorized(BK):
+            if has_mask:
+                s[j] = T.Select(kb * BK + j < sk, s[j] * T.float32(scale_c) + T.Cast(
+                    acc_t, M[0 if mb else bi, 0 if mh else hi, 0 if mq else i,
+                             T.min(kb * BK + j, sk - 1)]), T.float32(neg_inf))
+            else:
+                s[j] = T.Select(kb * BK + j < sk, s[j] * T.float32(scale_c), T.float32(neg_inf))
 
     @T.macro
     def body(Q, K, V, M, O):
@@ -84,35 +88,50 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
             with T.sblock("attention"):
                 T.reads(Q[0:b, 0:sq, 0:H, 0:D], K[0:b, 0:sk, 0:H, 0:D], V[0:b, 0:sk, 0:H, 0:D])
                 T.writes(O[0:b, 0:sq, 0:H, 0:D])
-                s = T.alloc_buffer((BK,), acc_t, scope="local")
-                acc = T.alloc_buffer((D,), acc_t, scope="local")
-                stat = T.alloc_buffer((3,), acc_t, scope="local")  # m, l, block max
+                k_t = T.alloc_buffer((D, BK), acc_t, scope="local")  # a block of keys, transposed
+                s = T.alloc_buffer((BK,), acc_t, scope="local")  # one row of scores
+                acc = T.alloc_buffer((BQ, D), acc_t, scope="local")
+                stat = T.alloc_buffer((BQ, 3), acc_t, scope="local")  # m, l, new m per row
                 bi = task // (H * T.ceildiv(sq, BQ))
                 hi = task // T.ceildiv(sq, BQ) % H
+                q0 = task % T.ceildiv(sq, BQ) * BQ
                 for qi in range(BQ):
-                    i = task % T.ceildiv(sq, BQ) * BQ + qi
-                    if i < sq:
-                        stat[0] = T.float32(lowest)
-                        stat[1] = T.float32(0)
-                        for d in T.vectorized(D):
-                            acc[d] = T.float32(0)
-                        for kb in range(T.ceildiv(sk, BK)):
-                            stat[2] = stat[0]
-                            for j in range(T.min(BK, sk - kb * BK)):
-                                score(s, Q, K, M, bi, hi, i, j, kb * BK + j)
-                                stat[2] = T.max(stat[2], s[j])
-                            alpha = T.exp(stat[0] - stat[2])
-                            stat[1] = stat[1] * alpha
+                    stat[qi, 0] = T.float32(lowest)
+                    stat[qi, 1] = T.float32(0)
+                    for d in T.vectorized(D):
+                        acc[qi, d] = T.float32(0)
+                for kb in range(T.ceildiv(sk, BK)):
+                    for j in range(BK):
+                        for d in range(D):
+                            k_t[d, j] = T.Cast(acc_t, K[bi, T.min(kb * BK + j, sk - 1), hi, d])
+                    for qi in range(BQ):
+                        if q0 + qi < sq:
+                            for j in T.vectorized(BK):
+                                s[j] = T.float32(0)
+                            for d in range(D):
+                                for j in T.vectorized(BK):
+                                    s[j] = s[j] + T.Cast(acc_t, Q[bi, q0 + qi, hi, d]) * k_t[d, j]
+                            masked(s, M, bi, hi, q0 + qi, kb)
+                            stat[qi, 2] = stat[qi, 0]
+                            for j in range(BK):
+                                stat[qi, 2] = T.max(stat[qi, 2], s[j])
+                            for j in range(BK):
+                                s[j] = T.exp(s[j] - stat[qi, 2])
+                            alpha = T.exp(stat[qi, 0] - stat[qi, 2])
+                            stat[qi, 1] = stat[qi, 1] * alpha
+                            for j in range(BK):
+                                stat[qi, 1] = stat[qi, 1] + s[j]
                             for d in T.vectorized(D):
-                                acc[d] = acc[d] * alpha
+                                acc[qi, d] = acc[qi, d] * alpha
                             for j in range(T.min(BK, sk - kb * BK)):
-                                p = T.exp(s[j] - stat[2])
-                                stat[1] = stat[1] + p
                                 for d in T.vectorized(D):
-                                    acc[d] = acc[d] + p * T.Cast(acc_t, V[bi, kb * BK + j, hi, d])
-                            stat[0] = stat[2]
+                                    acc[qi, d] = acc[qi, d] + s[j] * T.Cast(
+                                        acc_t, V[bi, kb * BK + j, hi, d])
+                            stat[qi, 0] = stat[qi, 2]
+                for qi in range(BQ):
+                    if q0 + qi < sq:
                         for d in T.vectorized(D):
-                            O[bi, i, hi, d] = T.Cast(dtype, acc[d] / stat[1])
+                            O[bi, q0 + qi, hi, d] = T.Cast(dtype, acc[qi, d] / stat[qi, 1])
 
     if has_mask:
         @T.prim_func(private=True, s_tir=True)
