@@ -143,3 +143,20 @@ def test_bert_tiny_fused_matches_onnxruntime_at_seq_1_77_128(tmp_path):
         got = vm["main"](*[tvm.runtime.tensor(x) for x in feed.values()]).numpy()
         rel = np.abs(got - expected).max() / np.abs(expected).max()
         assert rel <= 1e-4, (batch, seq, rel)
+
+
+def test_fusion_lowers_the_lower_bound_where_the_scores_dominate():
+    from relax_memplan.compiler import build
+    from relax_memplan.transform.plan_static_memory import PlanStaticMemory
+
+    model = _onnx_attention(True, "Mul")
+    shapes = {n: (1, 128, 2, 16) for n in "qkv"}
+    mod, _ = import_onnx(model, {**shapes, "mask": (1, 1, 128, 128)})
+    bounds = {}
+    for fusion in (False, True):
+        plan = PlanStaticMemory()
+        build(mod, "llvm", "relax_memplan", plan, None, fusion=fusion)
+        bounds[fusion] = plan.plans["main"].lower_bound_bytes
+    # without fusion two (1, 2, 128, 128) float32 score tensors are live at once
+    assert bounds[False] >= 2 * 2 * 128 * 128 * 4
+    assert bounds[True] < bounds[False] / 4, bounds
