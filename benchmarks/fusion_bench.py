@@ -106,7 +106,7 @@ def bench_model(label: str, path: Path, seq: int, schedule: bool, repeat: int, w
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=str(REPO.parent.parent / "shared" / "models"))
+    parser.add_argument("--models", default=str(REPO.parent / "shared" / "models"))
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--schedule", action="store_true", help="our CPU matmul schedules too")
     parser.add_argument("--repeat", type=int, default=50)

@@ -1,4 +1,4 @@
-"""FuseAttention: matmul -> scale -> mask -> softmax -> matmul is one kernel, no (seq, seq) tensor."""
+"""FuseAttention: matmul -> scale -> mask -> softmax -> matmul is one kernel, no score tensor."""
 
 import re
 
@@ -7,21 +7,20 @@ import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
-from tvm.script import ir as I, relax as R
+from tvm.script import ir as I, relax as R, tirx as T
 
 from relax_memplan.frontend import import_onnx, make_random_inputs, run_onnxruntime
 from relax_memplan.pipeline import get_pipeline
 from relax_memplan.transform.fuse_attention import FuseAttention
-
-MODELS = "/work/shared/models"
+from tests.conftest import shared_model
 
 
 def _attention_module(second_reader=False):
     @I.ir_module
     class Before:
         @R.function
-        def main(q: R.Tensor(("b", "s", 2, 8), "float32"), k: R.Tensor(("b", "s", 2, 8), "float32"),
-                 v: R.Tensor(("b", "s", 2, 8), "float32"),
+        def main(q: R.Tensor(("b", "s", 2, 8), "float32"),
+                 k: R.Tensor(("b", "s", 2, 8), "float32"), v: R.Tensor(("b", "s", 2, 8), "float32"),
                  mask: R.Tensor(("b", 1, 1, "s"), "float32")):
             b, s = T.int64(), T.int64()
             with R.dataflow():
@@ -38,9 +37,6 @@ def _attention_module(second_reader=False):
                 R.output(res)
             return res
     return Before
-
-
-from tvm.script import tirx as T  # noqa: E402  (used inside the TVMScript above)
 
 
 def _ops(mod):
@@ -126,7 +122,7 @@ def _legalized_kernels(mod, fusion, tmp_path, dims):
 
 
 def test_bert_tiny_fused_matches_onnxruntime_at_seq_1_77_128(tmp_path):
-    path = f"{MODELS}/bert-tiny-randw.onnx"
+    path = shared_model("bert-tiny-randw.onnx")
     mod, info = import_onnx(path, keep_dynamic=True)
     dims = {"seq": (1, 128), "batch": (1, 2)}
     _, plain = _legalized_kernels(mod, False, tmp_path, dims)
