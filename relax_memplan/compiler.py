@@ -71,7 +71,7 @@ def reference_sensitivity(onnx_model, info, reference: Sequence[np.ndarray], rto
     return input_sensitivity(reference, frontend.run_onnxruntime(onnx_model, other), rtol, atol)
 
 
-_KERNEL_OPTIONS = ("dim_ranges", "dispatch", "dispatch_pass", "schedule", "check_indices")
+_KERNEL_OPTIONS = ("dim_ranges", "dispatch", "dispatch_pass", "schedule", "check_indices", "fusion")
 """``get_pipeline`` options that change the kernels, not the memory plan: kept by the retry
 with TVM's planner that decides whose fault a failed build is."""
 

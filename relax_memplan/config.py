@@ -203,6 +203,9 @@ class Config:
         Check index values (Gather ids, ...) at run time where they are not proved in range
         (:class:`~relax_memplan.transform.check_index_bounds.CheckIndexBounds`); ``false``
         as ``--no-index-checks``.
+    fusion : bool
+        Our graph-level fusion before ``LegalizeOps`` (``get_pipeline(fusion=True)``: dropout
+        removal, and on CPU our fused kernels); off by default.
     verify : VerifyConfig
         Numerical check settings.
     """
@@ -214,12 +217,15 @@ class Config:
     dispatch: dict[str, tuple[int, ...]] = field(default_factory=dict)
     schedule: bool = False
     check_indices: bool = True
+    fusion: bool = False
     verify: VerifyConfig = field(default_factory=VerifyConfig)
 
     def __post_init__(self):
         object.__setattr__(self, "dispatch", _check_buckets("dispatch", self.dispatch))
         if not isinstance(self.schedule, bool):
             raise ConfigError(f"schedule must be true or false, got {self.schedule!r}")
+        if not isinstance(self.fusion, bool):
+            raise ConfigError(f"fusion must be true or false, got {self.fusion!r}")
         if not isinstance(self.check_indices, bool):
             raise ConfigError(f"check_indices must be true or false, got {self.check_indices!r}")
         if self.target not in TARGET_KINDS:
@@ -313,6 +319,7 @@ class Config:
             "dispatch": {name: list(v) for name, v in self.dispatch.items()},
             "schedule": self.schedule,
             "check_indices": self.check_indices,
+            "fusion": self.fusion,
             "verify": dataclasses.asdict(self.verify),
         }
 

@@ -4,7 +4,8 @@ Phases (from ``tvm.relax.backend.<target>.pipeline``):
 
 1. ``library_dispatch`` -- (ours) ``AnnotateDimRanges`` and ``CheckIndexBounds``
    (index-value checks, see that module), then the target's library dispatch passes;
-2. ``legalize`` -- ``ClampEmptySlices`` (ours: empty dynamic slices), LegalizeOps,
+2. ``legalize`` -- with ``fusion=True`` our graph-level fusion first (:func:`fusion_passes`),
+   ``ClampEmptySlices`` (ours: empty dynamic slices), LegalizeOps,
    AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR (and dlight GPU schedules for CUDA, with a rule that fails on a
    kernel skipped: :func:`~relax_memplan.schedules.gpu_schedule_pass`);
 3. ``dataflow_lower`` -- RewriteDataflowReshape, ToNonDataflow,
@@ -45,11 +46,13 @@ from .transform.clamp_empty_slices import ClampEmptySlices
 from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
+from .transform.fuse_attention import FuseAttention
 from .transform.record_storage import RecordStorage
+from .transform.remove_dropout import RemoveDropout
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .schedules import cpu_schedule_pass, gpu_schedule_pass, schedule_prim_func
 
-__all__ = ["get_pipeline", "backend_phases", "PLANNERS"]
+__all__ = ["get_pipeline", "backend_phases", "fusion_passes", "PLANNERS"]
 
 PLANNERS = ("relax_memplan", "tvm")
 
@@ -68,6 +71,19 @@ def _as_target(target: Union[str, dict, tvm.target.Target, None]) -> tvm.target.
     return tvm.target.Target(target)
 
 
+def fusion_passes(target: tvm.target.Target) -> list:
+    """Our graph-level fusion passes, in the order they run (before ``LegalizeOps``).
+
+    :class:`~relax_memplan.transform.remove_dropout.RemoveDropout` on every target;
+    :class:`~relax_memplan.transform.fuse_attention.FuseAttention`, which emits our own CPU
+    kernel, only for ``llvm`` (it has no GPU schedule).
+    """
+    passes = [RemoveDropout()]
+    if target.kind.name in ("llvm", "c"):
+        passes.append(FuseAttention())
+    return passes
+
+
 def backend_phases(
     target: tvm.target.Target,
     plan_pass: Optional[PlanStaticMemory] = None,
@@ -78,6 +94,7 @@ def backend_phases(
     dispatch_pass: Optional[SpecializeKernels] = None,
     schedule: bool = False,
     index_pass: Optional[CheckIndexBounds] = None,
+    fusion: bool = False,
 ):
     """TVM's per-target phases, with the memory planner chosen.
 
@@ -113,6 +130,9 @@ def backend_phases(
     index_pass : CheckIndexBounds, optional
         Runs first in ``library_dispatch`` (after ``AnnotateDimRanges``), on the imported
         module: index values that would leave their tensor are refused or checked.
+    fusion : bool
+        Run our graph-level fusion passes (:func:`fusion_passes`) first in the ``legalize``
+        phase, before ``LegalizeOps``; TVM's FuseOps/FuseTIR then fuse what is left.
 
     Returns
     -------
@@ -146,6 +166,8 @@ def backend_phases(
         annotate.append(index_pass)
     # before LegalizeOps: TVM's dynamic_strided_slice gives a negative extent for an empty slice
     legalize = [ClampEmptySlices()] + list(backend.legalize_passes(target))
+    if fusion:
+        legalize = fusion_passes(target) + legalize
     if kind == "cuda":
         # dlight's GPU rules, each failure of a rule meaning "try the next one"
         legalize = [gpu_schedule_pass(target) if p.info.name == "ApplyDefaultSchedule" else p
@@ -179,6 +201,7 @@ def get_pipeline(
     schedule: bool = False,
     check_indices: bool = True,
     index_pass: Optional[CheckIndexBounds] = None,
+    fusion: bool = False,
 ) -> tvm.transform.Pass:
     """The Relax pipeline to give ``tvm.compile(mod, target, relax_pipeline=...)``.
 
@@ -218,6 +241,9 @@ def get_pipeline(
     index_pass : CheckIndexBounds, optional
         A configured instance to run instead of one made from ``check_indices`` (read its
         ``refused``, ``checked`` and ``proved`` attributes after the build).
+    fusion : bool
+        Our graph-level fusion before ``LegalizeOps`` (see :func:`fusion_passes`); off by
+        default.
 
     Returns
     -------
@@ -240,7 +266,7 @@ def get_pipeline(
     phases = backend_phases(tgt, plan_pass if mine else None, record_pass,
                             dynamic_pass if mine else None, dim_ranges,
                             dispatch=dispatch, dispatch_pass=dispatch_pass,
-                            schedule=schedule, index_pass=index_pass)
+                            schedule=schedule, index_pass=index_pass, fusion=fusion)
     dump = Path(dump_dir) if dump_dir is not None else None
 
     @tvm.transform.module_pass(opt_level=0, name=f"RelaxMemplanPipeline_{planner}")

@@ -1,8 +1,8 @@
 """The passes of relax_memplan, one per module (the registered name equals the class name).
 
 Where each runs in :func:`relax_memplan.get_pipeline`: ``AnnotateDimRanges`` and
-``CheckIndexBounds`` first, on the imported module; ``ClampEmptySlices`` before
-``LegalizeOps``; ``SpecializeKernels`` after ``FuseTIR``; ``PlanDynamicMemory``,
+``CheckIndexBounds`` first, on the imported module; ``RemoveDropout`` and
+``FuseAttention`` (with ``fusion=True``) and ``ClampEmptySlices`` before ``LegalizeOps``; ``SpecializeKernels`` after ``FuseTIR``; ``PlanDynamicMemory``,
 ``PlanStaticMemory`` and ``InsertDimRangeCheck`` in place of TVM's ``StaticPlanBlockMemory``
 (after ``CallTIRRewrite``); ``RecordStorage`` after ``StaticPlanBlockMemory``.
 """
@@ -10,19 +10,23 @@ Where each runs in :func:`relax_memplan.get_pipeline`: ``AnnotateDimRanges`` and
 from .annotate_dim_ranges import AnnotateDimRanges
 from .check_index_bounds import CheckIndexBounds
 from .clamp_empty_slices import ClampEmptySlices
+from .fuse_attention import FuseAttention
 from .insert_dim_range_check import InsertDimRangeCheck
 from .plan_dynamic_memory import PlanDynamicMemory
 from .plan_static_memory import PlanStaticMemory
 from .record_storage import RecordStorage
+from .remove_dropout import RemoveDropout
 from .specialize_kernels import SpecializeKernels
 
 __all__ = [
     "AnnotateDimRanges",
     "CheckIndexBounds",
     "ClampEmptySlices",
+    "FuseAttention",
     "InsertDimRangeCheck",
     "PlanDynamicMemory",
     "PlanStaticMemory",
     "RecordStorage",
+    "RemoveDropout",
     "SpecializeKernels",
 ]

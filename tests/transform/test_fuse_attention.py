@@ -1,0 +1,158 @@
+"""FuseAttention: matmul -> scale -> mask -> softmax -> matmul is one kernel, no score tensor."""
+
+import re
+
+import numpy as np
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+from tvm.script import ir as I, relax as R, tirx as T
+
+from relax_memplan.frontend import import_onnx, make_random_inputs, run_onnxruntime
+from relax_memplan.pipeline import get_pipeline
+from relax_memplan.transform.fuse_attention import FuseAttention
+from tests.conftest import shared_model
+
+
+def _attention_module(second_reader=False):
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(q: R.Tensor(("b", "s", 2, 8), "float32"),
+                 k: R.Tensor(("b", "s", 2, 8), "float32"), v: R.Tensor(("b", "s", 2, 8), "float32"),
+                 mask: R.Tensor(("b", 1, 1, "s"), "float32")):
+            b, s = T.int64(), T.int64()
+            with R.dataflow():
+                qt = R.permute_dims(q, [0, 2, 1, 3])
+                kt = R.permute_dims(k, [0, 2, 3, 1])
+                vt = R.permute_dims(v, [0, 2, 1, 3])
+                sc = R.matmul(qt, kt)
+                sc2 = R.divide(sc, R.const(2.0, "float32"))
+                sc3 = R.add(sc2, mask)
+                p = R.nn.softmax(sc3, axis=-1)
+                o = R.matmul(p, vt)
+                ot = R.permute_dims(o, [0, 2, 1, 3])
+                res = (ot, sc3) if second_reader else ot
+                R.output(res)
+            return res
+    return Before
+
+
+def _ops(mod):
+    return re.findall(r"R\.(\w+(?:\.\w+)?)\(", mod["main"].script())
+
+
+def test_attention_becomes_one_call_and_the_transposes_cancel():
+    pass_ = FuseAttention()
+    after = pass_(_attention_module())
+    assert pass_.fused == 1
+    ops = _ops(after)
+    assert ops.count("call_tir") == 1
+    for gone in ("matmul", "nn.softmax", "permute_dims", "divide", "add"):
+        assert gone not in ops, ops
+    kernels = [gv.name_hint for gv, f in after.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert kernels == ["fused_attention"]
+
+
+def test_scores_read_elsewhere_are_not_fused():
+    pass_ = FuseAttention()
+    before = _attention_module(second_reader=True)
+    after = pass_(before)
+    assert pass_.fused == 0 and after.same_as(before)
+
+
+def test_bad_block_size_is_refused():
+    with pytest.raises(ValueError, match="block_keys=0"):
+        FuseAttention(block_keys=0)
+
+
+def _onnx_attention(mask: bool, scale_op: str):
+    """q, k, v (batch, seq, 2, 16) -> the importer's attention form, as BERT exports it."""
+    perm = lambda x, axes: helper.make_node("Transpose", [x], [x + "t"], perm=axes)  # noqa: E731
+    nodes = [perm("q", [0, 2, 1, 3]), perm("k", [0, 2, 3, 1]), perm("v", [0, 2, 1, 3]),
+             helper.make_node("MatMul", ["qt", "kt"], ["s"]),
+             helper.make_node(scale_op, ["s", "c"], ["s2"])]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "seq", 2, 16])
+              for n in "qkv"]
+    if mask:
+        nodes.append(helper.make_node("Add", ["s2", "mask"], ["s3"]))
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT,
+                                                    ["batch", 1, "seq", "seq"]))
+    nodes += [helper.make_node("Softmax", ["s3" if mask else "s2"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "vt"], ["o"]),
+              helper.make_node("Transpose", ["o"], ["out"], perm=[0, 2, 1, 3])]
+    graph = helper.make_graph(
+        nodes, "attention", inputs,
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", "seq", 2, 16])],
+        [numpy_helper.from_array(np.array(0.25 if scale_op == "Mul" else 4.0, "float32"), "c")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _build(mod, fusion, dims):
+    ex = tvm.compile(mod, "llvm", relax_pipeline=get_pipeline(
+        "llvm", fusion=fusion, dim_ranges=dims))
+    return relax.VirtualMachine(ex, tvm.cpu())
+
+
+@pytest.mark.parametrize("mask, scale_op", [(True, "Mul"), (False, "Div")])
+def test_small_attention_matches_onnxruntime_at_symbolic_seq(mask, scale_op):
+    model = _onnx_attention(mask, scale_op)
+    mod, _ = import_onnx(model, keep_dynamic=True)
+    pass_ = FuseAttention()
+    assert pass_(mod) is not None and pass_.fused == 1
+    vm = _build(mod, True, {"seq": (1, 256), "batch": (1, 4)})
+    rng = np.random.default_rng(0)
+    for batch, seq in [(1, 1), (3, 77), (2, 128), (1, 200)]:
+        feed = {n: rng.standard_normal((batch, seq, 2, 16)).astype("float32") for n in "qkv"}
+        if mask:
+            feed["mask"] = np.where(rng.random((batch, 1, seq, seq)) < 0.3,
+                                    np.finfo(np.float32).min, 0).astype("float32")
+        expected = run_onnxruntime(model, feed)[0]
+        got = vm["main"](*[tvm.runtime.tensor(x) for x in feed.values()]).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def _legalized_kernels(mod, fusion, tmp_path, dims):
+    dump = tmp_path / f"dump_{fusion}"
+    ex = tvm.compile(mod, "llvm", relax_pipeline=get_pipeline(
+        "llvm", fusion=fusion, dim_ranges=dims, dump_dir=dump))
+    text = (dump / "1_legalize.py").read_text()
+    return ex, re.findall(r"R\.call_tir\(cls\.(\w+)", text[text.index("def main"):])
+
+
+def test_bert_tiny_fused_matches_onnxruntime_at_seq_1_77_128(tmp_path):
+    path = shared_model("bert-tiny-randw.onnx")
+    mod, info = import_onnx(path, keep_dynamic=True)
+    dims = {"seq": (1, 128), "batch": (1, 2)}
+    _, plain = _legalized_kernels(mod, False, tmp_path, dims)
+    ex, fused = _legalized_kernels(mod, True, tmp_path, dims)
+    assert fused.count("fused_attention") == 2
+    assert not any("softmax" in k for k in fused)
+    assert len(plain) - len(fused) == 2 * 6  # per layer 7 kernels (3 transposes) become 1
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for batch, seq in [(1, 1), (2, 77), (1, 128)]:
+        shaped = info.__class__(**{**info.__dict__, "input_shapes": {
+            n: (batch, seq) for n in info.input_shapes}})
+        feed = make_random_inputs(path, shaped, seed=seq)
+        expected = run_onnxruntime(path, feed)[0]
+        got = vm["main"](*[tvm.runtime.tensor(x) for x in feed.values()]).numpy()
+        rel = np.abs(got - expected).max() / np.abs(expected).max()
+        assert rel <= 1e-4, (batch, seq, rel)
+
+
+def test_fusion_lowers_the_lower_bound_where_the_scores_dominate():
+    from relax_memplan.compiler import build
+    from relax_memplan.transform.plan_static_memory import PlanStaticMemory
+
+    model = _onnx_attention(True, "Mul")
+    shapes = {n: (1, 128, 2, 16) for n in "qkv"}
+    mod, _ = import_onnx(model, {**shapes, "mask": (1, 1, 128, 128)})
+    bounds = {}
+    for fusion in (False, True):
+        plan = PlanStaticMemory()
+        build(mod, "llvm", "relax_memplan", plan, None, fusion=fusion)
+        bounds[fusion] = plan.plans["main"].lower_bound_bytes
+    # without fusion two (1, 2, 128, 128) float32 score tensors are live at once
+    assert bounds[False] >= 2 * 2 * 128 * 128 * 4
+    assert bounds[True] < bounds[False] / 4, bounds
