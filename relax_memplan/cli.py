@@ -473,7 +473,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     with recording_interrupts() as interrupted:
         try:
             try:
-                return _COMMANDS[args.command](args)
+                status = _COMMANDS[args.command](args)
+                if interrupted:  # a Ctrl-C that a fallback inside TVM's build swallowed
+                    raise KeyboardInterrupt
+                return status
             except RelaxMemplanError as err:
                 if interrupted:
                     raise KeyboardInterrupt from None

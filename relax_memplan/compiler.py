@@ -130,6 +130,9 @@ def export_library(executable: tvm.runtime.Executable, path) -> None:
     RelaxMemplanError
         The library cannot be written (one line: the path and the reason).
     """
+    from .runtime import raise_if_interrupted
+
+    raise_if_interrupted()  # never write a library from a build a Ctrl-C cut short
     try:
         os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
         executable.export_library(os.fspath(path))

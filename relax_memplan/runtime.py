@@ -25,6 +25,7 @@ from .analysis.liveness import dtype_size_bytes
 from .errors import RunError, summarize_error
 
 __all__ = ["RuntimeMemory", "run_and_measure", "run_checked", "recording_interrupts",
+           "raise_if_interrupted",
            "to_numpy_list", "release_pooled_memory", "heap_bytes"]
 
 
@@ -141,6 +142,7 @@ def recording_interrupts() -> Iterator[List[int]]:
         yield received
         return
     previous = signal.getsignal(signal.SIGINT)
+    _RECORDING.append(received)
 
     def _handler(signum, frame):
         received.append(signum)
@@ -154,6 +156,24 @@ def recording_interrupts() -> Iterator[List[int]]:
         yield received
     finally:
         signal.signal(signal.SIGINT, previous)
+        _RECORDING.remove(received)
+
+
+_RECORDING: List[List[int]] = []
+"""The lists of the active :func:`recording_interrupts` blocks, outermost first."""
+
+
+def raise_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if a Ctrl-C arrived inside an active :func:`recording_interrupts`
+    block, even though the KeyboardInterrupt itself was lost.
+
+    TVM's FFI turns a KeyboardInterrupt raised inside a Python callback (our passes run as
+    such callbacks inside ``tvm.compile``) into another exception type, which a fallback
+    (``except Exception``) may then swallow; calling this at each phase boundary turns the
+    interrupt back into one.
+    """
+    if any(_RECORDING):
+        raise KeyboardInterrupt
 
 
 def run_checked(executable: tvm.runtime.Executable, inputs: Sequence[np.ndarray], build_name: str,

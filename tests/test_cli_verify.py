@@ -270,6 +270,29 @@ def test_interrupt_inside_the_vm_call_is_one_line(capsys, monkeypatch):
               prefix="relax-memplan: interrupted")
 
 
+def test_interrupt_swallowed_inside_the_build_still_stops(capsys, monkeypatch, tmp_path):
+    """Regression (newcomer trial): a Ctrl-C during the build that TVM's FFI turned into
+    another error and a fallback swallowed let the compile finish, write -o and exit 0."""
+    import signal
+
+    import relax_memplan.compiler as compiler
+
+    real = compiler.build
+
+    def build_with_swallowed_interrupt(*args, **kw):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except BaseException:  # noqa: BLE001 - what an `except Exception` behind the FFI does
+            pass
+        return real(*args, **kw)
+
+    monkeypatch.setattr(compiler, "build", build_with_swallowed_interrupt)
+    lib = tmp_path / "lib.so"
+    status = main(["compile", "-q", "--time-limit", "0.2", "-o", str(lib)])
+    _one_line(capsys, status, EXIT_INTERRUPTED, prefix="relax-memplan: interrupted")
+    assert not lib.exists()
+
+
 def test_real_sigint_during_the_run_is_one_line(tmp_path):
     """A SIGINT to the process while the VM runs (in the instrument hook, slowed down)."""
     script = textwrap.dedent("""

@@ -53,8 +53,12 @@ class PhaseProgress:
         return bool(getattr(self._out(), "isatty", lambda: False)())
 
     def __call__(self, message: str) -> None:
-        """Start the phase ``message``, ending the current one."""
+        """Start the phase ``message``, ending the current one; a Ctrl-C that TVM swallowed
+        in the phase before ends the work here (:func:`relax_memplan.runtime.raise_if_interrupted`)."""
+        from ..runtime import raise_if_interrupted
+
         self._end_phase()
+        raise_if_interrupted()
         self._phase, self._phase_started = message, time.perf_counter()
         if self._tty():
             self._out().write(f"{PREFIX}{message} ...")
