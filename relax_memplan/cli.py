@@ -68,6 +68,10 @@ def _check_output_path(option: str, path: str, directory: bool = False) -> None:
         p.unlink()
 
 
+_LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")
+"""Extensions ``tvm.runtime.load_module`` loads a compiled library from."""
+
+
 def _check_environment(args) -> None:
     """Check optional dependencies and output paths before any work."""
     target = args.target
@@ -81,9 +85,19 @@ def _check_environment(args) -> None:
             raise RelaxMemplanError("--verify needs onnxruntime: pip install onnxruntime") from None
     if args.plot:
         try:
-            import matplotlib  # noqa: F401
+            from matplotlib.figure import Figure
         except ImportError:
             raise RelaxMemplanError('--plot needs matplotlib: pip install "relax_memplan[plot]"') from None
+        formats = Figure().canvas.get_supported_filetypes()
+        if Path(args.plot).suffix.lower().lstrip(".") not in formats:
+            raise RelaxMemplanError(f"--plot {args.plot}: the file name must end in one of "
+                                    f"{', '.join('.' + f for f in sorted(formats))}")
+    if args.output and Path(args.output).suffix.lower() not in _LIBRARY_SUFFIXES:
+        raise RelaxMemplanError(f"-o {args.output}: a compiled library must end in "
+                                f"{' or '.join(_LIBRARY_SUFFIXES)} (tvm.runtime.load_module "
+                                f"picks its loader by the extension)")
+    if args.verify and args.no_measure:
+        raise RelaxMemplanError("--verify runs the build; it cannot be combined with --no-measure")
     for option, path in (("-o", args.output), ("--report", args.report), ("--plot", args.plot)):
         if path:
             _check_output_path(option, path)

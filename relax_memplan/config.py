@@ -254,8 +254,8 @@ class Config:
             if isinstance(bounds, str) or not isinstance(bounds, (list, tuple)) or len(bounds) not in (2, 3):
                 raise ConfigError(f"{key} must be [lower, upper] or [lower, upper, step] "
                                   f"(upper may be null without a step), got {bounds!r}")
-            lower = _check_int(f"{key}[0]", bounds[0], 0)
-            upper = None if bounds[1] is None else _check_int(f"{key}[1]", bounds[1], max(lower, 1))
+            lower = _check_int(f"{key}[0]", bounds[0], 1)  # like shapes: no zero-size dims
+            upper = None if bounds[1] is None else _check_int(f"{key}[1]", bounds[1], lower)
             if len(bounds) == 3:
                 step = _check_int(f"{key}[2]", bounds[2], 1)
                 if upper is None:

@@ -32,13 +32,13 @@ __all__ = ["ShapeMeasurement", "DynamicReport", "parse_dim_spec", "parse_values_
 
 
 def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
-    """``"seq=1..128"`` -> ``("seq", (1, 128))``; ``"seq=4.."`` -> ``("seq", (4, None))``;
+    """``"seq=1..128"`` -> ``("seq", (1, 128))``; ``"seq=4.."`` -> ``("seq", (4, None))``; ``"seq=..8"`` -> ``("seq", (1, 8))``;
     ``"height=160..640:32"`` -> ``("height", (160, 640, 32))`` (only 160, 192, ..., 640).
 
     Raises
     ------
     ShapeSpecError
-        Malformed text, bounds not integers, lower > upper, upper < 1 or step < 1.
+        Malformed text, bounds not integers, lower < 1, lower > upper or step < 1.
     """
     name, sep, rng = text.partition("=")
     rng, colon, step_text = rng.partition(":")
@@ -47,13 +47,15 @@ def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
         raise ShapeSpecError(f"bad dim spec {text!r}: expected NAME=LO..HI or NAME=LO..HI:STEP, "
                              f"e.g. seq=1..128")
     try:
-        lower = int(lo) if lo.strip() else 0
+        lower = int(lo) if lo.strip() else 1
         upper = int(hi) if hi.strip() else None
         step = int(step_text) if colon else 1
     except ValueError:
         raise ShapeSpecError(f"bad dim spec {text!r}: bounds and step must be integers") from None
-    if lower < 0 or (upper is not None and (upper < max(lower, 1))):
-        raise ShapeSpecError(f"bad dim spec {text!r}: need 0 <= LO <= HI and HI >= 1")
+    if lower < 1 or (upper is not None and upper < lower):
+        # a dim of 0 (zero-size tensors) is refused like --shape 0: the planner would skip
+        # it, and most models (and onnxruntime) cannot run it
+        raise ShapeSpecError(f"bad dim spec {text!r}: need 1 <= LO <= HI")
     if step < 1 or (step > 1 and upper is None):
         raise ShapeSpecError(f"bad dim spec {text!r}: a step must be >= 1 and needs HI")
     if (upper - lower) % step if step > 1 else False:

@@ -708,7 +708,8 @@ def make_random_inputs(
                 array = given.astype(dtype)
             except (OverflowError, ValueError, TypeError) as err:
                 raise ShapeSpecError(f"value for input '{name}' does not fit {dtype}: {err}") from None
-            if given.dtype.kind in "fiub" and not np.array_equal(array.astype(given.dtype), given):
+            if given.dtype.kind in "fiub" and not np.array_equal(
+                    array.astype(given.dtype), given, equal_nan=given.dtype.kind == "f"):
                 raise ShapeSpecError(f"value for input '{name}' changes when cast to {dtype}")
             if array.shape != shape:
                 raise ShapeSpecError(
@@ -761,7 +762,9 @@ def run_onnxruntime(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
             "onnxruntime is needed for reference runs: pip install 'relax_memplan[test]'"
         ) from err
     options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3  # errors only: no unused-initializer warnings
+    # fatal only: its errors reach us as exceptions (one line below), its log would repeat
+    # them with colour codes, and its warnings (unused initializers) are noise here
+    options.log_severity_level = 4
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     try:
         session = onnxruntime.InferenceSession(
@@ -772,7 +775,9 @@ def run_onnxruntime(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
             f"onnxruntime (the reference) cannot load the model: {_ort_message(err)}"
         ) from None
     try:
-        return [np.asarray(out) for out in session.run(None, dict(inputs))]
+        run_options = onnxruntime.RunOptions()
+        run_options.log_severity_level = 4
+        return [np.asarray(out) for out in session.run(None, dict(inputs), run_options)]
     except Exception as err:  # e.g. INVALID_ARGUMENT: an index beyond the data
         at = ", ".join(f"{n}{tuple(np.shape(v))}" for n, v in inputs.items())
         raise ReferenceRunError(

@@ -299,3 +299,46 @@ def test_shape_of_one_bert_input_fixes_the_dims_all_inputs_share(capsys):
     line = _one_line_error(capsys, ["compile", str(shared_model("bert-tiny-randw.onnx")), "-q",
                                     "--shape", "input_ids=1,16", "--dim", "seq=1..32"])
     assert "--dim seq: dim 'seq' is fixed to 16 by --shape" in line
+
+
+# --- newcomer trial (issue 8): checked before any work, one line each ------------------------
+@pytest.mark.parametrize("argv, expected", [
+    (["--plot", "{tmp}/plan.txt"], "--plot {tmp}/plan.txt: the file name must end in one of"),
+    (["-o", "{tmp}/lib.txt"], "-o {tmp}/lib.txt: a compiled library must end in .so"),
+    (["--verify", "--no-measure"], "--verify runs the build; it cannot be combined with --no-measure"),
+])
+def test_output_and_option_mistakes_are_refused_up_front(capsys, tmp_path, argv, expected):
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    line = _one_line_error(capsys, ["compile", "-q"] + argv)
+    assert line.startswith("relax-memplan: error: " + expected.format(tmp=tmp_path)), line
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_zero_dim_range_is_refused(capsys, tmp_path):
+    """Regression: --dim seq=0..8 compiled, the plan silently skipped seq=0 ("16 shapes in
+    range" of 18) and the library failed at seq=0."""
+    from relax_memplan.config import ConfigError, load_config
+    from relax_memplan.dynamic_compile import parse_dim_spec
+
+    line = _one_line_error(capsys, ["compile", str(shared_model("bert-tiny-randw.onnx")), "-q",
+                                    "--dim", "batch=1..1", "--dim", "seq=0..8"])
+    assert line == "relax-memplan: error: bad dim spec 'seq=0..8': need 1 <= LO <= HI"
+    assert parse_dim_spec("seq=..8") == ("seq", (1, 8))
+    config = tmp_path / "c.yaml"
+    config.write_text("dims:\n  seq: [0, 8]\n")
+    with pytest.raises(ConfigError, match=r"dims.seq\[0\]"):
+        load_config(config)
+
+
+def test_a_float_input_holding_nan_is_accepted():
+    """Regression: a float32 .npy with a NaN was refused as 'changes when cast to float32'."""
+    from relax_memplan import frontend
+    from relax_memplan.examples import example_cnn
+
+    model = example_cnn()
+    _mod, info = frontend.import_onnx(model)
+    name = next(iter(info.input_shapes))
+    value = np.zeros(info.input_shapes[name], dtype="float32")
+    value.flat[0] = np.nan
+    feed = frontend.make_random_inputs(model, info, values={name: value})
+    assert np.isnan(feed[name].flat[0]) and feed[name].dtype == np.float32
