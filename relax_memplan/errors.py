@@ -48,9 +48,32 @@ def summarize_error(error: BaseException, max_chars: int = 240) -> str:
     lines = [line.strip() for line in str(error).splitlines()]
     lines = [line for line in lines if line and not _TRACE_LINE.match(line)]
     text = _CHECK_FAILED.sub("", lines[0]) if lines else ""
+    text = _readable_op_error(text)
     if not text or isinstance(error, _PYTHON_BUG_ERRORS):
         text = f"{type(error).__name__}: {text}".rstrip(": ")
     return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+_TIR_INT = re.compile(r"T\.int(?:8|16|32|64)\((-?\d+)\)")
+
+
+def _readable_op_error(text: str) -> str:
+    """TVM's operator errors start with the whole op object (``In ir.Op(span=None, ...,
+    name="relax.add", ...), the first input shape ...``): keep its name and the sentence
+    after it, with ``T.int64(200)`` written ``200``."""
+    if text.startswith("In ir.Op("):
+        depth, end = 0, None
+        for i, ch in enumerate(text[len("In ir."):], start=len("In ir.")):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and ch == ")":
+                end = i
+                break
+        if end is not None:
+            name = re.search(r'name="([^"]+)"', text[:end])
+            rest = text[end + 1:].lstrip(", ")
+            text = f"{name.group(1)}: {rest}" if name else rest
+    return _TIR_INT.sub(r"\1", text)
 
 
 class RelaxMemplanError(Exception):

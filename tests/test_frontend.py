@@ -331,6 +331,20 @@ def test_reason_keeps_one_informative_line():
     assert summarize_error(error) == "Reshape expects a Tensor"
 
 
+def test_reason_of_an_op_error_names_the_op_and_the_shapes():
+    """Regression (newcomer trial): bert-tiny with --shape input_ids=1,200 printed TVM's whole
+    op object and was cut before the cause (position table of 128 rows)."""
+    error = RuntimeError(
+        'In ir.Op(span=None, ty=ir.Type(span=None), name="relax.add", description="", '
+        'arguments=(ir.ArgumentInfo(name="x1", type_info="Tensor", description="The first '
+        'input tensor."),), attrs_type_key="", num_inputs=2, support_level=10), the first '
+        'input shape at dim 1 is T.int64(200) and the second input shape at dim 1 is '
+        'T.int64(128), which are not broadcastable.')
+    assert summarize_error(error) == (
+        "relax.add: the first input shape at dim 1 is 200 and the second input shape at dim 1 "
+        "is 128, which are not broadcastable.")
+
+
 # ----------------------------------------------------------------------------- import: shapes
 @pytest.mark.parametrize(
     "shapes, match",
