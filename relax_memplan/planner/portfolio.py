@@ -1,20 +1,45 @@
-"""Best-of selection: run several algorithms within a time budget and keep the lowest plan."""
+"""Best-of selection: run several algorithms within a time budget and keep the lowest plan.
+
+The budget is a promise: it bounds the whole :func:`plan` call, compilation, the first
+feasible plan and the final validation included. Small problems build the time-conflict
+graph and run every greedy order, then the exact search of :mod:`.exact` (if the lower
+bound is not reached) and the improvement search. Problems with many overlapping pairs
+(``MAX_CONFLICT_PAIRS``, or when building the pairs would eat a quarter of the budget) run
+the lowest-first orders on the skyline of :mod:`.skyline` instead, best-for-large first,
+each pass able to finish early by dropping the buffers left (see
+:func:`~relax_memplan.planner.skyline.lowest_first_sweep`).
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Optional, Sequence
 
-from .algorithms import DETERMINISTIC, PROBLEM_ALGORITHMS
+from .algorithms import DETERMINISTIC, PROBLEM_ALGORITHMS, lowest_first_keys
 from .buffer import Buffer, Plan
+from .exact import exact_offsets
 from .placement import Problem
 from .search import iterated_greedy_offsets
 from .validate import validate
 
-__all__ = ["plan", "SEARCH_NAME"]
+__all__ = ["plan", "SEARCH_NAME", "EXACT_NAME", "SWEEP_ORDER"]
 
 #: ``Plan.algorithm`` of plans found by the improvement search inside :func:`plan`.
 SEARCH_NAME = "iterated_greedy"
+#: ``Plan.algorithm`` of plans found by the exact search inside :func:`plan`.
+EXACT_NAME = "exact"
+#: Above this many time-overlapping pairs the conflict lists are not built.
+MAX_CONFLICT_PAIRS = 2_000_000
+#: Rough cost of building the conflict lists, seconds per overlapping pair.
+SECONDS_PER_PAIR = 2e-7
+#: Rough cost of the final validation, seconds per buffer (reserved from the budget).
+VALIDATE_SECONDS_PER_BUFFER = 6e-6
+#: Lowest-first orders tried on the skyline, in this order (measured best on large graphs).
+SWEEP_ORDER = ("lowest_first_by_size", "lowest_first_by_area", "lowest_first_by_start",
+               "lowest_first_by_lifetime")
+#: The exact search runs on problems of at most this many buffers, with this budget share.
+EXACT_MAX_BUFFERS = 1000
+EXACT_SHARE = 0.5
 
 
 def plan(
@@ -24,13 +49,13 @@ def plan(
     seed: int = 0,
     search: bool = True,
 ) -> Plan:
-    """Plan byte offsets for buffers: best of several greedy algorithms plus a search.
+    """Plan byte offsets for buffers: best of several greedy algorithms plus searches.
 
-    The algorithms run in turn (the first always runs to completion, later ones only if
-    the time left is likely enough, judged by the slowest one so far); then, while time
-    remains, the seeded improvement search of :mod:`relax_memplan.planner.search` runs.
-    Everything stops early once a plan reaches the lower bound. The returned plan is
-    checked with :func:`validate`.
+    The algorithms run in turn (the first always, later ones only if the time left is
+    likely enough, judged by the slowest one so far); then, while time remains, the exact
+    search (small problems) and the seeded improvement search of
+    :mod:`relax_memplan.planner.search`. Everything stops early once a plan reaches the
+    lower bound. The returned plan is checked with :func:`validate`.
 
     Parameters
     ----------
@@ -38,14 +63,16 @@ def plan(
         Buffers with unique ids.
     algorithms : sequence of str, optional
         Names in ``ALGORITHMS`` to run first, in this order; default: all deterministic
-        ones (``DETERMINISTIC``), most useful first.
+        ones (``DETERMINISTIC``), most useful first, or ``SWEEP_ORDER`` on large graphs. On
+        large graphs only the ``lowest_first_by_*`` names run (the sorted best-fit passes
+        need the conflict lists); if none is given, ``lowest_first_by_size`` runs.
     time_limit_s : float
-        Wall-clock budget in seconds (compilation of the problem and the first algorithm
-        always complete even if they take longer).
+        Wall-clock budget of the whole call in seconds, from the first feasible plan to the
+        validation (exceeded only when even one pass in drop mode does not fit).
     seed : int
         Seed of the improvement search.
     search : bool
-        Run the improvement search in the time left.
+        Run the exact and improvement searches in the time left.
 
     Returns
     -------
@@ -70,14 +97,22 @@ def plan(
     lb = p.lower_bound
     if p.n == 0:
         return Plan({}, 0, 0, names[0] if names else SEARCH_NAME)
+    deadline = t0 + time_limit_s - VALIDATE_SECONDS_PER_BUFFER * p.n
+    pairs = p.count_overlapping_pairs()
+    p.sweep = pairs > MAX_CONFLICT_PAIRS or pairs * SECONDS_PER_PAIR > 0.25 * time_limit_s
+    if p.sweep:
+        names = _sweep_names(names if algorithms is not None else SWEEP_ORDER)
 
     best_offsets, best_height, best_name = None, None, None
     slowest = 0.0
     for name in names:
         started = time.perf_counter()
-        if best_offsets is not None and started - t0 + slowest > time_limit_s:
+        if best_offsets is not None and started + 1.1 * slowest > deadline:
             break
-        offsets = PROBLEM_ALGORITHMS[name](p)
+        if p.sweep:
+            offsets = p.lowest_first(lowest_first_keys[name](p), deadline)[0]
+        else:
+            offsets = PROBLEM_ALGORITHMS[name](p)
         slowest = max(slowest, time.perf_counter() - started)
         height = p.height(offsets)
         if best_height is None or height < best_height:
@@ -85,7 +120,14 @@ def plan(
         if best_height == lb:
             break
 
-    left = time_limit_s - (time.perf_counter() - t0)
+    if search and best_height != lb and p.n <= EXACT_MAX_BUFFERS and not p.sweep:
+        left = deadline - time.perf_counter()
+        if left > 0:
+            found = exact_offsets(p, best_offsets, time_limit_s=EXACT_SHARE * left)
+            if found is not None and p.height(found) < best_height:
+                best_offsets, best_height, best_name = found, p.height(found), EXACT_NAME
+
+    left = deadline - time.perf_counter()
     if search and best_height != lb and (best_offsets is None or left > 0):
         offsets, height = iterated_greedy_offsets(
             p, time_limit_s=max(left, 0.0), seed=seed, initial=best_offsets
@@ -96,3 +138,9 @@ def plan(
     result = p.offsets_by_id(best_offsets)
     validate(p.buffers, result)
     return Plan(result, best_height, lb, best_name)
+
+
+def _sweep_names(names: Sequence[str]) -> list[str]:
+    """The names that run on the skyline (lowest-first ones), or the default one."""
+    kept = [name for name in names if name in lowest_first_keys]
+    return kept or [SWEEP_ORDER[0]]
