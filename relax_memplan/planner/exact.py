@@ -88,7 +88,7 @@ class _Search:
         self.nodes += 1
         if self.nodes > self.node_limit:
             raise _NodeLimit
-        if self.nodes % 256 == 0 and time.perf_counter() > self.deadline:
+        if self.nodes % 16 == 0 and time.perf_counter() > self.deadline:
             raise _Deadline
         p, offsets, low, pidx = self.p, self.offsets, self.low, self.pidx
         size, align, conflicts = p.size, p.align, p.conflicts

@@ -39,7 +39,7 @@ SWEEP_ORDER = ("lowest_first_by_size", "lowest_first_by_area", "lowest_first_by_
                "lowest_first_by_lifetime")
 #: The exact search runs on problems of at most this many buffers, with this budget share.
 EXACT_MAX_BUFFERS = 1000
-EXACT_SHARE = 0.5
+EXACT_SHARE = 0.2
 
 
 def plan(
