@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .buffer import Buffer, check_unique_ids, peak_live_bytes
+from .buffer import Buffer, check_unique_ids, live_peak_of_arrays, peak_live_bytes
 from .skyline import lowest_first_sweep
 
 __all__ = ["Problem", "FIRST_FIT", "BEST_FIT"]
@@ -65,9 +65,13 @@ class Problem:
         self.end = [b.end for b in self.buffers]
         self.size = [b.size_bytes for b in self.buffers]
         self.align = [b.alignment_bytes for b in self.buffers]
-        self.lower_bound = peak_live_bytes(self.buffers)
+        if sum(self.size) < 1 << 62:
+            self.lower_bound = live_peak_of_arrays(self.start, self.end, self.size)
+        else:  # beyond int64
+            self.lower_bound = peak_live_bytes(self.buffers)
         self._conflicts: Optional[list[list[int]]] = None
-        self._steps: Optional[tuple[list[int], list[int], int]] = None
+        self._steps: Optional[tuple[np.ndarray, np.ndarray, int]] = None
+        self._step_lists: Optional[tuple[list[int], list[int]]] = None
         #: Place lowest-first on the skyline (:mod:`.skyline`) instead of conflict lists.
         self.sweep = False
 
@@ -92,32 +96,41 @@ class Problem:
             self._conflicts = conflicts
         return self._conflicts
 
-    def _compress_steps(self) -> tuple[list[int], list[int], int]:
+    @property
+    def step_arrays(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(step_lo, step_hi, num_steps)`` with the per-buffer steps as int64 arrays.
+
+        Compressed steps index the distinct start/end steps; buffer ``i`` covers compressed
+        steps ``[step_lo[i], step_hi[i])``.
+        """
         if self._steps is None:
             start = np.asarray(self.start, dtype=np.int64)
             end = np.asarray(self.end, dtype=np.int64)
             steps = np.unique(np.concatenate([start, end]))
-            self._steps = (
-                np.searchsorted(steps, start).tolist(),
-                np.searchsorted(steps, end).tolist(),
-                max(len(steps) - 1, 0),
-            )
+            self._steps = (np.searchsorted(steps, start), np.searchsorted(steps, end),
+                           max(len(steps) - 1, 0))
         return self._steps
+
+    def _step_list(self, k: int) -> list[int]:
+        if self._step_lists is None:
+            lo, hi, _ = self.step_arrays
+            self._step_lists = (lo.tolist(), hi.tolist())
+        return self._step_lists[k]
 
     @property
     def step_lo(self) -> list[int]:
         """First compressed step of each buffer (index into the distinct start/end steps)."""
-        return self._compress_steps()[0]
+        return self._step_list(0)
 
     @property
     def step_hi(self) -> list[int]:
         """Compressed step one past each buffer's last; ``[step_lo, step_hi)`` is its range."""
-        return self._compress_steps()[1]
+        return self._step_list(1)
 
     @property
     def num_steps(self) -> int:
         """Number of compressed steps (distinct start/end steps minus one)."""
-        return self._compress_steps()[2]
+        return self.step_arrays[2]
 
     def count_overlapping_pairs(self) -> int:
         """Number of time-overlapping buffer pairs, counted with numpy in ``O(n log n)``.

@@ -1,4 +1,4 @@
-"""The skyline placement equals the conflict-list one, and its plans have no overlap."""
+"""The skyline placement: no overlap, every buffer as low as the ones before it allow."""
 
 import time
 from itertools import combinations
@@ -22,15 +22,38 @@ def _brute_force_valid(buffers, offsets):
         assert off >= 0 and off % b.alignment_bytes == 0
 
 
-@settings(max_examples=80, deadline=None)
-@given(buffer_lists())
-def test_sweep_matches_conflict_lists_and_has_no_overlap(buffers):
+def _gravity_offsets(buffers, order):
+    """Offset of each buffer when dropped in ``order``: aligned max top of those before it."""
+    offsets = [None] * len(buffers)
+    for k, i in enumerate(order):
+        floor = max((offsets[j] + buffers[j].size_bytes for j in order[:k]
+                     if buffers[j].overlaps_in_time(buffers[i])), default=0)
+        a = buffers[i].alignment_bytes
+        offsets[i] = -(-floor // a) * a
+    return offsets
+
+
+@settings(max_examples=150, deadline=None)
+@given(buffer_lists(max_buffers=40))
+def test_sweep_has_no_overlap_and_leaves_no_gap_under_a_buffer(buffers):
     p = Problem(buffers)
     for key in (size_key, lifetime_key, area_key):
-        keys = key(p)
-        offsets, height, order = p.place_lowest_first(keys)
-        assert lowest_first_sweep(p, keys) == (offsets, height, order, True)
+        offsets, height, order, exact = lowest_first_sweep(p, key(p))
+        assert exact and sorted(order) == list(range(len(buffers)))
         _brute_force_valid(buffers, offsets)
+        assert height == max((o + b.size_bytes for o, b in zip(offsets, buffers)), default=0)
+        # Raising a segment nothing fits in never lifts a buffer above its lowest spot.
+        assert offsets == _gravity_offsets(buffers, order)
+
+
+def test_sweep_equals_conflict_lists_without_ties():
+    # Distinct sizes and one buffer per segment height: both are lowest-first, same plan.
+    buffers = [Buffer("a", 0, 4, 30), Buffer("b", 0, 2, 50), Buffer("c", 2, 4, 45),
+               Buffer("d", 1, 3, 7), Buffer("e", 3, 6, 11)]
+    p = Problem(buffers)
+    keys = size_key(p)
+    offsets, height, _ = p.place_lowest_first(keys)
+    assert lowest_first_sweep(p, keys)[:2] == (offsets, height)
 
 
 @settings(max_examples=40, deadline=None)
