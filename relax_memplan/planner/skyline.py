@@ -24,8 +24,9 @@ arrays whenever they make up a quarter of them. The earlier version of this modu
 heap of buffers and re-checked every buffer whose lowest offset had risen since it was
 queued: 6.2 million checks for pangu_2.6B's 18,692 buffers, against 43,000 steps here.
 
-A pass can be given a deadline: past it, the buffers left are dropped, in priority order,
-on top of the skyline over their range (a Tetris drop: valid, possibly leaving gaps).
+A pass can be given a deadline: when it is so close that only dropping the buffers left
+still fits, they are dropped, in priority order, on top of the skyline over their range (a
+Tetris drop: one slice each, valid, possibly leaving gaps).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ CLOCK_EVERY = 1024
 PYTHON_SCAN_MAX = 64
 #: The sorted arrays are compacted when placed buffers exceed this share of the live ones.
 COMPACT_SHARE = 0.25
+#: Rough cost of dropping one buffer on the skyline (seconds), kept from the deadline.
+DROP_SECONDS_PER_BUFFER = 2e-6
 
 
 def rank_of(priority: Sequence) -> np.ndarray:
@@ -133,7 +136,8 @@ def lowest_first_sweep(
     height = steps = 0
     while len(order) < n:
         steps += 1
-        if deadline is not None and steps % CLOCK_EVERY == 0 and clock() > deadline:
+        if (deadline is not None and steps % CLOCK_EVERY == 1
+                and clock() + DROP_SECONDS_PER_BUFFER * (n - len(order)) > deadline):
             height = _drop_rest(p, rank, offsets, order, seg_end, seg_h, alive, height)
             return offsets, height, order, False
         h, a = divmod(pop(heap), width)

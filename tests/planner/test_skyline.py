@@ -1,11 +1,13 @@
 """The skyline placement: no overlap, every buffer as low as the ones before it allow."""
 
+import random
 import time
 from itertools import combinations
+from unittest.mock import patch
 
 from hypothesis import given, settings
 
-from relax_memplan.planner import Buffer
+from relax_memplan.planner import Buffer, plan, portfolio, skyline
 from relax_memplan.planner.algorithms import area_key, lifetime_key, size_key
 from relax_memplan.planner.placement import Problem
 from relax_memplan.planner.skyline import lowest_first_sweep
@@ -60,7 +62,9 @@ def test_sweep_equals_conflict_lists_without_ties():
 @given(buffer_lists())
 def test_drop_mode_past_the_deadline_is_still_valid(buffers):
     p = Problem(buffers)
-    offsets, height, _, _ = lowest_first_sweep(p, size_key(p), deadline=time.perf_counter() - 1)
+    offsets, height, order, exact = lowest_first_sweep(p, size_key(p),
+                                                       deadline=time.perf_counter() - 1)
+    assert exact == (not buffers) and sorted(order) == list(range(len(buffers)))
     _brute_force_valid(buffers, offsets)
     assert height == max((o + b.size_bytes for o, b in zip(offsets, buffers)), default=0)
 
@@ -70,3 +74,33 @@ def test_pair_count_matches_conflict_lists():
                Buffer("d", 4, 6, 1), Buffer("e", 0, 1, 1)]
     p = Problem(buffers)
     assert p.count_overlapping_pairs() == sum(map(len, p.conflicts)) // 2 == 5
+
+
+@settings(max_examples=40, deadline=None)
+@given(buffer_lists(max_buffers=40))
+def test_deadline_in_the_middle_drops_the_rest_validly(buffers):
+    # The clock is read at steps 1, 3, 5, ...; it passes the deadline at its third reading.
+    readings = iter([0.0, 0.0] + [10.0] * 1000)
+    p = Problem(buffers)
+    with patch.object(skyline, "CLOCK_EVERY", 2), \
+            patch.object(skyline.time, "perf_counter", lambda: next(readings)):
+        offsets, height, order, exact = lowest_first_sweep(p, size_key(p), deadline=1.0)
+    assert sorted(order) == list(range(len(buffers)))
+    _brute_force_valid(buffers, offsets)
+    assert height == max((o + b.size_bytes for o, b in zip(offsets, buffers)), default=0)
+
+
+def test_plan_on_the_skyline_is_valid_on_random_instances():
+    # Forced onto the skyline: every pass and the search go through lowest_first_sweep.
+    rnd = random.Random(3)
+    for trial in range(30):
+        buffers = []
+        for i in range(rnd.randint(1, 60)):
+            start = rnd.randrange(40)
+            buffers.append(Buffer(f"b{i}", start, start + rnd.randint(1, 15),
+                                  rnd.randint(1, 100), rnd.choice((1, 1, 4, 16))))
+        with patch.object(portfolio, "MAX_CONFLICT_PAIRS", -1):
+            result = plan(buffers, time_limit_s=0.02, seed=trial)
+        offsets = [result.offsets[b.id] for b in buffers]
+        _brute_force_valid(buffers, offsets)
+        assert result.lower_bound_bytes <= result.height_bytes
