@@ -25,7 +25,7 @@ heap of buffers and re-checked every buffer whose lowest offset had risen since 
 queued: 6.2 million checks for pangu_2.6B's 18,692 buffers, against 44,000 queries here.
 
 A pass can be given a deadline: when it is so close that only dropping the buffers left
-still fits, they are dropped, in priority order, on top of the skyline over their range (a
+still fits, they are dropped, largest first, on top of the skyline over their range (a
 Tetris drop: one slice each, valid, possibly leaving gaps).
 """
 
@@ -43,10 +43,10 @@ __all__ = ["lowest_first_sweep", "rank_of"]
 CLOCK_EVERY = 1024
 #: Candidate slices up to this length are scanned in Python, longer ones with numpy.
 PYTHON_SCAN_MAX = 64
-#: The sorted arrays are compacted when placed buffers exceed this share of the live ones.
+#: The sorted arrays are compacted when placed buffers exceed this share of them.
 COMPACT_SHARE = 0.25
 #: Rough cost of dropping one buffer on the skyline (seconds), kept from the deadline.
-DROP_SECONDS_PER_BUFFER = 2e-6
+DROP_SECONDS_PER_BUFFER = 4e-6
 
 
 def rank_of(priority: Sequence) -> np.ndarray:
@@ -83,11 +83,6 @@ class _ByStart:
         self.first_at = np.searchsorted(lo, self.steps).tolist()
         self.placed = 0
 
-    def place(self, k: int) -> None:
-        """Mark position ``k`` placed."""
-        self.rank[k] = self.rank_np[k] = self.n
-        self.placed += 1
-
     def compact(self) -> None:
         keep = self.rank_np < self.n
         self._set(self.index_np[keep], self.lo_np[keep], self.hi_np[keep], self.rank_np[keep])
@@ -107,7 +102,7 @@ def lowest_first_sweep(
         in the lowest segment, the smallest key goes first (ties by buffer index).
     deadline : float, optional
         ``time.perf_counter()`` value to finish by; past it the buffers left are dropped on
-        the skyline in priority order (valid, possibly leaving gaps).
+        the skyline, largest first (valid, possibly leaving gaps).
 
     Returns
     -------
@@ -134,19 +129,30 @@ def lowest_first_sweep(
     offsets = [-1] * n
     order: list[int] = []
     height = steps = 0
+    compact_at = COMPACT_SHARE * n + 64
+    first_at, c_hi, c_rank = cands.first_at, cands.hi, cands.rank
     while len(order) < n:
         steps += 1
         if (deadline is not None and steps % CLOCK_EVERY == 1
                 and clock() + DROP_SECONDS_PER_BUFFER * (n - len(order)) > deadline):
-            height = _drop_rest(p, rank, offsets, order, seg_end, seg_h, alive, height)
+            height = _drop_rest(p, offsets, order, seg_end, seg_h, alive, height)
             return offsets, height, order, False
         h, a = divmod(pop(heap), width)
         if not alive[a] or seg_h[a] != h:
             continue
         b = seg_end[a]
-        if cands.placed > COMPACT_SHARE * (len(cands.rank) - cands.placed) + 64:
+        if cands.placed > compact_at:
             cands.compact()
-        k = _best_inside(cands, a, b)
+            compact_at = COMPACT_SHARE * len(cands.rank) + 64
+            first_at, c_hi, c_rank = cands.first_at, cands.hi, cands.rank
+        ia, ib = first_at[a], first_at[b]
+        if ib - ia <= PYTHON_SCAN_MAX:  # the smallest-rank buffer inside [a, b), inlined
+            best, k = n, -1
+            for q in range(ia, ib):
+                if c_rank[q] < best and c_hi[q] <= b:
+                    best, k = c_rank[q], q
+        else:
+            k = _best_inside(cands, a, b)
         if k < 0:  # nothing fits at h: raise the segment to its lower neighbour, merge
             left = seg_prev[a]
             new_h = seg_h[b] if b < num_steps else seg_h[left]
@@ -166,8 +172,9 @@ def lowest_first_sweep(
                 a = left
             push(heap, new_h * width + a)
             continue
-        u, s, e = cands.index[k], cands.lo[k], cands.hi[k]
-        cands.place(k)
+        u, s, e = cands.index[k], cands.lo[k], c_hi[k]
+        c_rank[k] = cands.rank_np[k] = n
+        cands.placed += 1
         al = align[u]
         off = h if al == 1 else -(-h // al) * al
         top = off + size[u]
@@ -222,14 +229,15 @@ def _best_inside(cands: _ByStart, a: int, b: int) -> int:
     return ia + q if ranks[q] < n else -1
 
 
-def _drop_rest(p, rank, offsets, order, seg_end, seg_h, alive, height) -> int:
-    """Drop the unplaced buffers in rank order on top of the skyline; return the height."""
+def _drop_rest(p, offsets, order, seg_end, seg_h, alive, height) -> int:
+    """Drop the unplaced buffers, largest first, on top of the skyline; return the height."""
     sky = np.zeros(p.num_steps, dtype=np.int64)
     for a in range(p.num_steps):
         if alive[a]:
             sky[a:seg_end[a]] = seg_h[a]
     lo_of, hi_of, size, align = p.step_lo, p.step_hi, p.size, p.align
-    for u in np.argsort(rank, kind="stable").tolist():
+    # Largest first: measured better than the priority order (Y_1 cut short: 1.26 vs 1.6).
+    for u in np.argsort(-np.asarray(p.size, dtype=np.int64), kind="stable").tolist():
         if offsets[u] >= 0:
             continue
         s, e = lo_of[u], hi_of[u]
