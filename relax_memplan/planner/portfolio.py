@@ -30,7 +30,7 @@ from .placement import Problem
 from .search import iterated_greedy_offsets
 from .validate import no_overlap_on_steps, validate
 
-__all__ = ["plan", "SEARCH_NAME", "EXACT_NAME", "SWEEP_ORDER"]
+__all__ = ["plan", "use_skyline", "SEARCH_NAME", "EXACT_NAME", "SWEEP_ORDER"]
 
 #: ``Plan.algorithm`` of plans found by the improvement search inside :func:`plan`.
 SEARCH_NAME = "iterated_greedy"
@@ -109,7 +109,7 @@ def plan(
         return Plan({}, 0, 0, names[0] if names else SEARCH_NAME)
     deadline = t0 + time_limit_s - VALIDATE_SECONDS_PER_BUFFER * p.n
     pairs = p.count_overlapping_pairs()
-    p.sweep = pairs > MAX_CONFLICT_PAIRS or pairs * SECONDS_PER_PAIR > 0.25 * time_limit_s
+    p.sweep = use_skyline(pairs, time_limit_s)
     if p.sweep:
         names = _sweep_names(names if algorithms is not None else SWEEP_ORDER)
 
@@ -158,6 +158,15 @@ def _checked(p: Problem, offsets: Sequence[int]) -> bool:
     if any(off < 0 or off % a for off, a in zip(offsets, p.align)):
         return False
     return no_overlap_on_steps(p.step_lo, p.step_hi, offsets, p.size, p.num_steps)
+
+
+def use_skyline(pairs: int, time_limit_s: float) -> bool:
+    """Whether a problem with ``pairs`` time-overlapping buffer pairs skips the conflict lists.
+
+    True above ``MAX_CONFLICT_PAIRS`` or when building the lists and one pass on them
+    (``SECONDS_PER_PAIR``) would take more than a quarter of the budget.
+    """
+    return pairs > MAX_CONFLICT_PAIRS or pairs * SECONDS_PER_PAIR > 0.25 * time_limit_s
 
 
 def _sweep_names(names: Sequence[str]) -> list[str]:

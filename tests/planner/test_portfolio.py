@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given, settings
 
 from relax_memplan.planner import Buffer, Plan, peak_live_bytes, plan, read_csv, validate
-from relax_memplan.planner.portfolio import SEARCH_NAME, SWEEP_ORDER
+from relax_memplan.planner.portfolio import (
+    MAX_CONFLICT_PAIRS,
+    SEARCH_NAME,
+    SWEEP_ORDER,
+    use_skyline,
+)
 
 from .strategies import buffer_lists, padded_total_bytes
 
@@ -112,3 +117,12 @@ def test_minimalloc_instance_a_within_target():
     result = plan(buffers, time_limit_s=0.5)
     assert result.lower_bound_bytes == 1048576
     assert result.ratio <= 1.35
+
+
+def test_conflict_lists_too_slow_for_the_budget_use_the_skyline():
+    # Random 20k buffers (2.0M pairs, just under MAX_CONFLICT_PAIRS) took 2.7 s on the
+    # conflict lists and overran a 2 s budget by 75 %: now they go to the skyline.
+    assert use_skyline(1_996_779, 2.0)
+    assert not use_skyline(500_000, 2.0)  # random 10k: the lists and their search pay off
+    assert use_skyline(500_000, 0.2)
+    assert use_skyline(MAX_CONFLICT_PAIRS + 1, 1000.0)

@@ -1,5 +1,6 @@
 """The skyline placement: no overlap, every buffer as low as the ones before it allow."""
 
+import heapq
 import random
 import time
 from itertools import combinations
@@ -7,7 +8,7 @@ from unittest.mock import patch
 
 from hypothesis import given, settings
 
-from relax_memplan.planner import Buffer, plan, portfolio, skyline
+from relax_memplan.planner import Buffer, plan, portfolio, skyline, validate
 from relax_memplan.planner.algorithms import area_key, lifetime_key, size_key
 from relax_memplan.planner.placement import Problem
 from relax_memplan.planner.skyline import lowest_first_sweep
@@ -104,3 +105,25 @@ def test_plan_on_the_skyline_is_valid_on_random_instances():
         offsets = [result.offsets[b.id] for b in buffers]
         _brute_force_valid(buffers, offsets)
         assert result.lower_bound_bytes <= result.height_bytes
+
+
+def test_sweep_work_stays_linear_when_lowest_offsets_keep_rising():
+    # Long buffers under many short ones: the earlier buffer heap re-checked each long buffer
+    # once per rise of its lowest offset (quadratic); segments pop at most a few per buffer.
+    rnd = random.Random(5)
+    buffers = [Buffer(f"long{i}", i, 2000 + i, 10 + i % 7) for i in range(300)]
+    for i in range(3000):
+        start = rnd.randrange(2300)
+        buffers.append(Buffer(f"short{i}", start, start + rnd.randint(1, 20), rnd.randint(1, 50)))
+    p = Problem(buffers)
+    pops = [0]
+    real_pop = heapq.heappop
+
+    def counting_pop(heap):
+        pops[0] += 1
+        return real_pop(heap)
+
+    with patch.object(skyline.heapq, "heappop", counting_pop):
+        offsets, _, _, exact = lowest_first_sweep(p, size_key(p))
+    assert exact and pops[0] <= 6 * len(buffers)  # the buffer heap popped 23 per buffer here
+    validate(buffers, p.offsets_by_id(offsets))
