@@ -65,7 +65,8 @@ def plan(
     likely enough, judged by the slowest one so far); then, while time remains, the exact
     search (small problems) and the seeded improvement search of
     :mod:`relax_memplan.planner.search`. Everything stops early once a plan reaches the
-    lower bound. The returned plan is checked with :func:`validate`.
+    lower bound. The returned plan is checked (a numpy skyline replay; :func:`validate`
+    raises the precise error if it fails).
 
     Parameters
     ----------
@@ -75,7 +76,7 @@ def plan(
         Names in ``ALGORITHMS`` to run first, in this order; default: all deterministic
         ones (``DETERMINISTIC``), most useful first, or ``SWEEP_ORDER`` on large graphs. On
         large graphs only the ``lowest_first_by_*`` names run (the sorted best-fit passes
-        need the conflict lists); if none is given, ``lowest_first_by_size`` runs.
+        need the conflict lists); if none is given, ``SWEEP_ORDER[0]`` runs.
     time_limit_s : float
         Wall-clock budget of the whole call in seconds, from the first feasible plan to the
         validation (exceeded only when even one pass in drop mode does not fit).
