@@ -45,8 +45,11 @@ CLOCK_EVERY = 1024
 PYTHON_SCAN_MAX = 64
 #: The sorted arrays are compacted when placed buffers exceed this share of them.
 COMPACT_SHARE = 0.25
-#: Rough cost of dropping one buffer on the skyline (seconds), kept from the deadline.
+#: Cost of dropping one buffer on the skyline, kept from the deadline: at least this many
+#: seconds, and at least this share of the time per buffer placed so far (a drop is about
+#: a third of a placement; the share follows a slow, busy machine).
 DROP_SECONDS_PER_BUFFER = 4e-6
+DROP_SHARE = 0.4
 
 
 def rank_of(priority: Sequence) -> np.ndarray:
@@ -130,11 +133,12 @@ def lowest_first_sweep(
     order: list[int] = []
     height = steps = 0
     compact_at = COMPACT_SHARE * n + 64
+    started = clock()
     first_at, c_hi, c_rank = cands.first_at, cands.hi, cands.rank
     while len(order) < n:
         steps += 1
-        if (deadline is not None and steps % CLOCK_EVERY == 1
-                and clock() + DROP_SECONDS_PER_BUFFER * (n - len(order)) > deadline):
+        if deadline is not None and steps % CLOCK_EVERY == 1 and _must_drop(
+                clock(), started, len(order), n, deadline):
             height = _drop_rest(p, offsets, order, seg_end, seg_h, alive, height)
             return offsets, height, order, False
         h, a = divmod(pop(heap), width)
@@ -227,6 +231,14 @@ def _best_inside(cands: _ByStart, a: int, b: int) -> int:
     ranks = np.where(cands.hi_np[ia:ib] <= b, cands.rank_np[ia:ib], n)
     q = int(ranks.argmin())
     return ia + q if ranks[q] < n else -1
+
+
+def _must_drop(now: float, started: float, placed: int, n: int, deadline: float) -> bool:
+    """Whether only dropping the buffers left still ends before ``deadline``."""
+    per_buffer = DROP_SECONDS_PER_BUFFER
+    if placed >= CLOCK_EVERY:  # enough placements to measure this machine's speed
+        per_buffer = max(per_buffer, DROP_SHARE * (now - started) / placed)
+    return now + per_buffer * (n - placed) > deadline
 
 
 def _drop_rest(p, offsets, order, seg_end, seg_h, alive, height) -> int:
