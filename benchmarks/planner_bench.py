@@ -4,7 +4,8 @@ Three groups in one run: the MiniMalloc "challenging" instances A-K, the large i
 graphs (pangu_2.6B, S_1, Y_1) and a random scale curve (1k-100k buffers, horizon 10,000
 steps, lifetimes 1..100, sizes 64 B..1 MiB; also timed as one skyline pass by area, CPU
 time, problem compilation included). Every plan is
-checked with ``validate``; the overrun of ``time_limit_s`` is reported. omnimalloc
+checked with ``validate``; the overrun of ``time_limit_s`` and the load average (the machine
+may be shared) are reported. omnimalloc
 (``pip install .[bench]``) runs its default ``omni`` allocator on the same buffers.
 Results go to ``benchmarks/results/planner.json`` (``--quick``: A-K, pangu and 1k-20k only).
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -64,7 +66,8 @@ def run_omnimalloc(planner, buffers):
 
 def bench_instance(planner, group, name, buffers, time_limit_s, seed, sweep_pass=False):
     """Plan one instance with ours and omnimalloc; return a JSON-ready dict."""
-    row = {"group": group, "instance": name, "buffers": len(buffers), "time_limit_s": time_limit_s}
+    row = {"group": group, "instance": name, "buffers": len(buffers), "time_limit_s": time_limit_s,
+           "load_avg_1min": os.getloadavg()[0]}  # the machine is shared: timings follow it
     t0 = time.perf_counter()
     result = planner.plan(buffers, time_limit_s=time_limit_s, seed=seed)
     row["seconds"] = time.perf_counter() - t0
@@ -90,14 +93,15 @@ def bench_instance(planner, group, name, buffers, time_limit_s, seed, sweep_pass
 
 def format_table(rows) -> str:
     lines = [f"{'group':<7}{'inst':<12}{'buffers':>8}{'ours':>8}{'s':>7}{'overrun':>8}"
-             f"{'omni':>8}{'s':>7}{'1pass':>8}{'s':>7}  best by"]
+             f"{'omni':>8}{'s':>7}{'1pass':>8}{'s':>7}{'load':>6}  best by"]
     for r in rows:
         omni = (f"{r['omnimalloc_ratio']:>8.4f}{r['omnimalloc_seconds']:>7.2f}"
                 if "omnimalloc_ratio" in r else f"{'-':>8}{'-':>7}")
         one = (f"{r['sweep_pass_ratio']:>8.4f}{r['sweep_pass_seconds']:>7.2f}"
                if "sweep_pass_ratio" in r else f"{'-':>8}{'-':>7}")
         lines.append(f"{r['group']:<7}{r['instance']:<12}{r['buffers']:>8}{r['ratio']:>8.4f}"
-                     f"{r['seconds']:>7.2f}{100 * r['overrun']:>7.0f}%{omni}{one}  {r['algorithm']}")
+                     f"{r['seconds']:>7.2f}{100 * r['overrun']:>7.0f}%{omni}{one}"
+                     f"{r['load_avg_1min']:>6.1f}  {r['algorithm']}")
     return "\n".join(lines)
 
 
