@@ -27,6 +27,7 @@ setup(
     extras_require={
         "test": ["pytest", "onnxruntime", "hypothesis", "matplotlib"],
         "plot": ["matplotlib"],
+        "bench": ["omnimalloc==1.0.0"],
     },
     entry_points={"console_scripts": ["relax-memplan=relax_memplan.cli:main"]},
 )

@@ -1,36 +1,39 @@
-"""Benchmark the offset planner on the MiniMalloc "challenging" instances and random buffers.
+"""Benchmark the offset planner against omnimalloc (if installed) and the lower bound.
 
-For each ``*.csv`` instance: buffer count, lower bound (peak live bytes), height of every
-deterministic algorithm, height of ``plan()`` within ``--time-limit`` seconds, its ratio to
-the lower bound and the wall time. One more row plans ``--random-buffers`` random buffers
-(horizon 10,000 steps, lifetimes 1..100 steps, sizes 64 B..1 MiB) with
-``--random-time-limit``. Results are printed as tables and written as JSON.
+Three groups in one run: the MiniMalloc "challenging" instances A-K, the large idealloc
+graphs (pangu_2.6B, S_1, Y_1) and a random scale curve (1k-100k buffers, horizon 10,000
+steps, lifetimes 1..100, sizes 64 B..1 MiB; also timed as one skyline pass by area, CPU
+time, problem compilation included). Every plan is
+checked with ``validate``; the overrun of ``time_limit_s`` and the load average (the machine
+may be shared) are reported. omnimalloc
+(``pip install .[bench]``) runs its default ``omni`` allocator on the same buffers.
+Results go to ``benchmarks/results/planner.json`` (``--quick``: A-K, pangu and 1k-20k only).
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/planner_bench.py --time-limit 2 --json out.json
+    PYTHONPATH=. python benchmarks/planner_bench.py [--quick] [--time-limit 2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_INSTANCES = REPO_ROOT.parent / "shared" / "bench" / "minimalloc-challenging"
+SHARED = REPO_ROOT.parent / "shared" / "bench"
 DEFAULT_JSON = REPO_ROOT / "benchmarks" / "results" / "planner.json"
+LARGE = ("pangu_2.6B", "S_1", "Y_1")
+SCALE = (1_000, 10_000, 20_000, 50_000, 100_000)
 
 
 def _import_planner():
-    try:
-        import relax_memplan.planner as planner
-    except ImportError:
-        sys.path.insert(0, str(REPO_ROOT))
-        import relax_memplan.planner as planner
+    sys.path.insert(0, str(REPO_ROOT))
+    import relax_memplan.planner as planner
     return planner
 
 
@@ -46,90 +49,99 @@ def random_buffers(planner, count: int, seed: int):
     return buffers
 
 
-def bench_instance(planner, name, buffers, time_limit_s, seed, deterministic=True):
-    """Plan one instance; return a JSON-ready dict."""
-    row = {"instance": name, "buffers": len(buffers)}
-    if deterministic:
-        heights = {}
-        for algo in planner.DETERMINISTIC:
-            offsets = planner.ALGORITHMS[algo](buffers)
-            planner.validate(buffers, offsets)
-            heights[algo] = max((offsets[b.id] + b.size_bytes for b in buffers), default=0)
-        row["greedy_heights_bytes"] = heights
+def run_omnimalloc(planner, buffers):
+    """(height, seconds) of omnimalloc's default allocator, or None if not installed."""
+    try:
+        import omnimalloc
+    except ImportError:
+        return None
+    allocs = [omnimalloc.Allocation(b.id, b.size_bytes, b.start, b.end) for b in buffers]
+    t0 = time.perf_counter()
+    placed = omnimalloc.allocate(allocs)
+    seconds = time.perf_counter() - t0
+    offsets = {a.id: a.offset for a in placed}
+    planner.validate(buffers, offsets)
+    return max(offsets[b.id] + b.size_bytes for b in buffers), seconds
+
+
+def bench_instance(planner, group, name, buffers, time_limit_s, seed, sweep_pass=False):
+    """Plan one instance with ours and omnimalloc; return a JSON-ready dict."""
+    row = {"group": group, "instance": name, "buffers": len(buffers), "time_limit_s": time_limit_s,
+           "load_avg_1min": os.getloadavg()[0]}  # the machine is shared: timings follow it
     t0 = time.perf_counter()
     result = planner.plan(buffers, time_limit_s=time_limit_s, seed=seed)
     row["seconds"] = time.perf_counter() - t0
     planner.validate(buffers, result.offsets)
-    row.update(
-        lower_bound_bytes=result.lower_bound_bytes,
-        height_bytes=result.height_bytes,
-        ratio=result.ratio,
-        algorithm=result.algorithm,
-        time_limit_s=time_limit_s,
-    )
+    row.update(lower_bound_bytes=result.lower_bound_bytes, height_bytes=result.height_bytes,
+               ratio=result.ratio, algorithm=result.algorithm,
+               overrun=max(0.0, row["seconds"] / time_limit_s - 1.0))
+    if sweep_pass:
+        from relax_memplan.planner.algorithms import area_key
+        from relax_memplan.planner.placement import Problem
+        from relax_memplan.planner.skyline import lowest_first_sweep
+        t0 = time.process_time()  # CPU time: the machine is shared
+        p = Problem(buffers)
+        height = lowest_first_sweep(p, area_key(p))[1]
+        row["sweep_pass_seconds"] = time.process_time() - t0
+        row["sweep_pass_ratio"] = height / result.lower_bound_bytes
+    omni = run_omnimalloc(planner, buffers)
+    if omni is not None:
+        row["omnimalloc_ratio"] = omni[0] / result.lower_bound_bytes
+        row["omnimalloc_seconds"] = omni[1]
     return row
 
 
-def _short(name: str) -> str:
-    return name.replace("lowest_first_by_", "lf_").replace("greedy_by_", "g_")
-
-
-def format_tables(rows, algorithms) -> str:
-    lines = [
-        f"{'inst':<8}{'buffers':>8}{'LB':>10}{'height':>10}{'ratio':>8}{'seconds':>9}  best by",
-    ]
+def format_table(rows) -> str:
+    lines = [f"{'group':<7}{'inst':<12}{'buffers':>8}{'ours':>8}{'s':>7}{'overrun':>8}"
+             f"{'omni':>8}{'s':>7}{'1pass':>8}{'s':>7}{'load':>6}  best by"]
     for r in rows:
-        lines.append(
-            f"{r['instance']:<8}{r['buffers']:>8}{r['lower_bound_bytes']:>10}"
-            f"{r['height_bytes']:>10}{r['ratio']:>8.3f}{r['seconds']:>9.2f}  {r['algorithm']}"
-        )
-    lines += ["", "ratio to LB per deterministic algorithm:"]
-    lines.append(f"{'inst':<8}" + "".join(f"{_short(a):>11}" for a in algorithms))
-    for r in rows:
-        if "greedy_heights_bytes" not in r:
-            continue
-        lb = r["lower_bound_bytes"] or 1
-        cells = "".join(f"{r['greedy_heights_bytes'][a] / lb:>11.3f}" for a in algorithms)
-        lines.append(f"{r['instance']:<8}" + cells)
+        omni = (f"{r['omnimalloc_ratio']:>8.4f}{r['omnimalloc_seconds']:>7.2f}"
+                if "omnimalloc_ratio" in r else f"{'-':>8}{'-':>7}")
+        one = (f"{r['sweep_pass_ratio']:>8.4f}{r['sweep_pass_seconds']:>7.2f}"
+               if "sweep_pass_ratio" in r else f"{'-':>8}{'-':>7}")
+        lines.append(f"{r['group']:<7}{r['instance']:<12}{r['buffers']:>8}{r['ratio']:>8.4f}"
+                     f"{r['seconds']:>7.2f}{100 * r['overrun']:>7.0f}%{omni}{one}"
+                     f"{r['load_avg_1min']:>6.1f}  {r['algorithm']}")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--time-limit", type=float, default=2.0, help="plan() budget per instance, s")
+    parser.add_argument("--time-limit", type=float, default=2.0, help="plan() budget, s")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="output JSON path")
-    parser.add_argument("--instances", type=Path, default=DEFAULT_INSTANCES, help="dir of *.csv")
-    parser.add_argument("--random-buffers", type=int, default=10_000)
-    parser.add_argument("--random-time-limit", type=float, default=0.05)
+    parser.add_argument("--quick", action="store_true", help="A-K, pangu and 1k-20k only")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     planner = _import_planner()
-
+    jobs = []
+    for path in sorted((SHARED / "minimalloc-challenging").glob("*.csv")):
+        jobs.append(("A-K", path.name.split(".")[0], lambda p=path: planner.read_csv(p), False))
+    for name in LARGE[:1] if args.quick else LARGE:
+        path = SHARED / "idealloc" / f"{name}.csv"
+        if path.exists():
+            jobs.append(("large", name, lambda p=path: planner.read_csv(p), False))
+    for count in SCALE[:3] if args.quick else SCALE:
+        jobs.append(("random", f"rand{count // 1000}k",
+                     lambda c=count: random_buffers(planner, c, args.seed), True))
     rows = []
-    files = sorted(args.instances.glob("*.csv")) if args.instances.is_dir() else []
-    if not files:
-        print(f"no *.csv instances under {args.instances}", file=sys.stderr)
-    for path in files:
-        buffers = planner.read_csv(path)
-        rows.append(bench_instance(planner, path.name.split(".")[0], buffers, args.time_limit, args.seed))
-        print(f"{rows[-1]['instance']}: ratio {rows[-1]['ratio']:.3f}", file=sys.stderr, flush=True)
-    if args.random_buffers:
-        buffers = random_buffers(planner, args.random_buffers, args.seed)
-        rows.append(
-            bench_instance(
-                planner, f"rand{args.random_buffers // 1000}k", buffers,
-                args.random_time_limit, args.seed, deterministic=False,
-            )
-        )
-
-    print(format_tables(rows, planner.DETERMINISTIC))
-    inst_rows = [r for r in rows if "greedy_heights_bytes" in r]
-    if inst_rows:
-        ratios = [r["ratio"] for r in inst_rows]
-        print(f"\nplan() on {len(ratios)} instances: max ratio {max(ratios):.3f}, "
-              f"mean {sum(ratios) / len(ratios):.3f}")
+    for group, name, load, sweep_pass in jobs:
+        rows.append(bench_instance(planner, group, name, load(), args.time_limit, args.seed,
+                                   sweep_pass))
+        print(f"{name}: ours {rows[-1]['ratio']:.4f} in {rows[-1]['seconds']:.2f} s",
+              file=sys.stderr, flush=True)
+    print(format_table(rows))
+    ak = [r for r in rows if r["group"] == "A-K"]
+    if ak:
+        print(f"\nA-K: mean ratio {sum(r['ratio'] for r in ak) / len(ak):.4f}, lower bound "
+              f"reached on {sum(r['height_bytes'] == r['lower_bound_bytes'] for r in ak)}"
+              f" of {len(ak)}")
+    one_pass = {r["buffers"]: r["sweep_pass_seconds"] for r in rows if "sweep_pass_seconds" in r}
+    if 10_000 in one_pass and 100_000 in one_pass:
+        print(f"one skyline pass, 10k -> 100k random buffers: "
+              f"{one_pass[100_000] / one_pass[10_000]:.1f}x the time")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"time_limit_s": args.time_limit, "rows": rows}, indent=2))
+    args.json.write_text(json.dumps({"time_limit_s": args.time_limit, "quick": args.quick,
+                                     "rows": rows}, indent=2))
     print(f"wrote {args.json}")
     return 0
 

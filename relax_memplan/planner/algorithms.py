@@ -25,7 +25,7 @@ from .buffer import Buffer
 from .placement import BEST_FIT, Problem
 from .search import iterated_greedy_offsets
 
-__all__ = ["ALGORITHMS", "DETERMINISTIC", "PROBLEM_ALGORITHMS", "iterated_greedy"]
+__all__ = ["ALGORITHMS", "DETERMINISTIC", "PROBLEM_ALGORITHMS", "iterated_greedy", "lowest_first_keys"]
 
 
 def _lifetime(p: Problem, i: int) -> int:
@@ -109,7 +109,7 @@ def _sorted_greedy(key: Callable[[Problem], list]) -> Callable[[Problem], list[i
 
 def _lowest_first(key: Callable[[Problem], list]) -> Callable[[Problem], list[int]]:
     def run(p: Problem) -> list[int]:
-        return p.place_lowest_first(key(p))[0]
+        return p.lowest_first(key(p))[0]
 
     run.__doc__ = f"Lowest-offset-first placement, ties by ``{key.__name__}``."
     return run
@@ -132,6 +132,14 @@ PROBLEM_ALGORITHMS: dict[str, Callable[[Problem], list[int]]] = {
     "greedy_by_lifetime": _sorted_greedy(lifetime_key),
     "greedy_by_conflict": _sorted_greedy(conflict_key),
     "iterated_greedy": _iterated_greedy_problem,
+}
+
+#: Priority key of each ``lowest_first_by_*`` algorithm (these also run on the skyline).
+lowest_first_keys: dict[str, Callable[[Problem], list]] = {
+    "lowest_first_by_lifetime": lifetime_key,
+    "lowest_first_by_start": start_key,
+    "lowest_first_by_area": area_key,
+    "lowest_first_by_size": size_key,
 }
 
 #: Names of the deterministic single-pass algorithms, in the order :func:`plan` runs them.

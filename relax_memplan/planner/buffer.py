@@ -17,6 +17,8 @@ import operator
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+import numpy as np
+
 __all__ = ["Buffer", "Plan", "peak_live_bytes", "live_bytes_profile", "check_unique_ids"]
 
 
@@ -189,9 +191,25 @@ def peak_live_bytes(buffers: Iterable[Buffer]) -> int:
     int
         Peak live bytes (0 for no buffers).
     """
-    peak = live = 0
-    for _, delta in _events(buffers):
-        live += delta
-        if live > peak:
-            peak = live
-    return peak
+    buffers = list(buffers)
+    sizes = [b.size_bytes for b in buffers]
+    if not buffers:
+        return 0
+    if sum(sizes) >= 1 << 62:  # beyond int64: exact Python ints
+        peak = live = 0
+        for _, delta in _events(buffers):
+            live += delta
+            peak = max(peak, live)
+        return peak
+    return live_peak_of_arrays([b.start for b in buffers], [b.end for b in buffers], sizes)
+
+
+def live_peak_of_arrays(start, end, size_bytes) -> int:
+    """:func:`peak_live_bytes` of buffers given as parallel sequences (numpy, int64 sums)."""
+    if len(start) == 0:
+        return 0
+    size = np.asarray(size_bytes, dtype=np.int64)
+    steps = np.concatenate([np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)])
+    delta = np.concatenate([size, -size])
+    order = np.lexsort((delta, steps))  # at one step, frees (negative) first
+    return max(int(np.cumsum(delta[order]).max()), 0)

@@ -13,18 +13,23 @@ among all unplaced buffers, one that can go lowest (ties broken by a priority). 
 lists buffers in non-decreasing offset order, the "canonical" solutions that MiniMalloc
 (Moffitt, ASPLOS 2023) searches over; this code is a greedy single descent, not its search.
 
-:class:`Problem` compiles the buffers once into flat lists and the time-conflict graph,
-built by a sweep over start steps (buffers starting inside another's live range form a
-contiguous run in start order), so a placement only looks at time-overlapping buffers.
+:class:`Problem` compiles the buffers once into flat lists. The time-conflict graph is
+built on first use by a sweep over start steps (buffers starting inside another's live
+range form a contiguous run in start order), so a placement only looks at time-overlapping
+buffers; on large graphs with many overlapping pairs (``Problem.sweep``) lowest-first runs on
+a skyline over time instead (:mod:`.skyline`) and the graph is never built.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from typing import Sequence
+from typing import Optional, Sequence
 
-from .buffer import Buffer, check_unique_ids, peak_live_bytes
+import numpy as np
+
+from .buffer import Buffer, check_unique_ids, live_peak_of_arrays, peak_live_bytes
+from .skyline import lowest_first_sweep
 
 __all__ = ["Problem", "FIRST_FIT", "BEST_FIT"]
 
@@ -45,7 +50,9 @@ class Problem:
     start, end, size, align : list of int
         Live range (steps), size and alignment (bytes) per buffer index.
     conflicts : list of list of int
-        Indices of the buffers whose live range intersects buffer ``i``'s.
+        Indices of the buffers whose live range intersects buffer ``i``'s (lazy).
+    sweep : bool
+        Whether :meth:`lowest_first` uses the skyline instead of ``conflicts``.
     lower_bound : int
         :func:`peak_live_bytes` of the buffers, in bytes.
     """
@@ -53,22 +60,93 @@ class Problem:
     def __init__(self, buffers: Sequence[Buffer]):
         check_unique_ids(buffers)
         self.buffers = list(buffers)
-        self.n = n = len(self.buffers)
+        self.n = len(self.buffers)
         self.start = [b.start for b in self.buffers]
         self.end = [b.end for b in self.buffers]
         self.size = [b.size_bytes for b in self.buffers]
         self.align = [b.alignment_bytes for b in self.buffers]
-        self.lower_bound = peak_live_bytes(self.buffers)
-        by_start = sorted(range(n), key=self.start.__getitem__)
-        starts = [self.start[i] for i in by_start]
-        conflicts: list[list[int]] = [[] for _ in range(n)]
-        for pos, i in enumerate(by_start):
-            later = by_start[pos + 1 : bisect_left(starts, self.end[i], pos + 1)]
-            if later:
-                conflicts[i].extend(later)
-                for j in later:
-                    conflicts[j].append(i)
-        self.conflicts = conflicts
+        if sum(self.size) < 1 << 62:
+            self.lower_bound = live_peak_of_arrays(self.start, self.end, self.size)
+        else:  # beyond int64
+            self.lower_bound = peak_live_bytes(self.buffers)
+        self._conflicts: Optional[list[list[int]]] = None
+        self._steps: Optional[tuple[np.ndarray, np.ndarray, int]] = None
+        self._step_lists: Optional[tuple[list[int], list[int]]] = None
+        #: Place lowest-first on the skyline (:mod:`.skyline`) instead of conflict lists.
+        self.sweep = False
+
+    @property
+    def conflicts(self) -> list[list[int]]:
+        """Indices of the buffers whose live range intersects buffer ``i``'s (built once).
+
+        Built on first use by a sweep over start steps; ``O(n + pairs)`` time and memory,
+        so the large-instance path (:mod:`.skyline`) never asks for it.
+        """
+        if self._conflicts is None:
+            n = self.n
+            by_start = sorted(range(n), key=self.start.__getitem__)
+            starts = [self.start[i] for i in by_start]
+            conflicts: list[list[int]] = [[] for _ in range(n)]
+            for pos, i in enumerate(by_start):
+                later = by_start[pos + 1 : bisect_left(starts, self.end[i], pos + 1)]
+                if later:
+                    conflicts[i].extend(later)
+                    for j in later:
+                        conflicts[j].append(i)
+            self._conflicts = conflicts
+        return self._conflicts
+
+    @property
+    def step_arrays(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(step_lo, step_hi, num_steps)`` with the per-buffer steps as int64 arrays.
+
+        Compressed steps index the distinct start/end steps; buffer ``i`` covers compressed
+        steps ``[step_lo[i], step_hi[i])``.
+        """
+        if self._steps is None:
+            start = np.asarray(self.start, dtype=np.int64)
+            end = np.asarray(self.end, dtype=np.int64)
+            steps = np.unique(np.concatenate([start, end]))
+            self._steps = (np.searchsorted(steps, start), np.searchsorted(steps, end),
+                           max(len(steps) - 1, 0))
+        return self._steps
+
+    def _step_list(self, k: int) -> list[int]:
+        if self._step_lists is None:
+            lo, hi, _ = self.step_arrays
+            self._step_lists = (lo.tolist(), hi.tolist())
+        return self._step_lists[k]
+
+    @property
+    def step_lo(self) -> list[int]:
+        """First compressed step of each buffer (index into the distinct start/end steps)."""
+        return self._step_list(0)
+
+    @property
+    def step_hi(self) -> list[int]:
+        """Compressed step one past each buffer's last; ``[step_lo, step_hi)`` is its range."""
+        return self._step_list(1)
+
+    @property
+    def num_steps(self) -> int:
+        """Number of compressed steps (distinct start/end steps minus one)."""
+        return self.step_arrays[2]
+
+    def count_overlapping_pairs(self) -> int:
+        """Number of time-overlapping buffer pairs, counted with numpy in ``O(n log n)``.
+
+        The size of :attr:`conflicts` is twice this; :func:`~.portfolio.plan` uses it to
+        decide whether building the lists pays off.
+        """
+        start = np.sort(np.asarray(self.start, dtype=np.int64))
+        end = np.asarray(self.end, dtype=np.int64)
+        # For each buffer i: the buffers j that start in [start_i, end_i), minus i itself;
+        # a pair (i, j) with start_i <= start_j is counted exactly once this way... except
+        # equal starts, counted twice: subtract those.
+        counted = int((np.searchsorted(start, end, "left")
+                       - np.searchsorted(start, np.asarray(self.start), "left")).sum()) - self.n
+        _, same = np.unique(start, return_counts=True)
+        return counted - int((same * (same - 1) // 2).sum())
 
     def offsets_by_id(self, offsets: Sequence[int]) -> dict[str, int]:
         """Map a list of offsets by buffer index to a dict keyed by buffer id."""
@@ -126,6 +204,19 @@ class Problem:
                 best = cand
             offsets[i] = best
             tops[i] = best + s
+
+    def lowest_first(
+        self, priority: Sequence, deadline: Optional[float] = None
+    ) -> tuple[list[int], int, list[int], bool]:
+        """Lowest-first placement on the conflict lists or, if ``self.sweep``, the skyline.
+
+        Returns offsets by index, height, placement order and whether the pass was exact
+        (see :func:`~relax_memplan.planner.skyline.lowest_first_sweep`; the conflict-list
+        version ignores ``deadline`` and is always exact).
+        """
+        if self.sweep:
+            return lowest_first_sweep(self, priority, deadline)
+        return (*self.place_lowest_first(priority), True)
 
     def place_lowest_first(self, priority: Sequence) -> tuple[list[int], int, list[int]]:
         """Place repeatedly the unplaced buffer that fits at the lowest offset.

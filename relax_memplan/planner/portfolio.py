@@ -1,20 +1,55 @@
-"""Best-of selection: run several algorithms within a time budget and keep the lowest plan."""
+"""Best-of selection: run several algorithms within a time budget and keep the lowest plan.
+
+The budget is a promise: it bounds the whole :func:`plan` call, compilation, the first
+feasible plan and the final validation included. Small problems build the time-conflict
+graph and run every greedy order, then the exact search of :mod:`.exact` (if the lower
+bound is not reached) and the improvement search. Problems with many overlapping pairs
+(``MAX_CONFLICT_PAIRS``, or when building the pairs would eat a quarter of the budget) run
+the lowest-first orders on the skyline of :mod:`.skyline` instead, best-for-large first
+(one pass is about 10 us per buffer), each pass able to finish early by dropping the
+buffers left (see :func:`~relax_memplan.planner.skyline.lowest_first_sweep`); the time
+left goes to the improvement search. A pass or search step is started only if, at the
+cost of the slowest pass so far, it ends before the deadline.
+
+The final check of the returned plan is the numpy skyline replay of
+:func:`~relax_memplan.planner.validate.no_overlap_on_steps` on the compiled problem; only a
+plan failing it goes through :func:`~relax_memplan.planner.validate.validate`, which
+raises the precise error. Its cost (``VALIDATE_SECONDS_PER_BUFFER``) is kept out of the
+budget of the passes.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Optional, Sequence
 
-from .algorithms import DETERMINISTIC, PROBLEM_ALGORITHMS
+from .algorithms import DETERMINISTIC, PROBLEM_ALGORITHMS, lowest_first_keys
 from .buffer import Buffer, Plan
+from .exact import exact_offsets
 from .placement import Problem
 from .search import iterated_greedy_offsets
-from .validate import validate
+from .validate import no_overlap_on_steps, validate
 
-__all__ = ["plan", "SEARCH_NAME"]
+__all__ = ["plan", "use_skyline", "SEARCH_NAME", "EXACT_NAME", "SWEEP_ORDER"]
 
 #: ``Plan.algorithm`` of plans found by the improvement search inside :func:`plan`.
 SEARCH_NAME = "iterated_greedy"
+#: ``Plan.algorithm`` of plans found by the exact search inside :func:`plan`.
+EXACT_NAME = "exact"
+#: Above this many time-overlapping pairs the conflict lists are not built.
+MAX_CONFLICT_PAIRS = 2_000_000
+#: Rough cost of building the conflict lists and one lowest-first pass on them, seconds per
+#: overlapping pair (random 20k buffers, 2.0M pairs: 1.2 s CPU, 2.7 s wall on a loaded machine).
+SECONDS_PER_PAIR = 5e-7
+#: Rough cost of the final check and result dict, seconds per buffer (kept from the budget).
+VALIDATE_SECONDS_PER_BUFFER = 4e-6
+#: Lowest-first orders tried on the skyline, in this order (measured best on large graphs:
+#: by area reaches 1.0076 / 1.0018 / 1.0000 x LB on pangu_2.6B / S_1 / Y_1).
+SWEEP_ORDER = ("lowest_first_by_area", "lowest_first_by_start", "lowest_first_by_lifetime",
+               "lowest_first_by_size")
+#: The exact search runs on problems of at most this many buffers, with this budget share.
+EXACT_MAX_BUFFERS = 1000
+EXACT_SHARE = 0.2
 
 
 def plan(
@@ -24,13 +59,14 @@ def plan(
     seed: int = 0,
     search: bool = True,
 ) -> Plan:
-    """Plan byte offsets for buffers: best of several greedy algorithms plus a search.
+    """Plan byte offsets for buffers: best of several greedy algorithms plus searches.
 
-    The algorithms run in turn (the first always runs to completion, later ones only if
-    the time left is likely enough, judged by the slowest one so far); then, while time
-    remains, the seeded improvement search of :mod:`relax_memplan.planner.search` runs.
-    Everything stops early once a plan reaches the lower bound. The returned plan is
-    checked with :func:`validate`.
+    The algorithms run in turn (the first always, later ones only if the time left is
+    likely enough, judged by the slowest one so far); then, while time remains, the exact
+    search (small problems) and the seeded improvement search of
+    :mod:`relax_memplan.planner.search`. Everything stops early once a plan reaches the
+    lower bound. The returned plan is checked (a numpy skyline replay; :func:`validate`
+    raises the precise error if it fails).
 
     Parameters
     ----------
@@ -38,14 +74,16 @@ def plan(
         Buffers with unique ids.
     algorithms : sequence of str, optional
         Names in ``ALGORITHMS`` to run first, in this order; default: all deterministic
-        ones (``DETERMINISTIC``), most useful first.
+        ones (``DETERMINISTIC``), most useful first, or ``SWEEP_ORDER`` on large graphs. On
+        large graphs only the ``lowest_first_by_*`` names run (the sorted best-fit passes
+        need the conflict lists); if none is given, ``SWEEP_ORDER[0]`` runs.
     time_limit_s : float
-        Wall-clock budget in seconds (compilation of the problem and the first algorithm
-        always complete even if they take longer).
+        Wall-clock budget of the whole call in seconds, from the first feasible plan to the
+        validation (exceeded only when even one pass in drop mode does not fit).
     seed : int
         Seed of the improvement search.
     search : bool
-        Run the improvement search in the time left.
+        Run the exact and improvement searches in the time left.
 
     Returns
     -------
@@ -59,7 +97,7 @@ def plan(
     ValueError
         If buffer ids are not unique, or there is nothing to run.
     """
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     names = list(DETERMINISTIC if algorithms is None else algorithms)
     unknown = [name for name in names if name not in PROBLEM_ALGORITHMS]
     if unknown:
@@ -70,14 +108,26 @@ def plan(
     lb = p.lower_bound
     if p.n == 0:
         return Plan({}, 0, 0, names[0] if names else SEARCH_NAME)
+    # On a busy machine the final check is slower too: scale its reserve by how much
+    # slower than CPU time the wall clock ran while compiling the problem.
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    slowdown = min(max(wall / cpu, 1.0), 4.0) if cpu > 0.01 else 1.0
+    deadline = t0 + time_limit_s - VALIDATE_SECONDS_PER_BUFFER * p.n * slowdown
+    pairs = p.count_overlapping_pairs()
+    p.sweep = use_skyline(pairs, time_limit_s)
+    if p.sweep:
+        names = _sweep_names(names if algorithms is not None else SWEEP_ORDER)
 
     best_offsets, best_height, best_name = None, None, None
     slowest = 0.0
     for name in names:
         started = time.perf_counter()
-        if best_offsets is not None and started - t0 + slowest > time_limit_s:
+        if best_offsets is not None and started + 1.1 * slowest > deadline:
             break
-        offsets = PROBLEM_ALGORITHMS[name](p)
+        if p.sweep:
+            offsets = p.lowest_first(lowest_first_keys[name](p), deadline)[0]
+        else:
+            offsets = PROBLEM_ALGORITHMS[name](p)
         slowest = max(slowest, time.perf_counter() - started)
         height = p.height(offsets)
         if best_height is None or height < best_height:
@@ -85,7 +135,16 @@ def plan(
         if best_height == lb:
             break
 
-    left = time_limit_s - (time.perf_counter() - t0)
+    if search and best_height != lb and p.n <= EXACT_MAX_BUFFERS and not p.sweep:
+        left = deadline - time.perf_counter()
+        if left > 0:
+            found = exact_offsets(p, best_offsets, time_limit_s=EXACT_SHARE * left)
+            if found is not None and p.height(found) < best_height:
+                best_offsets, best_height, best_name = found, p.height(found), EXACT_NAME
+
+    left = deadline - time.perf_counter()
+    if p.sweep and best_offsets is not None and left < 1.5 * slowest:
+        left = 0.0  # not even one more pass fits: skip the search
     if search and best_height != lb and (best_offsets is None or left > 0):
         offsets, height = iterated_greedy_offsets(
             p, time_limit_s=max(left, 0.0), seed=seed, initial=best_offsets
@@ -94,5 +153,28 @@ def plan(
             best_offsets, best_height, best_name = offsets, height, SEARCH_NAME
 
     result = p.offsets_by_id(best_offsets)
-    validate(p.buffers, result)
+    if not _checked(p, best_offsets):
+        validate(p.buffers, result)  # raises the precise error
     return Plan(result, best_height, lb, best_name)
+
+
+def _checked(p: Problem, offsets: Sequence[int]) -> bool:
+    """True if ``offsets`` is a valid plan of ``p`` (aligned, non-negative, no overlap)."""
+    if any(off < 0 or off % a for off, a in zip(offsets, p.align)):
+        return False
+    return no_overlap_on_steps(p.step_lo, p.step_hi, offsets, p.size, p.num_steps)
+
+
+def use_skyline(pairs: int, time_limit_s: float) -> bool:
+    """Whether a problem with ``pairs`` time-overlapping buffer pairs skips the conflict lists.
+
+    True above ``MAX_CONFLICT_PAIRS`` or when building the lists and one pass on them
+    (``SECONDS_PER_PAIR``) would take more than a quarter of the budget.
+    """
+    return pairs > MAX_CONFLICT_PAIRS or pairs * SECONDS_PER_PAIR > 0.25 * time_limit_s
+
+
+def _sweep_names(names: Sequence[str]) -> list[str]:
+    """The names that run on the skyline (lowest-first ones), or the default one."""
+    kept = [name for name in names if name in lowest_first_keys]
+    return kept or [SWEEP_ORDER[0]]

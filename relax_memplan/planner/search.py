@@ -1,7 +1,7 @@
 """Improvement search: randomized priorities for lowest-first placement, then squeaky wheel.
 
 A solution is a priority per buffer, decoded by
-:meth:`~relax_memplan.planner.placement.Problem.place_lowest_first` (about 1-10 ms for a few
+:meth:`~relax_memplan.planner.placement.Problem.lowest_first` (about 1-10 ms for a few
 hundred buffers), so the search tries hundreds of placements per second. Two phases:
 
 1. *Random weights* (first ~30% of the budget): the priority is a weighted sum of the
@@ -61,6 +61,7 @@ class _Budget:
         self.time_limit_s = time_limit_s
         self.max_iterations = max_iterations
         self.iterations = 0
+        self.deadline = None if time_limit_s is None else self.t0 + time_limit_s
 
     def left(self) -> bool:
         if self.max_iterations is not None and self.iterations >= self.max_iterations:
@@ -120,7 +121,7 @@ def iterated_greedy_offsets(
 
     def decode(keys):
         nonlocal best_offsets, best_height
-        offsets, height, _ = p.place_lowest_first(keys)
+        offsets, height, _, _ = p.lowest_first(keys, budget.deadline)
         budget.iterations += 1
         if best_height is None or height < best_height:
             best_offsets, best_height = offsets, height
