@@ -94,6 +94,14 @@ class FunctionMemoryReport:
         (:func:`relax_memplan.verify.input_sensitivity`), with ``verify``.
     max_abs_diff_vs_tvm_default : float or None
         Our outputs against TVM's default build on the same inputs.
+    tensors : list of dict
+        Each tensor placed in our arena: ``name``, ``producer`` (the kernel writing it),
+        ``shape``, ``dtype``, ``size_bytes``, ``live_range`` (half-open, program steps),
+        ``arena`` and ``offset_bytes``.
+    peak_step : int or None
+        The step where the placed tensors' live bytes peak.
+    live_at_peak : list of str
+        Names of the tensors live at ``peak_step``, largest first.
     """
 
     name: str
@@ -120,6 +128,9 @@ class FunctionMemoryReport:
     nonfinite_mismatches: Optional[int] = None
     nonfinite_matched: Optional[int] = None
     input_sensitivity: Optional[Dict] = None
+    tensors: List[Dict] = field(default_factory=list)
+    peak_step: Optional[int] = None
+    live_at_peak: List[str] = field(default_factory=list)
 
     @property
     def expected_runtime_alloc_bytes(self) -> int:

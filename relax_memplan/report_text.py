@@ -91,6 +91,7 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
             reasons[t["reason"]] = reasons.get(t["reason"], 0) + 1
         summary = ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items()))
         lines.append(f"  left to TVM's planner: {summary}")
+    lines += _peak_lines(f)
     if f.max_abs_diff_vs_tvm_default is not None:
         lines.append(f"  max abs difference vs TVM default build: {f.max_abs_diff_vs_tvm_default:.3g}")
     if f.max_abs_error is not None:
@@ -235,3 +236,22 @@ def _strategy_lines(reports: Mapping[str, CompileReport]) -> List[str]:
     for name, lines in per_strategy.items():
         out += [f"  {name}: {line.strip()}" for line in lines if line not in common]
     return out
+
+
+def _peak_lines(f: FunctionMemoryReport, top: int = 10) -> List[str]:
+    """The largest tensors live at the peak of the placed tensors' live bytes."""
+    if f.peak_step is None or not f.live_at_peak:
+        return []
+    by_name = {t["name"]: t for t in f.tensors}
+    live = [by_name[n] for n in f.live_at_peak]
+    total = sum(t["size_bytes"] for t in live)
+    lines = [f"  live at the peak (step {f.peak_step}): {len(live)} tensors, {total:,} B"
+             + (f"; the {top} largest:" if len(live) > top else ":"),
+             f"    {'tensor':<16}{'kernel':<36}{'shape':<22}{'bytes':>12}{'offset':>12}  live"]
+    for t in live[:top]:
+        shape = "x".join(map(str, t["shape"])) + f" {t['dtype']}"
+        kernel = t["producer"] or "-"
+        kernel = kernel if len(kernel) <= 34 else kernel[:31] + "..."
+        lines.append(f"    {t['name']:<16}{kernel:<36}{shape:<22}{t['size_bytes']:>12,}"
+                     f"{t['offset_bytes']:>12,}  [{t['live_range'][0]}, {t['live_range'][1]})")
+    return lines

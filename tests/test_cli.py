@@ -47,6 +47,21 @@ def test_static_report_is_the_one_row_case(example_run):
         assert row[key] == report[key], key
 
 
+def test_report_lists_each_placed_tensor_and_those_live_at_the_peak(example_run):
+    _, out = example_run
+    report = json.loads((out / "r.json").read_text())
+    tensors = {t["name"]: t for t in report["tensors"]}
+    assert len(tensors) == report["num_planned"] > 0
+    for t in tensors.values():
+        assert t["producer"] and t["size_bytes"] > 0  # e.g. fused_conv2d_add_relu
+        assert 0 <= t["offset_bytes"] and t["offset_bytes"] + t["size_bytes"] <= report["arena_bytes"]
+        assert t["live_range"][0] < t["live_range"][1]
+    live = [tensors[n] for n in report["live_at_peak"]]
+    assert all(t["live_range"][0] <= report["peak_step"] < t["live_range"][1] for t in live)
+    assert sum(t["size_bytes"] for t in live) <= report["lower_bound_bytes"]
+    assert [t["size_bytes"] for t in live] == sorted((t["size_bytes"] for t in live), reverse=True)
+
+
 def test_example_library_loads_and_runs(example_run):
     _, out = example_run
     lib = tvm.runtime.load_module(str(out / "lib.so"))

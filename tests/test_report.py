@@ -67,3 +67,16 @@ def test_side_by_side_prints_shared_notes_once_and_the_others_per_strategy():
     assert "n in [1, 4]; buckets n=2" in lines[1]
     assert lines[4].split() == ["n=1", "64", "1.000", "200", "2.000", "200", "900", "-"]
     assert lines[5:] == ["  note: imported", "  exact: note: only exact"]
+
+
+def test_text_shows_the_ten_largest_tensors_live_at_the_peak():
+    tensors = [{"name": f"t{k}", "producer": f"fused_kernel_{k}", "shape": [k + 1], "dtype": "float32",
+                "size_bytes": 4 * (k + 1), "live_range": [0, 3], "arena": 0, "offset_bytes": 64 * k}
+               for k in range(12)]
+    live = [t["name"] for t in sorted(tensors, key=lambda t: -t["size_bytes"])]
+    text = _report(tensors=tensors, peak_step=1, live_at_peak=live).format_text()
+    assert "live at the peak (step 1): 12 tensors, 312 B; the 10 largest:" in text
+    rows = [line.split() for line in text.splitlines()
+            if line.startswith("    t") and not line.startswith("    tensor")]
+    assert [r[0] for r in rows] == live[:10]
+    assert rows[0] == ["t11", "fused_kernel_11", "12", "float32", "48", "704", "[0,", "3)"]

@@ -3,11 +3,11 @@ shapes) or the dynamic plan's summary (symbolic dims), written into the report."
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..report import CompileReport, FunctionMemoryReport
 
-__all__ = ["static_functions", "summarize_dynamic", "arena_at"]
+__all__ = ["static_functions", "summarize_dynamic", "arena_at", "planned_tensors"]
 
 
 def static_functions(plan_pass, ours_rec, tvm_rec) -> Tuple[Dict[str, FunctionMemoryReport],
@@ -38,6 +38,8 @@ def static_functions(plan_pass, ours_rec, tvm_rec) -> Tuple[Dict[str, FunctionMe
             algorithm=", ".join(sorted({a.algorithm for a in fplan.arenas})),
             fallback=fplan.fallback_reason,
         )
+        functions[fname].tensors, functions[fname].peak_step, functions[fname].live_at_peak = \
+            planned_tensors(fplan)
         if fplan.fallback_reason:
             notes.append(f"function {fname} keeps TVM's memory plan: {fplan.fallback_reason}")
     return functions, notes
@@ -83,3 +85,27 @@ def _summarize_skipped(skipped: Sequence[str]) -> List[str]:
     return [f"{len(kernels)} kernel(s) {why}" + (f" ({', '.join(kernels[:3])}"
             + (", ..." if len(kernels) > 3 else "") + ")" if why else "")
             for why, kernels in reasons.items()]
+
+
+def planned_tensors(fplan) -> Tuple[List[Dict], Optional[int], List[str]]:
+    """Each tensor placed in an arena (name, producing kernel, shape, bytes, half-open live
+    range in program steps, arena and offset), the step where the placed tensors' live bytes
+    peak, and the names of the tensors live there (largest first)."""
+    placed = {uid: (k, offset) for k, arena in enumerate(fplan.arenas)
+              for uid, offset in arena.offsets.items()}
+    rows = [{"name": t.uid, "producer": t.producer, "shape": list(t.shape), "dtype": t.dtype,
+             "size_bytes": t.size_bytes, "live_range": [t.start, t.end],
+             "arena": placed[t.uid][0], "offset_bytes": placed[t.uid][1]}
+            for t in fplan.liveness.tensors if t.uid in placed]
+    if not rows:
+        return rows, None, []
+    events = sorted([(r["live_range"][0], r["size_bytes"]) for r in rows]
+                    + [(r["live_range"][1], -r["size_bytes"]) for r in rows])
+    live, best, peak_step = 0, -1, None
+    for step, delta in events:  # frees (negative) sort before allocations at the same step
+        live += delta
+        if live > best:
+            best, peak_step = live, step
+    at_peak = sorted((r for r in rows if r["live_range"][0] <= peak_step < r["live_range"][1]),
+                     key=lambda r: (-r["size_bytes"], r["name"]))
+    return rows, peak_step, [r["name"] for r in at_peak]
