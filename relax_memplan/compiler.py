@@ -13,7 +13,7 @@ import tvm
 
 from .compile import (BuildOptions, CheckOptions, CompileResult, build, compile_and_measure,
                       compile_model, export_library, max_abs_error, reference_sensitivity)
-from .compile.measure import Inputs
+from .compile.measure import ModelSource
 from .transform.plan_static_memory import PlanStaticMemory
 
 __all__ = ["CompileResult", "build", "compile_module", "compile_onnx", "export_library",
@@ -54,8 +54,9 @@ def compile_module(
                            library_path=library_path)
     check = CheckOptions(measure=inputs is not None, verify=reference is not None and
                          inputs is not None, rtol=rtol, atol=atol)
-    given = Inputs(mod=mod, given=inputs, given_reference=reference)
-    results = compile_and_measure(mod, given, name, list(notes), {}, [{}], options, check,
+    source = ModelSource(mod=mod, name=name, notes=list(notes), given=inputs,
+                         given_reference=reference)
+    results = compile_and_measure(source, {}, [{}], options, check,
                                   progress or (lambda _msg: None))
     return results["static"]
 

@@ -23,7 +23,7 @@ from .options import CheckOptions
 from .shapes import fit_values, shapes_at, with_shapes
 from .summary import arena_at
 
-__all__ = ["Inputs", "StrategyBuild", "add_rows", "measure_point", "max_abs_error", "reference_sensitivity",
+__all__ = ["ModelSource", "StrategyBuild", "add_rows", "measure_point", "max_abs_error", "reference_sensitivity",
            "physical_memory_bytes"]
 
 
@@ -43,12 +43,16 @@ class StrategyBuild:
 
 
 @dataclass
-class Inputs:
-    """Where a shape's inputs and reference outputs come from: random inputs (or the given
-    ``values``) for an ONNX model with onnxruntime as reference, or arrays given as they are
-    (:func:`relax_memplan.compiler.compile_module`)."""
+class ModelSource:
+    """The model being compiled and where a shape's inputs and reference outputs come from:
+    random inputs (or the given ``values``) for an ONNX model with onnxruntime as reference,
+    or arrays given as they are (:func:`relax_memplan.compiler.compile_module`).
+
+    ``name`` and ``notes`` (import notes) go into the report."""
 
     mod: object
+    name: str = "module"
+    notes: List[str] = field(default_factory=list)
     info: Optional[object] = None
     onnx_model: Optional[object] = None
     values: Dict[str, np.ndarray] = field(default_factory=dict)
@@ -131,12 +135,16 @@ def add_rows(builds: Sequence[StrategyBuild], dims: Mapping[str, int]) -> None:
 
 
 def measure_point(dims: Mapping[str, int], builds: Sequence[StrategyBuild], ex_tvm,
-                  inputs: Inputs, check: CheckOptions, say) -> None:
+                  source: ModelSource, check: CheckOptions, say) -> None:
     """Run every build (and TVM's) at ``dims`` and complete the last row of each report."""
-    feed = inputs.feed_at(dims, check.seed)
+    feed = source.feed_at(dims, check.seed)
     arrays = list(feed.values())
     _check_fits_in_memory(builds, arrays)
-    reference = inputs.reference(feed) if check.verify else None
+    reference = None
+    if check.verify:
+        say("running onnxruntime for reference outputs" if source.onnx_model is not None
+            else "comparing with the given reference outputs")
+        reference = source.reference(feed)
     say("running at " + ", ".join(f"{k}={v}" for k, v in dims.items()) if dims else
         "running our build once (naive allocator, counting alloc_storage)")
     rows = [b.report.shapes[-1] for b in builds]
@@ -155,9 +163,9 @@ def measure_point(dims: Mapping[str, int], builds: Sequence[StrategyBuild], ex_t
         return
     for b, row in zip(builds, rows):
         row.record_comparison(compare_outputs(b.outputs, reference, check.rtol, check.atol))
-    if inputs.onnx_model is not None:
+    if source.onnx_model is not None:
         say("running onnxruntime on a second random input (does the output depend on it?)")
-        moved = inputs.sensitivity(dims, reference, rows[0].error_tolerance, check.seed)
+        moved = source.sensitivity(dims, reference, rows[0].error_tolerance, check.seed)
         for row in rows:
             row.input_sensitivity = moved
 

@@ -23,7 +23,7 @@ from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.record_storage import RecordStorage
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
-from .measure import Inputs, StrategyBuild, add_rows, measure_point, physical_memory_bytes
+from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .options import BuildOptions, CheckOptions, library_path_for
 from .shapes import fit_values, sample_dims, shapes_at, symbolic_dims
 from .summary import static_functions, summarize_dynamic
@@ -103,10 +103,11 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
     say = progress or (lambda _msg: None)
     dims = dict(dim_ranges or {})
     onnx_model, name, mod, info = _import(model, shapes, dims, options.prepare, say)
-    inputs = Inputs(mod=mod, info=info, onnx_model=onnx_model, values=dict(input_values or {}))
-    points = _points(inputs, dims, check)
-    notes = [n for n in info.notes if not dims or "kept symbolic" not in n]
-    results = compile_and_measure(mod, inputs, name, notes, dims, points, options, check, say)
+    source = ModelSource(mod=mod, name=name, info=info, onnx_model=onnx_model,
+                         values=dict(input_values or {}),
+                         notes=[n for n in info.notes if not dims or "kept symbolic" not in n])
+    points = _points(source, dims, check)
+    results = compile_and_measure(source, dims, points, options, check, say)
     if not dims:
         for result in results.values():
             result.report.inputs = {n: {"shape": list(s), "dtype": info.input_dtypes[n]}
@@ -129,20 +130,20 @@ def _import(model, shapes, dims, prepare: bool, say):
     return onnx_model, name, mod, info
 
 
-def _points(inputs: Inputs, dims, check: CheckOptions) -> List[Dict[str, int]]:
+def _points(source: ModelSource, dims, check: CheckOptions) -> List[Dict[str, int]]:
     """The shapes to run at (``[{}]`` for fixed shapes), with the given values checked there
     and the inputs' memory checked against the machine's, before any build."""
-    info = inputs.info
-    unknown = sorted(set(inputs.values) - set(info.input_shapes))
+    info = source.info
+    unknown = sorted(set(source.values) - set(info.input_shapes))
     if unknown:
         raise ShapeSpecError(f"values given for unknown input(s) {unknown}; "
                              f"inputs: {list(info.input_shapes)}")
-    symbolic = symbolic_dims(inputs.mod, info, dims) if dims else []
+    symbolic = symbolic_dims(source.mod, info, dims) if dims else []
     points = sample_dims({n: dims[n] for n in symbolic}, check.sample_shapes, check.seed)
     have = physical_memory_bytes()
     for point in points:
-        shapes = shapes_at(inputs.mod, point) if point else info.input_shapes
-        fit_values(inputs.values, shapes)
+        shapes = shapes_at(source.mod, point) if point else info.input_shapes
+        fit_values(source.values, shapes)
         need = sum(int(np.prod(s, dtype=np.float64)) * np.dtype(info.input_dtypes[n]).itemsize
                    for n, s in shapes.items() if n in info.input_dtypes)
         if (check.measure or check.verify) and have is not None and need > have:
@@ -152,10 +153,11 @@ def _points(inputs: Inputs, dims, check: CheckOptions) -> List[Dict[str, int]]:
     return points
 
 
-def compile_and_measure(mod, inputs: Inputs, name: str, notes: Sequence[str], dims,
-                        points: Sequence[Dict[str, int]], options: BuildOptions,
-                        check: CheckOptions, say) -> Dict[str, CompileResult]:
+def compile_and_measure(source: ModelSource, dims, points: Sequence[Dict[str, int]],
+                        options: BuildOptions, check: CheckOptions,
+                        say) -> Dict[str, CompileResult]:
     """Build each strategy and TVM's once, then add a row per point (run when asked)."""
+    mod = source.mod
     strategies = _strategies(dims, options)
     builds = [_build_ours(mod, s, dims, options, say, several=len(strategies) > 1)
               for s in strategies]
@@ -168,12 +170,12 @@ def compile_and_measure(mod, inputs: Inputs, name: str, notes: Sequence[str], di
                        schedule=options.schedule, check_indices=options.check_indices,
                        **({"dim_ranges": dims} if dims else {}))
     for b in builds:
-        _start_report(b, name, notes, dims, options, tvm_rec)
+        _start_report(b, source, dims, options, tvm_rec)
     run = _runnable(builds, options, check)
     for point in points:
         add_rows(builds, point)
         if run:
-            measure_point(point, builds, ex_tvm, inputs, check, say)
+            measure_point(point, builds, ex_tvm, source, check, say)
     for b in builds:
         if b.report.is_static and "main" in b.report.functions and b.report.shapes:
             b.report.main.record_run(b.report.shapes[0])
@@ -220,10 +222,11 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
     return b
 
 
-def _start_report(b: StrategyBuild, name, notes, dims, options: BuildOptions, tvm_rec) -> None:
+def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOptions,
+                  tvm_rec) -> None:
     """The report of a build before any run: the plan's summary."""
-    b.report = CompileReport(model=name, target=str(options.tvm_target.kind.name),
-                             notes=list(notes), strategy=b.strategy, dims=dict(dims))
+    b.report = CompileReport(model=source.name, target=str(options.tvm_target.kind.name),
+                             notes=list(source.notes), strategy=b.strategy, dims=dict(dims))
     if not dims:
         b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec)
         b.report.notes += fallbacks
