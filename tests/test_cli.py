@@ -171,6 +171,7 @@ def test_unwritable_output_fails_before_compiling_and_writes_nothing(capsys, tmp
         (["--input", "image=99999999999999999999"], "too large"),
         (["--shape", "image=99999999999999999999,3,96,96"], "above 2147483647"),
         (["--input", "nosuch=1"], "unknown input"),
+        (["--input", "image=1,2"], "'image' has shape (2,), expected (1, 3, 96, 96)"),
         (["--dump-ir", "/etc/passwd"], "not a directory"),
     ],
 )

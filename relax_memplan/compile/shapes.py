@@ -96,8 +96,8 @@ def fit_values(values, shapes):
     out = {}
     for name, value in (values or {}).items():
         if name in shapes and tuple(np.shape(value)) != tuple(shapes[name]):
-            raise ShapeSpecError(f"value for input '{name}' has shape {np.shape(value)}, but the "
-                                 f"sampled shape needs {shapes[name]}")
+            raise ShapeSpecError(f"value for input '{name}' has shape {tuple(np.shape(value))}, "
+                                 f"expected {tuple(shapes[name])}")
         out[name] = value
     return out
 
