@@ -1,6 +1,6 @@
 """``relax-memplan``: compile ONNX models with relax_memplan's planner and report memory.
 
-Subcommands: ``compile`` (:func:`relax_memplan.compiler.compile_onnx`), ``run``
+Subcommands: ``compile`` (:func:`relax_memplan.compile.compile_strategies`), ``run``
 (:func:`relax_memplan.tools.run.run_library`), ``inspect``
 (:func:`relax_memplan.tools.inspect.inspect_onnx`) and ``bench``
 (:func:`relax_memplan.tools.bench.bench_onnx`). Only argument parsing and printing live here.
@@ -16,15 +16,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-import numpy as np
-
-from .errors import RelaxMemplanError, ShapeSpecError, summarize_error
+from .cli_args import (check_environment, check_output_path, int_at_least, parse_inputs,
+                       parse_repeated, positive_seconds)
+from .errors import RelaxMemplanError, summarize_error
 from .tools.console import native_log
 
 __all__ = ["main", "build_parser"]
@@ -32,77 +31,6 @@ __all__ = ["main", "build_parser"]
 EXIT_ERROR = 1
 EXIT_VERIFY_FAILED = 3
 EXIT_INTERRUPTED = 130
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def _check_output_path(option: str, path: str, directory: bool = False) -> None:
-    """Fail before compiling when an output path cannot be written."""
-    p = Path(path)
-    if directory:
-        if p.exists() and not p.is_dir():
-            raise RelaxMemplanError(f"{option} {path}: exists and is not a directory")
-        try:
-            p.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise RelaxMemplanError(f"{option} {path}: cannot create directory: {err.strerror}") from None
-        return
-    if p.is_dir():
-        raise RelaxMemplanError(f"{option} {path}: is a directory")
-    existed = p.exists()
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "ab"):
-            pass
-    except OSError as err:
-        raise RelaxMemplanError(f"{option} {path}: cannot write: {err.strerror}") from None
-    if not existed:
-        p.unlink()
-
-
-_LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")
-"""Extensions ``tvm.runtime.load_module`` loads a compiled library from."""
-
-
-def _check_environment(args) -> None:
-    """Check optional dependencies and output paths before any work."""
-    target = args.target
-    if args.verify and target == "cuda":
-        raise RelaxMemplanError("--verify runs the build on the CPU; use it with --target llvm "
-                                "(a cuda build is compiled only)")
-    if args.verify:
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            raise RelaxMemplanError("--verify needs onnxruntime: pip install onnxruntime") from None
-    if args.plot:
-        try:
-            from matplotlib.figure import Figure
-        except ImportError:
-            raise RelaxMemplanError('--plot needs matplotlib: pip install "relax_memplan[plot]"') from None
-        formats = Figure().canvas.get_supported_filetypes()
-        if Path(args.plot).suffix.lower().lstrip(".") not in formats:
-            raise RelaxMemplanError(f"--plot {args.plot}: the file name must end in one of "
-                                    f"{', '.join('.' + f for f in sorted(formats))}")
-    if args.output and Path(args.output).suffix.lower() not in _LIBRARY_SUFFIXES:
-        raise RelaxMemplanError(f"-o {args.output}: a compiled library must end in "
-                                f"{' or '.join(_LIBRARY_SUFFIXES)} (tvm.runtime.load_module "
-                                f"picks its loader by the extension)")
-    if args.verify and args.no_measure:
-        raise RelaxMemplanError("--verify runs the build; it cannot be combined with --no-measure")
-    for option, path in (("-o", args.output), ("--report", args.report), ("--plot", args.plot)):
-        if path:
-            _check_output_path(option, path)
-    if args.dump_ir:
-        _check_output_path("--dump-ir", args.dump_ir, directory=True)
 
 
 def _log_mode(args) -> str:
@@ -157,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--report", metavar="JSON", help="write the report as JSON")
     c.add_argument("--plot", metavar="PNG", help="draw the arena plan (needs matplotlib)")
     c.add_argument("--dump-ir", metavar="DIR", help="write the IR after each pipeline phase")
-    c.add_argument("--time-limit", type=_positive_seconds, metavar="SECONDS",
+    c.add_argument("--time-limit", type=positive_seconds, metavar="SECONDS",
                    help="offset-search budget per arena (default from config)")
     c.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI[:STEP]",
                    help="keep this dim symbolic with a declared range (repeatable; HI may be "
@@ -214,9 +142,9 @@ def _add_tool_parsers(sub) -> None:
                    help="full shape of an input (repeatable); dynamic dims not fixed are 1")
     b.add_argument("--input", action="append", default=[], metavar="NAME=VALUE|FILE.npy",
                    help="use this value for an input instead of random data")
-    b.add_argument("--repeat", type=_int_at_least(1), default=20, metavar="N",
+    b.add_argument("--repeat", type=int_at_least(1), default=20, metavar="N",
                    help="timed calls per build (default 20)")
-    b.add_argument("--warmup", type=_int_at_least(0), default=3, metavar="K",
+    b.add_argument("--warmup", type=int_at_least(0), default=3, metavar="K",
                    help="untimed calls per build first (default 3)")
     b.add_argument("--no-onnxruntime", action="store_true", help="time the two TVM builds only")
     b.add_argument("--json", metavar="JSON", help="also write the times as JSON")
@@ -232,95 +160,93 @@ def _add_verbosity(p) -> None:
                        "line once, with its count, after the phase)")
 
 
-def _int_at_least(minimum: int):
-    """An argparse type: an integer >= ``minimum``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-def _parse_inputs(specs: List[str]) -> Dict[str, np.ndarray]:
-    values: Dict[str, np.ndarray] = {}
-    for spec in specs:
-        name, sep, text = spec.partition("=")
-        if not sep or not name or not text:
-            raise ShapeSpecError(f"--input '{spec}' is not NAME=VALUE or NAME=FILE.npy")
-        if name in values:
-            raise ShapeSpecError(f"--input for '{name}' is given twice")
-        if text.endswith(".npy"):
-            try:
-                values[name] = np.load(text)
-            except (OSError, ValueError) as err:
-                raise ShapeSpecError(f"--input {name}: cannot read '{text}': {err}") from None
-            continue
-        try:
-            nums = [float(v) if any(ch in v for ch in ".eE") else int(v) for v in text.split(",")]
-        except ValueError:
-            raise ShapeSpecError(f"--input {name}: '{text}' is not a number list") from None
-        try:
-            values[name] = np.array(nums[0] if len(nums) == 1 else nums)
-        except OverflowError:
-            raise ShapeSpecError(f"--input {name}: '{text}' is too large") from None
-        if values[name].dtype == object:
-            raise ShapeSpecError(f"--input {name}: '{text}' is too large for an integer tensor")
-    return values
-
-
 def _compile(args) -> int:
-    from .compiler import compile_onnx
+    from .compile import CheckOptions, compile_strategies
     from .config import load_config
     from .frontend import parse_shape_spec
-    from .transform.plan_static_memory import PlanStaticMemory
+    from .report_text import format_side_by_side
 
     config = load_config(args.config)
     if args.target is None:
         args.target = config.target
-    _check_environment(args)
+    check_environment(args)
     shapes = {name: tuple(dims) for name, dims in config.shapes.items()}
-    shapes.update(_parse_repeated(args.shape, parse_shape_spec, "--shape"))
-    input_values = _parse_inputs(args.input)
-    target = args.target
-    planner = config.planner
-    plan_pass = PlanStaticMemory(
-        alignment_bytes=planner.alignment_bytes,
-        algorithms=planner.algorithms,
-        time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s,
-    )
+    shapes.update(parse_repeated(args.shape, parse_shape_spec, "--shape"))
+    input_values = parse_inputs(args.input)
+    dims, options = _build_options(args, config)
+    check = CheckOptions(measure=not args.no_measure, verify=args.verify, rtol=config.verify.rtol,
+                         atol=config.verify.atol, seed=config.verify.seed,
+                         sample_shapes=args.sample_shapes)
     progress = _progress(args)
-    if args.dim or config.dims:
-        return _compile_dynamic(args, shapes, plan_pass, input_values, config, progress)
-    if args.bucket or args.dispatch or args.size_classes or config.dispatch:
-        raise RelaxMemplanError("--bucket, --dispatch and --size-classes (or config dispatch) "
-                                "need symbolic dims: give --dim NAME=LO..HI")
     with native_log(_log_mode(args)):
-        result = compile_onnx(
-            args.model, shapes, target=target, plan_pass=plan_pass, verify=args.verify,
-            measure=not args.no_measure, input_values=input_values,
-            seed=config.verify.seed, rtol=config.verify.rtol, atol=config.verify.atol,
-            dump_dir=args.dump_ir, progress=progress, prepare=not args.no_prepare,
-            schedule=args.schedule or config.schedule,
-            check_indices=config.check_indices and not args.no_index_checks,
-            library_path=args.output,
-        )
+        results = compile_strategies(args.model, shapes, dims, options=options, check=check,
+                                     input_values=input_values, progress=progress)
         _finish(progress)  # before TVM's collected log lines
-    print(result.report.format_text())
-    def plot():
-        from .plot import plot_plan
-
-        plot_plan(plan_pass.plans["main"], args.plot, title=result.report.model)
-
-    _write_outputs(args, result.report.to_dict(), plot)
-    if args.verify and result.report.main.verified is False:
+    reports = {name: result.report for name, result in results.items()}
+    print(format_side_by_side(reports) if len(reports) > 1
+          else next(iter(reports.values())).format_text())
+    _write_outputs(args, results, options.plan_pass)
+    if args.verify and any(r.verified is False for r in reports.values()):
         return EXIT_VERIFY_FAILED
     return 0
+
+
+def _build_options(args, config):
+    """(declared dim ranges, BuildOptions) from the command line and the config."""
+    from .compile import BuildOptions
+    from .transform.plan_static_memory import PlanStaticMemory
+
+    planner = config.planner
+    plan_pass = PlanStaticMemory(
+        alignment_bytes=planner.alignment_bytes, algorithms=planner.algorithms,
+        time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s)
+    common = dict(target=args.target, plan_pass=plan_pass, dump_dir=args.dump_ir,
+                  prepare=not args.no_prepare, schedule=args.schedule or config.schedule,
+                  check_indices=config.check_indices and not args.no_index_checks,
+                  library_path=args.output)
+    if not (args.dim or config.dims):
+        if args.bucket or args.dispatch or args.size_classes or config.dispatch:
+            raise RelaxMemplanError("--bucket, --dispatch and --size-classes (or config "
+                                    "dispatch) need symbolic dims: give --dim NAME=LO..HI")
+        return {}, BuildOptions(**common)
+    ranges, buckets, dispatch = _dynamic_specs(args, config)
+    strategy = args.strategy or planner.strategy
+    if strategy == "buckets" and not buckets:
+        raise RelaxMemplanError("--strategy buckets needs --bucket NAME=V1,V2,... "
+                                "(or planner.buckets)")
+    from .compile import STRATEGIES
+
+    strategies = ([s for s in STRATEGIES if s != "buckets" or buckets] if strategy == "all"
+                  else [strategy])
+    return ranges, BuildOptions(**common, strategies=tuple(strategies), buckets=buckets,
+                                size_classes=args.size_classes or planner.size_classes,
+                                size_class_growth=planner.size_class_growth, dispatch=dispatch)
+
+
+def _dynamic_specs(args, config):
+    """(--dim ranges, --bucket values, --dispatch values), config first, checked."""
+    from .compile import parse_dim_spec, parse_values_spec
+
+    if args.model is None:
+        raise RelaxMemplanError("--dim needs a model with symbolic dims (the built-in example "
+                                "has none)")
+    if args.plot or args.target == "cuda":
+        raise RelaxMemplanError("--dim (or config dims) cannot be combined with --plot "
+                                "or --target cuda yet")
+    if args.sample_shapes < 2:
+        raise RelaxMemplanError("--sample-shapes must be >= 2 (the range ends)")
+    ranges = dict(config.dims)
+    ranges.update(parse_repeated(args.dim, parse_dim_spec, "--dim"))
+    buckets = dict(config.planner.buckets)
+    buckets.update(parse_repeated(args.bucket, parse_values_spec, "--bucket"))
+    dispatch = dict(config.dispatch)
+    dispatch.update(parse_repeated(args.dispatch, parse_values_spec, "--dispatch"))
+    for option, named in (("--bucket", buckets), ("--dispatch", dispatch)):
+        unknown = sorted(set(named) - set(ranges))
+        if unknown:
+            raise RelaxMemplanError(f"{option} {', '.join(unknown)}: not a dim given with --dim "
+                                    f"(dims: {', '.join(sorted(ranges))})")
+    return ranges, buckets, dispatch
 
 
 def _release_quietly(err: BaseException) -> None:
@@ -341,81 +267,25 @@ def _release_quietly(err: BaseException) -> None:
         os.close(saved)
 
 
-def _compile_dynamic(args, shapes, plan_pass, input_values, config, progress) -> int:
-    from .dynamic_compile import compile_onnx_dynamic, parse_dim_spec, parse_values_spec
-
-    if args.model is None:
-        raise RelaxMemplanError("--dim needs a model with symbolic dims (the built-in example has none)")
-    if args.plot or args.target == "cuda":
-        raise RelaxMemplanError("--dim (or config dims) cannot be combined with --plot "
-                                "or --target cuda yet")
-    if args.sample_shapes < 2:
-        raise RelaxMemplanError("--sample-shapes must be >= 2 (the range ends)")
-    ranges = dict(config.dims)
-    ranges.update(_parse_repeated(args.dim, parse_dim_spec, "--dim"))
-    buckets = dict(config.planner.buckets)
-    buckets.update(_parse_repeated(args.bucket, parse_values_spec, "--bucket"))
-    dispatch = dict(config.dispatch)
-    dispatch.update(_parse_repeated(args.dispatch, parse_values_spec, "--dispatch"))
-    for option, named in (("--bucket", buckets), ("--dispatch", dispatch)):
-        unknown = sorted(set(named) - set(ranges))
-        if unknown:
-            raise RelaxMemplanError(f"{option} {', '.join(unknown)}: not a dim given with --dim "
-                                    f"(dims: {', '.join(sorted(ranges))})")
-    strategy = args.strategy or config.planner.strategy
-    if strategy == "buckets" and not buckets:
-        raise RelaxMemplanError("--strategy buckets needs --bucket NAME=V1,V2,... (or planner.buckets)")
-    strategies = ([s for s in ("upper_bound", "exact", "buckets") if s != "buckets" or buckets]
-                  if strategy == "all" else [strategy])
-    reports = {}
-    for k, name in enumerate(strategies):
-        with native_log(_log_mode(args)):
-            _, report = compile_onnx_dynamic(
-                args.model, ranges, shapes=shapes, strategy=name, plan_pass=plan_pass, buckets=buckets or None,
-                size_classes=args.size_classes or config.planner.size_classes,
-                size_class_growth=config.planner.size_class_growth,
-                dispatch=dispatch or None, schedule=args.schedule or config.schedule,
-                sample_shapes=args.sample_shapes, measure=not args.no_measure,
-                verify=args.verify, input_values=input_values,
-                seed=config.verify.seed, rtol=config.verify.rtol, atol=config.verify.atol,
-                prepare=not args.no_prepare, progress=progress, compare_with_tvm=k == 0,
-                check_indices=config.check_indices and not args.no_index_checks,
-                library_path=args.output if k == len(strategies) - 1 else None)
-            if k == len(strategies) - 1:
-                _finish(progress)
-        print(report.format_text())
-        reports[name] = report.to_dict()
-    _write_outputs(args, reports[strategy] if strategy != "all" else {"strategies": reports},
-                   plot=None)
-    if args.verify and any(r["verified"] is False for r in reports.values()):
-        return EXIT_VERIFY_FAILED
-    return 0
-
-
-def _parse_repeated(specs: List[str], parse, option: str) -> Dict:
-    """``NAME=...`` options given several times: parsed, a name given twice is an error."""
-    out: Dict = {}
-    for spec in specs:
-        name, value = parse(spec)
-        if name in out:
-            raise ShapeSpecError(f"{option} for '{name}' is given twice")
-        out[name] = value
-    return out
-
-
-def _write_outputs(args, report: Dict, plot) -> None:
-    """Say where -o went (written right after the build, before any run: a library
+def _write_outputs(args, results, plan_pass) -> None:
+    """Say where -o went (written right after each build, before any run: a library
     exported after a run prints TVM warnings when loaded), then write --plot, --report."""
     try:
-        if args.output:
-            print(f"library written to {args.output}")
-        if args.plot and plot is not None:
-            plot()
+        for name, result in results.items():
+            if result.library_path:
+                which = f" ({name})" if len(results) > 1 else ""
+                print(f"library{which} written to {result.library_path}")
+        if args.plot and "static" in results:
+            from .plot import plot_plan
+
+            plot_plan(plan_pass.plans["main"], args.plot, title=results["static"].report.model)
             print(f"plan drawn to {args.plot}")
         if args.report:
+            data = ({"strategies": {n: r.report.to_dict() for n, r in results.items()}}
+                    if len(results) > 1 else next(iter(results.values())).report.to_dict())
             path = Path(args.report)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
             print(f"report written to {args.report}")
     except (OSError, RuntimeError) as err:
         raise RelaxMemplanError(f"cannot write output: {summarize_error(err)}") from None
@@ -425,8 +295,8 @@ def _run(args) -> int:
     from .tools.run import run_library, save_outputs
 
     if args.output:
-        _check_output_path("--output", args.output)
-    result = run_library(args.library, _parse_inputs(args.input))
+        check_output_path("--output", args.output)
+    result = run_library(args.library, parse_inputs(args.input))
     for k, out in enumerate(result.outputs):
         print(f"output{k}: {out.dtype} {list(out.shape)}")
     if args.output:
@@ -454,13 +324,13 @@ def _bench(args) -> int:
             raise RelaxMemplanError("bench times onnxruntime too: pip install onnxruntime "
                                     "(or give --no-onnxruntime)") from None
     if args.json:
-        _check_output_path("--json", args.json)
+        check_output_path("--json", args.json)
     progress = _progress(args)
     with native_log(_log_mode(args)):
-        result = bench_onnx(args.model, _parse_repeated(args.shape, parse_shape_spec, "--shape"),
+        result = bench_onnx(args.model, parse_repeated(args.shape, parse_shape_spec, "--shape"),
                             repeat=args.repeat, warmup=args.warmup,
                             onnxruntime=not args.no_onnxruntime,
-                            input_values=_parse_inputs(args.input), progress=progress)
+                            input_values=parse_inputs(args.input), progress=progress)
         _finish(progress)
     print(result.format_text())
     if args.json:

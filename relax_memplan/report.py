@@ -13,6 +13,12 @@ leaves, the larger branch of an ``R.If``), so ``saved_bytes`` compares like
 with like; ``runtime_alloc_bytes`` is the sum of the ``alloc_storage``
 requests the VM made during one call (outputs included). Where our plan would
 allocate more than TVM's, the function keeps TVM's plan and ``fallback`` says so.
+
+One report type for every build (:class:`CompileReport`): one row
+(:class:`ShapeMeasurement`) per measured shape. A fixed-shape build is the one-row case
+(dims ``{}``, strategy ``"static"``) and also carries the static plan of each function
+(:class:`FunctionMemoryReport`); a build with symbolic dims carries the ranges, the
+strategy and the dynamic plan's summary. Text formatting: :mod:`relax_memplan.report_text`.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-__all__ = ["FunctionMemoryReport", "MemoryReport"]
+__all__ = ["CompileReport", "FunctionMemoryReport", "ShapeMeasurement", "MemoryReport",
+           "DynamicReport"]
 
 
 def _ratio(a: Optional[int], b: Optional[int]) -> Optional[float]:
@@ -87,6 +94,14 @@ class FunctionMemoryReport:
         (:func:`relax_memplan.verify.input_sensitivity`), with ``verify``.
     max_abs_diff_vs_tvm_default : float or None
         Our outputs against TVM's default build on the same inputs.
+    tensors : list of dict
+        Each tensor placed in our arena: ``name``, ``producer`` (the kernel writing it),
+        ``shape``, ``dtype``, ``size_bytes``, ``live_range`` (half-open, program steps),
+        ``arena`` and ``offset_bytes``.
+    peak_step : int or None
+        The step where the placed tensors' live bytes peak.
+    live_at_peak : list of str
+        Names of the tensors live at ``peak_step``, largest first.
     """
 
     name: str
@@ -113,6 +128,9 @@ class FunctionMemoryReport:
     nonfinite_mismatches: Optional[int] = None
     nonfinite_matched: Optional[int] = None
     input_sensitivity: Optional[Dict] = None
+    tensors: List[Dict] = field(default_factory=list)
+    peak_step: Optional[int] = None
+    live_at_peak: List[str] = field(default_factory=list)
 
     @property
     def expected_runtime_alloc_bytes(self) -> int:
@@ -154,6 +172,11 @@ class FunctionMemoryReport:
         self.nonfinite_mismatches = comparison.nonfinite_mismatches
         self.nonfinite_matched = comparison.nonfinite_matched
 
+    def record_run(self, row: "ShapeMeasurement") -> None:
+        """Keep what was measured at the one shape of a static build."""
+        for name in _MEASURED:
+            setattr(self, name, getattr(row, name))
+
     def to_dict(self) -> Dict:
         """JSON-ready dict, with ratios and derived fields added."""
         d = asdict(self)
@@ -174,40 +197,139 @@ class FunctionMemoryReport:
         return d
 
 
+
+
+_MEASURED = ("runtime_alloc_bytes", "runtime_num_allocs", "tvm_default_runtime_alloc_bytes",
+             "tvm_default_runtime_num_allocs", "max_abs_error", "error_tolerance",
+             "nonfinite_mismatches", "nonfinite_matched", "input_sensitivity",
+             "max_abs_diff_vs_tvm_default")
+"""Fields of a row that a static build's main function report repeats."""
+
+
 @dataclass
-class MemoryReport:
-    """The report of one compilation.
+class ShapeMeasurement:
+    """Bytes at one shape (all sizes in bytes), and the check against onnxruntime there
+    (``max_abs_error`` and the other fields of :class:`~relax_memplan.verify.Comparison`,
+    ``input_sensitivity``). ``dims`` is ``{}`` for a fixed-shape build."""
+
+    dims: Dict[str, int]
+    runtime_alloc_bytes: Optional[int]
+    arena_bytes: int
+    lower_bound_bytes: int
+    tvm_default_runtime_alloc_bytes: Optional[int] = None
+    max_abs_error: Optional[float] = None
+    kernel_paths: Optional[List[str]] = None
+    error_tolerance: Optional[float] = None
+    nonfinite_mismatches: Optional[int] = None
+    nonfinite_matched: Optional[int] = None
+    input_sensitivity: Optional[Dict] = None
+    runtime_num_allocs: Optional[int] = None
+    tvm_default_runtime_num_allocs: Optional[int] = None
+    max_abs_diff_vs_tvm_default: Optional[float] = None
+
+    def record_comparison(self, comparison) -> None:
+        """Keep a :class:`relax_memplan.verify.Comparison` with the reference at this shape."""
+        self.max_abs_error, self.error_tolerance = comparison.max_abs_error, comparison.tolerance
+        self.nonfinite_mismatches = comparison.nonfinite_mismatches
+        self.nonfinite_matched = comparison.nonfinite_matched
+
+    @property
+    def verified(self) -> Optional[bool]:
+        """Whether our outputs match onnxruntime's at this shape (None if not compared)."""
+        if self.max_abs_error is None or self.error_tolerance is None:
+            return None
+        return not self.nonfinite_mismatches and self.max_abs_error <= self.error_tolerance
+
+    @property
+    def arena_over_lower_bound(self) -> float:
+        """Our arena at this shape / the lower bound at this shape."""
+        return self.arena_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
+
+    def to_dict(self) -> Dict:
+        """JSON-ready dict, with the ratio and the verdict."""
+        return dict(vars(self), arena_over_lower_bound=round(self.arena_over_lower_bound, 4),
+                    verified=self.verified)
+
+
+@dataclass
+class CompileReport:
+    """The report of one build: a row per measured shape.
 
     Attributes
     ----------
-    model : str
-        Model path or name.
-    target : str
-        Compilation target.
+    model, target : str
     inputs : dict
-        Input name -> ``{"shape": [...], "dtype": str}``.
+        Input name -> ``{"shape": [...], "dtype": str}`` (fixed-shape builds).
     functions : dict of str to FunctionMemoryReport
+        The static plan of each function (fixed-shape builds; empty with symbolic dims).
     notes : list of str
-        Import and fallback notes (defaulted dims, opset upgrade, ...).
+    strategy : str
+        ``"static"`` for a fixed-shape build, else the dynamic strategy.
+    dims : dict of str to tuple
+        Declared ranges of the symbolic dims (``{}`` when fixed).
+    shapes : list of ShapeMeasurement
+        One row per measured shape (one row, dims ``{}``, for a fixed-shape build).
+    planned_tensors : int
+        Symbolic tensors in the dynamic arena.
+    left_to_tvm : dict of str to str
+        Symbolic tensors left to TVM, with the reason.
+    checked : dict
+        Where the exact plan's ratio was checked (``ratio_check``).
+    specialized : dict
+        Kernels specialized per dim value (``--dispatch``).
+    buckets : dict of str to list of int
+        Bucket values of the ``buckets`` strategy.
     """
 
     model: str
-    target: str
-    inputs: Dict[str, Dict]
-    functions: Dict[str, FunctionMemoryReport]
+    target: str = "llvm"
+    inputs: Dict[str, Dict] = field(default_factory=dict)
+    functions: Dict[str, FunctionMemoryReport] = field(default_factory=dict)
     notes: List[str] = field(default_factory=list)
+    strategy: str = "static"
+    dims: Dict[str, Tuple] = field(default_factory=dict)
+    shapes: List[ShapeMeasurement] = field(default_factory=list)
+    planned_tensors: int = 0
+    left_to_tvm: Dict[str, str] = field(default_factory=dict)
+    checked: Dict = field(default_factory=dict)
+    specialized: Dict[str, Dict[str, List[int]]] = field(default_factory=dict)
+    buckets: Dict[str, List[int]] = field(default_factory=dict)
+
+    @property
+    def is_static(self) -> bool:
+        """A fixed-shape build (no symbolic dim)."""
+        return self.strategy == "static"
 
     @property
     def main(self) -> FunctionMemoryReport:
-        """The report of ``main`` (or the first function)."""
+        """The static plan of ``main`` (or the first function) of a fixed-shape build."""
         return self.functions.get("main") or next(iter(self.functions.values()))
 
+    @property
+    def verified(self) -> Optional[bool]:
+        """Whether every compared shape matched onnxruntime (None if none was compared)."""
+        verdicts = [s.verified for s in self.shapes if s.verified is not None]
+        if not verdicts and self.functions:
+            return self.main.verified
+        return all(verdicts) if verdicts else None
+
     def to_dict(self) -> Dict:
-        """JSON-ready dict: the main function's fields at top level, all functions under ``functions``."""
-        main = self.main.to_dict()
-        out = {"model": self.model, "target": self.target, "inputs": self.inputs, "notes": self.notes}
-        out.update({k: v for k, v in main.items() if k not in ("name", "left_to_tvm")})
-        out["functions"] = {name: f.to_dict() for name, f in self.functions.items()}
+        """JSON-ready dict. Fixed shape: ``main``'s fields at top level, every function under
+        ``functions``; symbolic dims: ``strategy``, ``dims``, ``ratio_check``, ... Both have
+        ``shapes`` (the rows) and ``verified``."""
+        out = {"model": self.model, "target": self.target, "inputs": self.inputs,
+               "notes": self.notes, "strategy": self.strategy,
+               "dims": {n: list(r) for n, r in self.dims.items()}}
+        if self.is_static and self.functions:
+            out.update({k: v for k, v in self.main.to_dict().items()
+                        if k not in ("name", "left_to_tvm")})
+            out["functions"] = {name: f.to_dict() for name, f in self.functions.items()}
+        else:
+            out.update({"planned_tensors": self.planned_tensors, "left_to_tvm": self.left_to_tvm,
+                        "ratio_check": self.checked, "specialized_kernels": self.specialized,
+                        "buckets": {n: list(v) for n, v in self.buckets.items()}})
+        out["verified"] = self.verified
+        out["shapes"] = [s.to_dict() for s in self.shapes]
         return out
 
     def write_json(self, path) -> None:
@@ -217,86 +339,13 @@ class MemoryReport:
         p.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
 
     def format_text(self) -> str:
-        """A human-readable report."""
-        shapes = ", ".join(f"{n}{list(v['shape'])}:{v['dtype']}" for n, v in self.inputs.items())
-        lines = [f"relax-memplan memory report: {self.model}", f"  target {self.target}; inputs {shapes}"]
-        for f in self.functions.values():
-            lines += _format_function(f)
-        if self.notes:
-            lines.append("notes:")
-            lines += [f"  - {n}" for n in self.notes]
-        return "\n".join(lines)
+        """The text report: the static plan of each function, or a table of the rows."""
+        from .report_text import format_report
+
+        return format_report(self)
 
 
-def _fmt_bytes(n: Optional[int]) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n:,} B ({n / scale:.2f} {unit})"
-    return f"{n:,} B"
-
-
-def _format_function(f: FunctionMemoryReport) -> List[str]:
-    lines = [
-        f"function {f.name}: {f.num_tensors} intermediate tensors, {f.num_planned} placed in our arena"
-        + (f" (best plan: {f.algorithm})" if f.algorithm else "")
-    ]
-    lb = f.lower_bound_bytes
-
-    def row(label, n, base=lb):
-        r = _ratio(n, base)
-        return f"  {label:<38}{_fmt_bytes(n):>30}" + (f"  {r:.3f} x LB" if r is not None else "")
-
-    lines.append(row("lower bound (peak live, aligned)", lb))
-    if f.unaligned_lower_bound_bytes != lb:
-        lines.append(row("  same, exact sizes", f.unaligned_lower_bound_bytes))
-    lines.append(row("our arena", f.arena_bytes))
-    if f.fallback:
-        lines.append(f"  our arena not used: {f.fallback}; TVM's StaticPlanBlockMemory plans it")
-    if f.planned_bytes != f.arena_bytes:
-        lines.append(row("our planned total (arena + TVM)", f.planned_bytes))
-    lines.append(f"  {'outputs / unplanned, per call':<38}{_fmt_bytes(f.unplanned_bytes):>30}")
-    lines.append(row("our build, per call", f.expected_runtime_alloc_bytes))
-    lines.append(row("TVM default build, per call", f.tvm_default_bytes))
-    if f.saved_percent is not None:
-        label = "saved vs TVM default" if f.saved_bytes >= 0 else "MORE than TVM default"
-        lines.append(f"  {label:<38}{_fmt_bytes(abs(f.saved_bytes)):>30}  "
-                     f"{abs(f.saved_percent):.1f} %")
-    if f.runtime_alloc_bytes is not None:
-        agree = "matches the plan" if f.runtime_matches_plan else (
-            f"DIFFERS from the plan ({_fmt_bytes(f.expected_runtime_alloc_bytes)})"
-        )
-        if f.num_runtime_sized_allocs and f.runtime_matches_plan:
-            extra = f.runtime_alloc_bytes - f.expected_runtime_alloc_bytes
-            agree = (f"the static plan plus {_fmt_bytes(extra)} in {f.num_runtime_sized_allocs} "
-                     f"allocation(s) sized at run time")
-        lines.append(
-            f"  measured at run time (naive VM allocator): ours {_fmt_bytes(f.runtime_alloc_bytes)} in "
-            f"{f.runtime_num_allocs} allocations, {agree}"
-        )
-        if f.tvm_default_runtime_alloc_bytes is not None:
-            lines.append(
-                f"  measured at run time, TVM default: {_fmt_bytes(f.tvm_default_runtime_alloc_bytes)} in "
-                f"{f.tvm_default_runtime_num_allocs} allocations"
-            )
-    if f.left_to_tvm:
-        reasons: Dict[str, int] = {}
-        for t in f.left_to_tvm:
-            reasons[t["reason"]] = reasons.get(t["reason"], 0) + 1
-        summary = ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items()))
-        lines.append(f"  left to TVM's planner: {summary}")
-    if f.max_abs_diff_vs_tvm_default is not None:
-        lines.append(f"  max abs difference vs TVM default build: {f.max_abs_diff_vs_tvm_default:.3g}")
-    if f.max_abs_error is not None:
-        from .verify import Comparison
-
-        comparison = Comparison(f.max_abs_error, f.error_tolerance, f.nonfinite_mismatches or 0,
-                                f.nonfinite_matched or 0)
-        lines.append(f"  verification vs onnxruntime: {comparison.describe()}")
-    if f.input_sensitivity and f.input_sensitivity["weak"]:
-        from .verify import WEAK_VERIFICATION
-
-        lines.append(f"  WARNING: {WEAK_VERIFICATION} (the reference moves by "
-                     f"{f.input_sensitivity['max_abs_change']:.3g} on another random input)")
-    return lines
+MemoryReport = CompileReport
+"""Deprecated alias: the report of a fixed-shape build is a :class:`CompileReport`."""
+DynamicReport = CompileReport
+"""Deprecated alias: the report of a build with symbolic dims is a :class:`CompileReport`."""

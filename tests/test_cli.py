@@ -35,6 +35,33 @@ def test_example_report_json_has_the_keys_tools_read(example_run):
     assert report["functions"]["main"]["arena_bytes"] == report["arena_bytes"]
 
 
+def test_static_report_is_the_one_row_case(example_run):
+    """A fixed shape is a build without symbolic dims: one row, dims {}, same bytes as main."""
+    _, out = example_run
+    report = json.loads((out / "r.json").read_text())
+    assert report["strategy"] == "static" and report["dims"] == {}
+    [row] = report["shapes"]
+    assert row["dims"] == {} and row["verified"] is True
+    for key in ("arena_bytes", "lower_bound_bytes", "runtime_alloc_bytes",
+                "tvm_default_runtime_alloc_bytes", "max_abs_error"):
+        assert row[key] == report[key], key
+
+
+def test_report_lists_each_placed_tensor_and_those_live_at_the_peak(example_run):
+    _, out = example_run
+    report = json.loads((out / "r.json").read_text())
+    tensors = {t["name"]: t for t in report["tensors"]}
+    assert len(tensors) == report["num_planned"] > 0
+    for t in tensors.values():
+        assert t["producer"] and t["size_bytes"] > 0  # e.g. fused_conv2d_add_relu
+        assert 0 <= t["offset_bytes"] and t["offset_bytes"] + t["size_bytes"] <= report["arena_bytes"]
+        assert t["live_range"][0] < t["live_range"][1]
+    live = [tensors[n] for n in report["live_at_peak"]]
+    assert all(t["live_range"][0] <= report["peak_step"] < t["live_range"][1] for t in live)
+    assert sum(t["size_bytes"] for t in live) <= report["lower_bound_bytes"]
+    assert [t["size_bytes"] for t in live] == sorted((t["size_bytes"] for t in live), reverse=True)
+
+
 def test_example_library_loads_and_runs(example_run):
     _, out = example_run
     lib = tvm.runtime.load_module(str(out / "lib.so"))
@@ -144,6 +171,7 @@ def test_unwritable_output_fails_before_compiling_and_writes_nothing(capsys, tmp
         (["--input", "image=99999999999999999999"], "too large"),
         (["--shape", "image=99999999999999999999,3,96,96"], "above 2147483647"),
         (["--input", "nosuch=1"], "unknown input"),
+        (["--input", "image=1,2"], "'image' has shape (2,), expected (1, 3, 96, 96)"),
         (["--dump-ir", "/etc/passwd"], "not a directory"),
     ],
 )
@@ -194,13 +222,26 @@ def test_bad_dim_spec_is_one_line(capsys, dim, words):
     assert words in line
 
 
-def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path):
+def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, capsys):
     report = tmp_path / "all.json"
     status = main(["compile", str(shared_model("mobilenetv2-tiny.onnx")), "--dim", "batch=1..4",
                    "--strategy", "all", "--bucket", "batch=2", "--size-classes", "--sample-shapes", "3",
-                   "-q", "--report", str(report), "--time-limit", "0.2"])
+                   "-q", "--report", str(report), "--time-limit", "0.2", "-o", str(tmp_path / "m.so")])
     assert status == 0
+    out = capsys.readouterr().out
+    # one table, a column group per strategy, the bucket values in its header
+    assert out.count("relax-memplan dynamic report") == 1 and "strategies side by side" in out
+    assert "batch in [1, 4]; buckets batch=2" in out
+    assert [line.split() for line in out.splitlines() if line.strip().startswith("upper_bound")] \
+        == [["upper_bound", "exact", "buckets"]]
+    assert len([line for line in out.splitlines() if line.strip().startswith("batch=")]) == 3
+    for name in ("upper_bound", "exact", "buckets"):  # -o: one library per strategy, each named
+        assert (tmp_path / f"m.{name}.so").exists()
+        assert f"library ({name}) written to {tmp_path / f'm.{name}.so'}" in out
     data = json.loads(report.read_text())["strategies"]
+    assert data["buckets"]["buckets"] == {"batch": [2]}
+    tvm_bytes = {n: [s["tvm_default_runtime_alloc_bytes"] for s in d["shapes"]] for n, d in data.items()}
+    assert tvm_bytes["upper_bound"] == tvm_bytes["exact"] == tvm_bytes["buckets"]  # TVM's build run once
     assert sorted(data) == ["buckets", "exact", "upper_bound"]
     assert data["exact"]["ratio_check"]["enumerated"] and data["exact"]["ratio_check"]["shapes"] == 4
     upper = {tuple(s["dims"].values()): s for s in data["upper_bound"]["shapes"]}

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from relax_memplan import frontend
 from relax_memplan.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_VERIFY_FAILED, main
-from relax_memplan.dynamic_compile import _sample_dims
+from relax_memplan.compile import sample_dims as _sample_dims
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -214,12 +214,12 @@ def test_onnxruntime_refusing_the_inputs_is_one_line(capsys, tmp_path):
 
 def test_onnxruntime_refusing_the_inputs_is_one_line_with_dim(capsys, tmp_path, monkeypatch):
     """With --dim the reference runs before our build at each shape."""
-    import relax_memplan.dynamic_compile as dc
+    import relax_memplan.compile.measure as measure
 
     def never(*_args, **_kw):
         raise AssertionError("our build ran before the reference")
 
-    monkeypatch.setattr(dc, "run_checked", never)
+    monkeypatch.setattr(measure, "run_checked", never)
     w = helper.make_tensor("table", TensorProto.FLOAT, [10, 4], np.arange(40.0).tolist())
     model = _save(tmp_path, "gdyn", [helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)],
                   [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])],
@@ -247,12 +247,12 @@ def test_runtime_failure_is_one_line_naming_function_and_shapes(capsys, tmp_path
 
 # --- Ctrl-C -----------------------------------------------------------------------------------
 def test_interrupt_in_the_run_step_is_one_line(capsys, monkeypatch):
-    import relax_memplan.compiler as compiler
+    import relax_memplan.compile.measure as measure
 
     def interrupted(*_args, **_kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(compiler, "run_checked", interrupted)
+    monkeypatch.setattr(measure, "run_checked", interrupted)
     _one_line(capsys, main(["compile", "-q", "--time-limit", "0.2"]), EXIT_INTERRUPTED,
               prefix="relax-memplan: interrupted")
 

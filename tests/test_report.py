@@ -1,6 +1,7 @@
 """The memory report: like-for-like savings against TVM's default build, and the fallback."""
 
-from relax_memplan.report import FunctionMemoryReport, MemoryReport
+from relax_memplan.report import CompileReport, FunctionMemoryReport, MemoryReport, ShapeMeasurement
+from relax_memplan.report_text import format_side_by_side
 
 
 def _report(**fields):
@@ -42,3 +43,40 @@ def test_fallback_is_shown():
     assert f"our arena not used: {reason}" in report.format_text()
     assert report.to_dict()["fallback"] == reason
     assert report.to_dict()["functions"]["main"]["fallback"] == reason
+
+
+def test_static_report_keeps_main_keys_at_top_level_and_one_row():
+    report = _report(arena_bytes=384, lower_bound_bytes=320, planned_bytes=384)
+    report.shapes.append(ShapeMeasurement(dims={}, runtime_alloc_bytes=400, arena_bytes=384,
+                                          lower_bound_bytes=320))
+    report.main.record_run(report.shapes[0])
+    data = report.to_dict()
+    assert (data["arena_bytes"], data["lower_bound_bytes"], data["runtime_alloc_bytes"]) == (384, 320, 400)
+    assert data["strategy"] == "static" and data["shapes"][0]["dims"] == {}
+    assert "ratio_check" not in data
+
+
+def test_side_by_side_prints_shared_notes_once_and_the_others_per_strategy():
+    reports = {}
+    for name, notes, arena in (("exact", ["imported", "only exact"], 64), ("buckets", ["imported"], 128)):
+        r = CompileReport(model="m", strategy=name, dims={"n": (1, 4)}, notes=notes,
+                          buckets={"n": [2]} if name == "buckets" else {})
+        r.shapes.append(ShapeMeasurement({"n": 1}, 200, arena, 64, tvm_default_runtime_alloc_bytes=900))
+        reports[name] = r
+    lines = format_side_by_side(reports).splitlines()
+    assert "n in [1, 4]; buckets n=2" in lines[1]
+    assert lines[4].split() == ["n=1", "64", "1.000", "200", "2.000", "200", "900", "-"]
+    assert lines[5:] == ["  note: imported", "  exact: note: only exact"]
+
+
+def test_text_shows_the_ten_largest_tensors_live_at_the_peak():
+    tensors = [{"name": f"t{k}", "producer": f"fused_kernel_{k}", "shape": [k + 1], "dtype": "float32",
+                "size_bytes": 4 * (k + 1), "live_range": [0, 3], "arena": 0, "offset_bytes": 64 * k}
+               for k in range(12)]
+    live = [t["name"] for t in sorted(tensors, key=lambda t: -t["size_bytes"])]
+    text = _report(tensors=tensors, peak_step=1, live_at_peak=live).format_text()
+    assert "live at the peak (step 1): 12 tensors, 312 B; the 10 largest:" in text
+    rows = [line.split() for line in text.splitlines()
+            if line.startswith("    t") and not line.startswith("    tensor")]
+    assert [r[0] for r in rows] == live[:10]
+    assert rows[0] == ["t11", "fused_kernel_11", "12", "float32", "48", "704", "[0,", "3)"]

@@ -99,6 +99,9 @@ class TensorLiveness:
         Whether the allocation sits inside an ``R.If`` branch.
     reason : str or None
         Why the tensor is left to TVM's planner, ``None`` when plannable.
+    producer : str or None
+        The kernel (PrimFunc or extern function) that first takes the tensor as an
+        argument: in destination-passing style, the one that writes it.
     """
 
     var: relax.Var
@@ -115,6 +118,7 @@ class TensorLiveness:
     aliases: List[str] = field(default_factory=list)
     in_branch: bool = False
     reason: Optional[str] = None
+    producer: Optional[str] = None
 
     @property
     def plannable(self) -> bool:
@@ -293,9 +297,24 @@ class _LivenessAnalyzer:
         ):
             self._alias[var] = self._tensors_of(value)
         elif isinstance(value, tvm.ir.Call):
+            self._note_producer(value)
             self._alias[var] = self._visit_call(value)
         else:
             self._alias[var] = frozenset()
+
+    def _note_producer(self, call) -> None:
+        """A kernel call is the producer of each argument tensor not yet written."""
+        op = call.op
+        if self._is_prim_func(op):
+            kernel = op.name_hint
+        elif isinstance(op, relax.ExternFunc):
+            kernel = str(op.global_symbol)
+        else:
+            return
+        for a in call.args:
+            for i in self._tensors_of(a):
+                if self._tensors[i].producer is None:
+                    self._tensors[i].producer = kernel
 
     def _visit_call(self, call) -> FrozenSet[int]:
         op = call.op

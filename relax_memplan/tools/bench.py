@@ -182,14 +182,14 @@ def bench_onnx(
     ValueError
         ``repeat < 1`` or ``warmup < 0``.
     ModelLoadError, ShapeSpecError, CompileError, ReferenceRunError
-        As :func:`relax_memplan.compiler.compile_onnx`.
+        As :func:`relax_memplan.compile.compile_model`.
     RunError
         A call failed (one line: which runner, the input shapes, the reason).
     """
     import tvm
 
     from .. import frontend
-    from ..compiler import build
+    from ..compile import build
     from ..errors import RunError, summarize_error
     from ..examples import example_cnn
     from ..onnx_prepare import STEP_NAMES

@@ -113,3 +113,11 @@ def test_unknown_function_is_an_error():
     mod = lower_to_alloc_form(BranchesAndViews)
     with pytest.raises(ValueError, match="nope"):
         analyze_liveness(mod, "nope")
+
+
+def test_producer_is_the_kernel_that_writes_the_tensor(liveness):
+    """The per-tensor report names the kernel writing each tensor: in destination-passing
+    style, the first kernel taking it as an argument (not a later reader)."""
+    assert liveness["r_then"].producer == "add"  # then read by the exp writing q
+    assert liveness["q"].producer == liveness["w"].producer == "tir_exp"
+    assert liveness["o"].producer == "add1"

@@ -1,0 +1,140 @@
+"""Argument types and value parsers of ``relax-memplan`` (``--input``, repeated
+``NAME=...`` options, output paths checked before any work)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+from .errors import RelaxMemplanError, ShapeSpecError
+
+__all__ = ["check_environment", "positive_seconds", "int_at_least", "check_output_path", "parse_inputs",
+           "parse_repeated"]
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def check_output_path(option: str, path: str, directory: bool = False) -> None:
+    """Fail before compiling when an output path cannot be written."""
+    p = Path(path)
+    if directory:
+        if p.exists() and not p.is_dir():
+            raise RelaxMemplanError(f"{option} {path}: exists and is not a directory")
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise RelaxMemplanError(f"{option} {path}: cannot create directory: {err.strerror}") from None
+        return
+    if p.is_dir():
+        raise RelaxMemplanError(f"{option} {path}: is a directory")
+    existed = p.exists()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "ab"):
+            pass
+    except OSError as err:
+        raise RelaxMemplanError(f"{option} {path}: cannot write: {err.strerror}") from None
+    if not existed:
+        p.unlink()
+
+
+def int_at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def parse_inputs(specs: List[str]) -> Dict[str, np.ndarray]:
+    values: Dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        if not sep or not name or not text:
+            raise ShapeSpecError(f"--input '{spec}' is not NAME=VALUE or NAME=FILE.npy")
+        if name in values:
+            raise ShapeSpecError(f"--input for '{name}' is given twice")
+        if text.endswith(".npy"):
+            try:
+                values[name] = np.load(text)
+            except (OSError, ValueError) as err:
+                raise ShapeSpecError(f"--input {name}: cannot read '{text}': {err}") from None
+            continue
+        try:
+            nums = [float(v) if any(ch in v for ch in ".eE") else int(v) for v in text.split(",")]
+        except ValueError:
+            raise ShapeSpecError(f"--input {name}: '{text}' is not a number list") from None
+        try:
+            values[name] = np.array(nums[0] if len(nums) == 1 else nums)
+        except OverflowError:
+            raise ShapeSpecError(f"--input {name}: '{text}' is too large") from None
+        if values[name].dtype == object:
+            raise ShapeSpecError(f"--input {name}: '{text}' is too large for an integer tensor")
+    return values
+
+
+def parse_repeated(specs: List[str], parse, option: str) -> Dict:
+    """``NAME=...`` options given several times: parsed, a name given twice is an error."""
+    out: Dict = {}
+    for spec in specs:
+        name, value = parse(spec)
+        if name in out:
+            raise ShapeSpecError(f"{option} for '{name}' is given twice")
+        out[name] = value
+    return out
+
+
+LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")
+"""Extensions ``tvm.runtime.load_module`` loads a compiled library from."""
+
+
+def check_environment(args) -> None:
+    """Check optional dependencies and output paths before any work."""
+    target = args.target
+    if args.verify and target == "cuda":
+        raise RelaxMemplanError("--verify runs the build on the CPU; use it with --target llvm "
+                                "(a cuda build is compiled only)")
+    if args.verify:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise RelaxMemplanError("--verify needs onnxruntime: pip install onnxruntime") from None
+    if args.plot:
+        try:
+            from matplotlib.figure import Figure
+        except ImportError:
+            raise RelaxMemplanError('--plot needs matplotlib: pip install "relax_memplan[plot]"') from None
+        formats = Figure().canvas.get_supported_filetypes()
+        if Path(args.plot).suffix.lower().lstrip(".") not in formats:
+            raise RelaxMemplanError(f"--plot {args.plot}: the file name must end in one of "
+                                    f"{', '.join('.' + f for f in sorted(formats))}")
+    if args.output and Path(args.output).suffix.lower() not in LIBRARY_SUFFIXES:
+        raise RelaxMemplanError(f"-o {args.output}: a compiled library must end in "
+                                f"{' or '.join(LIBRARY_SUFFIXES)} (tvm.runtime.load_module "
+                                f"picks its loader by the extension)")
+    if args.verify and args.no_measure:
+        raise RelaxMemplanError("--verify runs the build; it cannot be combined with --no-measure")
+    for option, path in (("-o", args.output), ("--report", args.report), ("--plot", args.plot)):
+        if path:
+            check_output_path(option, path)
+    if args.dump_ir:
+        check_output_path("--dump-ir", args.dump_ir, directory=True)

@@ -1,0 +1,266 @@
+"""The one compile path: import an ONNX model (or take a Relax module), build it with our
+planner (one build per dynamic strategy) and with TVM's, run the builds at each shape and
+report.
+
+A fixed shape is the case without symbolic dims: one build (strategy ``"static"``), one
+shape (dims ``{}``), and the report carries the static plan of each function. With
+symbolic dims (declared ranges), each strategy is built once and every build runs at the
+same sampled shapes on the same inputs; the model is imported and TVM's build made once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import tvm
+
+from ..errors import RelaxMemplanError, ShapeSpecError
+from ..report import CompileReport
+from ..transform.plan_dynamic_memory import PlanDynamicMemory
+from ..transform.plan_static_memory import PlanStaticMemory
+from ..transform.record_storage import RecordStorage
+from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
+from .build import build, export_library
+from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
+from .options import BuildOptions, CheckOptions, library_path_for
+from .shapes import fit_values, sample_dims, shapes_at, symbolic_dims
+from .summary import static_functions, summarize_dynamic
+
+__all__ = ["CompileResult", "compile_model", "compile_strategies", "compile_and_measure"]
+
+EXAMPLE_NAME = "built-in example (MobileNetV2-style CNN)"
+
+
+@dataclass
+class CompileResult:
+    """One build and its report.
+
+    Attributes
+    ----------
+    executable : tvm.runtime.Executable
+        Built with our pipeline.
+    report : CompileReport
+    outputs : list of numpy.ndarray or None
+        Our build's outputs at the last shape run (the only one for fixed shapes).
+    library_path : str or None
+        Where the library was written.
+    """
+
+    executable: tvm.runtime.Executable
+    report: CompileReport
+    outputs: Optional[List[np.ndarray]] = None
+    library_path: Optional[str] = None
+
+
+def compile_model(model=None, shapes=None, dim_ranges=None, *, options: BuildOptions = BuildOptions(),
+                  check: CheckOptions = CheckOptions(), input_values=None,
+                  progress=None) -> CompileResult:
+    """:func:`compile_strategies` with one strategy (the first of ``options.strategies``)."""
+    if dim_ranges:
+        options = _replace(options, strategies=tuple(options.strategies[:1]))
+    results = compile_strategies(model, shapes, dim_ranges, options=options, check=check,
+                                 input_values=input_values, progress=progress)
+    return next(iter(results.values()))
+
+
+def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                       dim_ranges: Optional[Mapping[str, tuple]] = None, *,
+                       options: BuildOptions = BuildOptions(), check: CheckOptions = CheckOptions(),
+                       input_values: Optional[Mapping[str, np.ndarray]] = None,
+                       progress=None) -> Dict[str, CompileResult]:
+    """Import an ONNX model, build it with our planner and TVM's, run, verify and report.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto or path, optional
+        ``None``: the built-in example (:func:`relax_memplan.examples.example_cnn`).
+    shapes : mapping of str to sequence of int, optional
+        Full shapes of some inputs (``--shape``); without ``dim_ranges`` dims left dynamic
+        become 1, with it they stay symbolic.
+    dim_ranges : mapping of str to (int, int or None[, int]), optional
+        Declared ranges of every symbolic dim (``--dim``); none: a fixed-shape build.
+    options : BuildOptions
+    check : CheckOptions
+    input_values : mapping of str to numpy.ndarray, optional
+        Values to use instead of random inputs (they must fit every shape).
+    progress : callable, optional
+        Called with a short message before each step.
+
+    Returns
+    -------
+    dict of str to CompileResult
+        By strategy (``"static"`` for a fixed-shape build), in build order.
+
+    Raises
+    ------
+    ModelLoadError, UnsupportedOperatorError, ShapeSpecError, CompileError,
+    ReferenceRunError, RunError
+        Bad model, bad shapes or dims, a failed build, onnxruntime refusing the inputs,
+        a build failing at run time.
+    """
+    say = progress or (lambda _msg: None)
+    dims = dict(dim_ranges or {})
+    onnx_model, name, mod, info = _import(model, shapes, dims, options.prepare, say)
+    source = ModelSource(mod=mod, name=name, info=info, onnx_model=onnx_model,
+                         values=dict(input_values or {}),
+                         notes=[n for n in info.notes if not dims or "kept symbolic" not in n])
+    points = _points(source, dims, check)
+    results = compile_and_measure(source, dims, points, options, check, say)
+    if not dims:
+        for result in results.values():
+            result.report.inputs = {n: {"shape": list(s), "dtype": info.input_dtypes[n]}
+                                    for n, s in info.input_shapes.items()}
+    return results
+
+
+def _import(model, shapes, dims, prepare: bool, say):
+    """(onnx model, report name, Relax module, ImportInfo); dims stay symbolic with ranges."""
+    from .. import frontend
+    from ..examples import example_cnn
+    from ..onnx_prepare import STEP_NAMES
+
+    name = EXAMPLE_NAME if model is None else str(model)
+    onnx_model = (example_cnn() if model is None else model if hasattr(model, "graph")
+                  else frontend.load_onnx(model))
+    say(f"importing {name} " + ("with symbolic dims" if dims else "with TVM's ONNX frontend"))
+    mod, info = frontend.import_onnx(onnx_model, dict(shapes or {}), keep_dynamic=bool(dims),
+                                     prepare_steps=STEP_NAMES if prepare else ())
+    return onnx_model, name, mod, info
+
+
+def _points(source: ModelSource, dims, check: CheckOptions) -> List[Dict[str, int]]:
+    """The shapes to run at (``[{}]`` for fixed shapes), with the given values checked there
+    and the inputs' memory checked against the machine's, before any build."""
+    info = source.info
+    unknown = sorted(set(source.values) - set(info.input_shapes))
+    if unknown:
+        raise ShapeSpecError(f"values given for unknown input(s) {unknown}; "
+                             f"inputs: {list(info.input_shapes)}")
+    symbolic = symbolic_dims(source.mod, info, dims) if dims else []
+    points = sample_dims({n: dims[n] for n in symbolic}, check.sample_shapes, check.seed)
+    have = physical_memory_bytes()
+    for point in points:
+        shapes = shapes_at(source.mod, point) if point else info.input_shapes
+        fit_values(source.values, shapes)
+        need = sum(int(np.prod(s, dtype=np.float64)) * np.dtype(info.input_dtypes[n]).itemsize
+                   for n, s in shapes.items() if n in info.input_dtypes)
+        if (check.measure or check.verify) and have is not None and need > have:
+            raise RelaxMemplanError(f"the inputs alone need {need / 2**30:.1f} GiB, the machine "
+                                    f"has {have / 2**30:.1f} GiB; use smaller shapes or "
+                                    f"--no-measure")
+    return points
+
+
+def compile_and_measure(source: ModelSource, dims, points: Sequence[Dict[str, int]],
+                        options: BuildOptions, check: CheckOptions,
+                        say) -> Dict[str, CompileResult]:
+    """Build each strategy and TVM's once, then add a row per point (run when asked)."""
+    mod = source.mod
+    strategies = _strategies(dims, options)
+    builds = [_build_ours(mod, s, dims, options, say, several=len(strategies) > 1)
+              for s in strategies]
+    tvm_rec = RecordStorage()
+    ex_tvm = None
+    if options.compare_with_tvm:
+        say("building with TVM's StaticPlanBlockMemory"
+            + (" (same declared ranges)" if dims else " for comparison"))
+        ex_tvm = build(mod, options.tvm_target, "tvm", None, None if dims else tvm_rec,
+                       schedule=options.schedule, check_indices=options.check_indices,
+                       **({"dim_ranges": dims} if dims else {}))
+    for b in builds:
+        _start_report(b, source, dims, options, tvm_rec)
+    run = _runnable(builds, options, check)
+    for point in points:
+        add_rows(builds, point)
+        if run:
+            measure_point(point, builds, ex_tvm, source, check, say)
+    for b in builds:
+        if b.report.is_static and "main" in b.report.functions and b.report.shapes:
+            b.report.main.record_run(b.report.shapes[0])
+    return {b.strategy: CompileResult(b.executable, b.report, b.outputs, b.library_path)
+            for b in builds}
+
+
+def _strategies(dims, options: BuildOptions) -> List[str]:
+    if not dims:
+        return ["static"]
+    if options.dynamic_pass is not None:
+        return [options.dynamic_pass.strategy]
+    return list(options.strategies)
+
+
+def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: bool):
+    """Our build with one strategy; its library written right away (before any run)."""
+    plan_pass = options.plan_pass if options.plan_pass is not None else PlanStaticMemory()
+    b = StrategyBuild(strategy=strategy, executable=None, report=None, plan_pass=plan_pass)
+    dump_dir = options.dump_dir
+    if dump_dir is not None and several:
+        dump_dir = f"{dump_dir}/{strategy}"
+    if not dims:
+        b.record = RecordStorage()
+        say(f"building with relax_memplan's planner for {options.tvm_target.kind.name}")
+        b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, b.record,
+                             dump_dir, schedule=options.schedule,
+                             check_indices=options.check_indices)
+    else:
+        b.dyn = options.dynamic_pass or PlanDynamicMemory(
+            strategy=strategy, alignment_bytes=plan_pass.alignment_bytes,
+            algorithms=plan_pass.algorithms, time_limit_s=plan_pass.time_limit_s,
+            buckets=dict(options.buckets) or None, size_classes=options.size_classes,
+            size_class_growth=options.size_class_growth)
+        b.kernels = (SpecializeKernels(dict(options.dispatch), schedule=_dispatch_schedule(
+            options.schedule)) if options.dispatch else None)
+        say(f"building once with relax_memplan's {strategy} plan")
+        b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, None, dump_dir,
+                             dynamic_pass=b.dyn, dim_ranges=dims, dispatch_pass=b.kernels,
+                             schedule=options.schedule, check_indices=options.check_indices)
+    if options.library_path is not None:
+        b.library_path = library_path_for(options.library_path, strategy, several)
+        export_library(b.executable, b.library_path)
+    return b
+
+
+def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOptions,
+                  tvm_rec) -> None:
+    """The report of a build before any run: the plan's summary."""
+    b.report = CompileReport(model=source.name, target=str(options.tvm_target.kind.name),
+                             notes=list(source.notes), strategy=b.strategy, dims=dict(dims))
+    if not dims:
+        b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec)
+        b.report.notes += fallbacks
+        return
+    b.report.buckets = {n: list(v) for n, v in (b.dyn.buckets or {}).items()} \
+        if b.strategy == "buckets" else {}
+    summarize_dynamic(b.report, b.dyn, b.kernels)
+
+
+def _runnable(builds, options: BuildOptions, check: CheckOptions) -> bool:
+    """Whether the builds can run here (CPU targets, a ``main``); a note when not."""
+    if not (check.measure or check.verify):
+        if builds[0].report.dims:
+            for b in builds:
+                b.report.notes.append("not run (--no-measure): arena and lower bound from the "
+                                      "plan only")
+        return False
+    if options.tvm_target.kind.name not in ("llvm", "c"):
+        for b in builds:
+            b.report.notes.append(f"built for {options.tvm_target.kind.name} only: run-time "
+                                  f"bytes and verification need a CPU (llvm) build")
+        return False
+    return all(not b.report.is_static or "main" in b.report.functions for b in builds)
+
+
+def _dispatch_schedule(schedule: bool):
+    if schedule:
+        from ..schedules import schedule_prim_func
+
+        return schedule_prim_func
+    return backend_schedule(tvm.target.Target("llvm"))
+
+
+def _replace(options: BuildOptions, **changes) -> BuildOptions:
+    import dataclasses
+
+    return dataclasses.replace(options, **changes)

@@ -1,0 +1,116 @@
+"""Options of the compile path: how to build (:class:`BuildOptions`) and how to check the
+build (:class:`CheckOptions`), shared by the CLI and the Python API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence, Tuple, Union
+
+import tvm
+
+from ..transform.plan_dynamic_memory import PlanDynamicMemory
+from ..transform.plan_static_memory import PlanStaticMemory
+
+__all__ = ["BuildOptions", "CheckOptions", "STRATEGIES", "library_path_for"]
+
+STRATEGIES = ("upper_bound", "exact", "buckets")
+"""Dynamic strategies, in the order ``--strategy all`` shows them."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How the model is imported and built.
+
+    Attributes
+    ----------
+    target : str or tvm.target.Target
+        ``llvm`` (built, run, verified) or ``cuda`` (built only; fixed shapes).
+    plan_pass : PlanStaticMemory, optional
+        Settings of our planner (alignment, algorithms, time limit); a default one otherwise.
+    strategies : sequence of str
+        Dynamic strategies to build (with symbolic dims): each of :data:`STRATEGIES`.
+        Ignored for a fixed-shape build (strategy ``"static"``).
+    dynamic_pass : PlanDynamicMemory, optional
+        A configured dynamic planner, used instead of one made from the strategy (one
+        strategy only; read its ``plans`` after the call).
+    buckets : mapping of str to sequence of int
+        Bucket values of the ``buckets`` strategy.
+    size_classes : bool
+        Round arenas and symbolic outputs up to geometric size classes.
+    size_class_growth : float
+        Ratio between consecutive size classes.
+    dispatch : mapping of str to sequence of int
+        Kernel specialization values (:class:`~relax_memplan.transform.SpecializeKernels`).
+    schedule : bool
+        Apply our CPU schedules (:mod:`relax_memplan.schedules`) to every build.
+    check_indices : bool
+        Check index values at run time where not proved in range (every build).
+    prepare : bool
+        Run the ONNX preparation steps before TVM's importer.
+    compare_with_tvm : bool
+        Also build (and run) with TVM's planner alone.
+    dump_dir : path, optional
+        Write the IR after each phase of our pipeline there.
+    library_path : path, optional
+        Write our build there right after building it (several strategies: one file each,
+        :func:`library_path_for`).
+    """
+
+    target: Union[str, tvm.target.Target] = "llvm"
+    plan_pass: Optional[PlanStaticMemory] = None
+    strategies: Tuple[str, ...] = ("exact",)
+    dynamic_pass: Optional[PlanDynamicMemory] = None
+    buckets: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    size_classes: bool = False
+    size_class_growth: float = 4.0
+    dispatch: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    schedule: bool = False
+    check_indices: bool = True
+    prepare: bool = True
+    compare_with_tvm: bool = True
+    dump_dir: Optional[object] = None
+    library_path: Optional[object] = None
+
+    @property
+    def tvm_target(self) -> tvm.target.Target:
+        """:attr:`target` as a ``tvm.target.Target``."""
+        return tvm.target.Target(self.target) if isinstance(self.target, str) else self.target
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """How the builds are run and checked.
+
+    Attributes
+    ----------
+    measure : bool
+        Run the builds and count the bytes they allocate (naive VM allocator).
+    verify : bool
+        Compare with onnxruntime at each shape (onnxruntime runs first) and measure how much
+        its output moves on a second random input (``input_sensitivity``).
+    rtol, atol : float
+        Tolerance ``rtol * max|finite reference| + atol``, per shape.
+    seed : int
+        Seed of the sampled shapes and random inputs.
+    sample_shapes : int
+        Shapes to run at with symbolic dims (>= 2: the range ends first).
+    """
+
+    measure: bool = True
+    verify: bool = False
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    seed: int = 0
+    sample_shapes: int = 3
+
+
+def library_path_for(path, strategy: str, several: bool) -> str:
+    """Where the library of ``strategy`` goes: ``path`` itself, or with several strategies
+    ``model.exact.so`` beside ``model.so``."""
+    import os
+
+    path = os.fspath(path)
+    if not several:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.{strategy}{ext}"

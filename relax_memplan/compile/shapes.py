@@ -1,0 +1,137 @@
+"""Dims and shapes for the compile path: ``--dim``/``--bucket`` specs, the declared ranges
+checked against the model's symbolic dims, sampled points and the input shapes there.
+
+A fixed-shape build is the case with no symbolic dim: one point, ``{}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Dict, List, Mapping, Tuple
+
+import numpy as np
+
+from ..analysis.dims import DimRange, evaluate_int
+from ..errors import ShapeSpecError
+from ..transform._dynamic_plan import sample_points
+
+__all__ = ["parse_dim_spec", "parse_values_spec", "sample_dims", "symbolic_dims", "shapes_at",
+           "with_shapes", "fit_values"]
+
+
+def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
+    """``"seq=1..128"`` -> ``("seq", (1, 128))``; ``"seq=4.."`` -> ``("seq", (4, None))``; ``"seq=..8"`` -> ``("seq", (1, 8))``;
+    ``"height=160..640:32"`` -> ``("height", (160, 640, 32))`` (only 160, 192, ..., 640).
+
+    Raises
+    ------
+    ShapeSpecError
+        Malformed text, bounds not integers, lower < 1, lower > upper or step < 1.
+    """
+    name, sep, rng = text.partition("=")
+    rng, colon, step_text = rng.partition(":")
+    lo, dots, hi = rng.partition("..")
+    if not sep or not name.strip() or not dots or (colon and not step_text.strip()):
+        raise ShapeSpecError(f"bad dim spec {text!r}: expected NAME=LO..HI or NAME=LO..HI:STEP, "
+                             f"e.g. seq=1..128")
+    try:
+        lower = int(lo) if lo.strip() else 1
+        upper = int(hi) if hi.strip() else None
+        step = int(step_text) if colon else 1
+    except ValueError:
+        raise ShapeSpecError(f"bad dim spec {text!r}: bounds and step must be integers") from None
+    if lower < 1 or (upper is not None and upper < lower):
+        # a dim of 0 (zero-size tensors) is refused like --shape 0: the planner would skip
+        # it, and most models (and onnxruntime) cannot run it
+        raise ShapeSpecError(f"bad dim spec {text!r}: need 1 <= LO <= HI")
+    if step < 1 or (step > 1 and upper is None):
+        raise ShapeSpecError(f"bad dim spec {text!r}: a step must be >= 1 and needs HI")
+    if (upper - lower) % step if step > 1 else False:
+        raise ShapeSpecError(f"bad dim spec {text!r}: HI must be LO + k * STEP (e.g. "
+                             f"{lower}..{lower + (upper - lower) // step * step}:{step})")
+    return name.strip(), ((lower, upper, step) if step > 1 else (lower, upper))
+
+
+def parse_values_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
+    """``"seq=64,128"`` -> ``("seq", (64, 128))`` (bucket values of a dim).
+
+    Raises
+    ------
+    ShapeSpecError
+        Malformed text or a value that is not an integer >= 1.
+    """
+    name, sep, rest = text.partition("=")
+    try:
+        values = tuple(sorted({int(v) for v in rest.split(",")}))
+    except ValueError:
+        values = ()
+    if not sep or not name.strip() or not values or min(values) < 1:
+        raise ShapeSpecError(f"bad bucket spec {text!r}: expected NAME=V1,V2,... with integers >= 1, "
+                             f"e.g. seq=64,128")
+    return name.strip(), values
+
+
+def sample_dims(ranges: Mapping[str, Tuple], count: int, seed: int) -> List[Dict[str, int]]:
+    """``count`` distinct shapes: the range ends, then random shapes on each dim's grid (an
+    unbounded dim up to 4x its lower bound), as the planner samples them; every shape in range
+    (the ends first) when there are no more than ``count``."""
+    dim_ranges = {n: DimRange(*r) for n, r in ranges.items()}
+    lows = {n: r.values()[0] if r.upper is not None else max(r.lower, 1) for n, r in dim_ranges.items()}
+    grids = [r.values() if r.upper is not None else range(lows[n], 4 * lows[n] + 1)
+             for n, r in dim_ranges.items()]
+    if int(np.prod([len(g) for g in grids], dtype=np.float64)) <= count:
+        every = [dict(zip(dim_ranges, values)) for values in itertools.product(*grids)]
+        return every[:1] + every[-1:] + every[1:-1] if len(every) > 1 else every
+    points = sample_points(dim_ranges, list(dim_ranges), lows, 4 * count + 8, seed)
+    distinct = [p for i, p in enumerate(points) if p not in points[:i]]
+    return distinct[: max(count, 2)]
+
+
+def with_shapes(info, shapes):
+    """``info`` with the input shapes of one sampled point."""
+    return dataclasses.replace(info, input_shapes={n: shapes.get(n, s) for n, s in info.input_shapes.items()})
+
+
+def fit_values(values, shapes):
+    """Fixed input values; a scalar or fixed-shape value is used at every shape."""
+    out = {}
+    for name, value in (values or {}).items():
+        if name in shapes and tuple(np.shape(value)) != tuple(shapes[name]):
+            raise ShapeSpecError(f"value for input '{name}' has shape {tuple(np.shape(value))}, "
+                                 f"expected {tuple(shapes[name])}")
+        out[name] = value
+    return out
+
+
+def symbolic_dims(mod, info, dim_ranges: Mapping[str, Tuple]) -> List[str]:
+    """The symbolic dims of ``main``'s inputs, checked against the declared ranges.
+
+    Raises
+    ------
+    ShapeSpecError
+        A declared dim is fixed by ``--shape`` or is not a symbolic dim of the model, or a
+        symbolic dim has no declared range.
+    """
+    fixed = sorted(set(dim_ranges) & set(info.fixed_dims))
+    if fixed:
+        raise ShapeSpecError(f"--dim {fixed[0]}: dim '{fixed[0]}' is fixed to "
+                             f"{info.fixed_dims[fixed[0]]} by --shape; give it a --shape value "
+                             f"or a --dim range, not both")
+    symbolic = sorted({d.name for p in mod["main"].params for d in getattr(p.ty, "shape", None) or ()
+                       if type(d).__name__ == "Var"})
+    unknown = sorted(set(dim_ranges) - set(symbolic))
+    if unknown:
+        raise ShapeSpecError(f"--dim {', '.join(unknown)}: not a symbolic dim of the model "
+                             f"(its dims: {', '.join(symbolic) or 'none'})")
+    missing = sorted(set(symbolic) - set(dim_ranges))
+    if missing:
+        raise ShapeSpecError(f"give a range for every symbolic dim of the model: missing --dim for "
+                             f"{', '.join(missing)} (e.g. --dim {missing[0]}=1..1 to keep it at 1)")
+    return symbolic
+
+
+def shapes_at(mod, dims: Mapping[str, int]) -> Dict[str, Tuple[int, ...]]:
+    """The shape of each input of ``main`` at the dims' values (``{}``: a static module)."""
+    return {p.name: tuple(evaluate_int(d, dims) if not isinstance(d, int) else d
+                          for d in p.ty.shape) for p in mod["main"].params}

@@ -1,0 +1,111 @@
+"""What a build's plan says, before any run: the static plan of each function (fixed
+shapes) or the dynamic plan's summary (symbolic dims), written into the report."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..report import CompileReport, FunctionMemoryReport
+
+__all__ = ["static_functions", "summarize_dynamic", "arena_at", "planned_tensors"]
+
+
+def static_functions(plan_pass, ours_rec, tvm_rec) -> Tuple[Dict[str, FunctionMemoryReport],
+                                                             List[str]]:
+    """One :class:`FunctionMemoryReport` per planned function, and a note per fallback."""
+    functions: Dict[str, FunctionMemoryReport] = {}
+    notes: List[str] = []
+    for fname, fplan in plan_pass.plans.items():
+        ours, theirs = ours_rec.summaries.get(fname), tvm_rec.summaries.get(fname)
+        placed = {uid for arena in fplan.arenas for uid in arena.offsets}
+        functions[fname] = FunctionMemoryReport(
+            name=fname,
+            num_tensors=len(fplan.liveness.tensors),
+            num_planned=len(placed),
+            left_to_tvm=[
+                {"tensor": t.uid, "size_bytes": t.size_bytes,
+                 "reason": t.reason or "TVM's plan of the function is smaller"}
+                for t in fplan.liveness.tensors if t.uid not in placed
+            ],
+            lower_bound_bytes=fplan.lower_bound_bytes,
+            unaligned_lower_bound_bytes=fplan.unaligned_lower_bound_bytes,
+            arena_bytes=fplan.arena_bytes,
+            planned_bytes=ours.planned_bytes if ours else fplan.arena_bytes,
+            unplanned_bytes=ours.unplanned_bytes if ours else 0,
+            tvm_default_bytes=theirs.static_total_bytes if theirs else 0,
+            tvm_default_unplanned_bytes=theirs.unplanned_bytes if theirs else 0,
+            num_runtime_sized_allocs=ours.num_symbolic if ours else 0,
+            algorithm=", ".join(sorted({a.algorithm for a in fplan.arenas})),
+            fallback=fplan.fallback_reason,
+        )
+        functions[fname].tensors, functions[fname].peak_step, functions[fname].live_at_peak = \
+            planned_tensors(fplan)
+        if fplan.fallback_reason:
+            notes.append(f"function {fname} keeps TVM's memory plan: {fplan.fallback_reason}")
+    return functions, notes
+
+
+def summarize_dynamic(report: CompileReport, dyn, kernels) -> None:
+    """The dynamic plan of ``main`` (tensors planned, left to TVM, ratio check, size
+    classes) and the specialized kernels, into ``report``."""
+    fplan = dyn.plans.get("main")
+    if fplan is None or not fplan.planned:
+        report.notes.append("no symbolic tensor was planned: "
+                            + (fplan.fallback_reason if fplan else "main has no symbolic tensors"))
+    else:
+        report.planned_tensors = len(fplan.planned)
+        report.left_to_tvm = {u: r for u, r in fplan.left_to_tvm.items()
+                              if u not in fplan.output_class_bytes}
+        report.notes += fplan.notes
+        report.checked = dict(fplan.checked)
+        if fplan.class_values:
+            report.notes.append("size classes: " + "; ".join(
+                f"{n} in {v}" for n, v in fplan.class_values.items()))
+    if kernels is not None:
+        report.specialized = {k: dict(v) for k, v in kernels.specialized.items()}
+        report.notes += _summarize_skipped(kernels.skipped)
+
+
+def arena_at(report: CompileReport, dyn, dims) -> Tuple[int, int]:
+    """(arena bytes, lower bound bytes) of ``main`` at ``dims``: the static plan's when the
+    build is fixed-shape, else the dynamic plan evaluated there (0, 0 if nothing planned)."""
+    if report.is_static:
+        return (report.main.arena_bytes, report.main.lower_bound_bytes) if report.functions \
+            else (0, 0)
+    fplan = dyn.plans.get("main")
+    return tuple(fplan.bytes_at(dims)[:2]) if fplan is not None and fplan.planned else (0, 0)
+
+
+def _summarize_skipped(skipped: Sequence[str]) -> List[str]:
+    """Kernel-dispatch notes, one line per reason (``"<kernel>: <reason>"`` lines grouped)."""
+    reasons: Dict[str, List[str]] = {}
+    for note in skipped:
+        kernel, _, why = note.partition(": ")
+        reasons.setdefault(why or kernel, []).append(kernel)
+    return [f"{len(kernels)} kernel(s) {why}" + (f" ({', '.join(kernels[:3])}"
+            + (", ..." if len(kernels) > 3 else "") + ")" if why else "")
+            for why, kernels in reasons.items()]
+
+
+def planned_tensors(fplan) -> Tuple[List[Dict], Optional[int], List[str]]:
+    """Each tensor placed in an arena (name, producing kernel, shape, bytes, half-open live
+    range in program steps, arena and offset), the step where the placed tensors' live bytes
+    peak, and the names of the tensors live there (largest first)."""
+    placed = {uid: (k, offset) for k, arena in enumerate(fplan.arenas)
+              for uid, offset in arena.offsets.items()}
+    rows = [{"name": t.uid, "producer": t.producer, "shape": list(t.shape), "dtype": t.dtype,
+             "size_bytes": t.size_bytes, "live_range": [t.start, t.end],
+             "arena": placed[t.uid][0], "offset_bytes": placed[t.uid][1]}
+            for t in fplan.liveness.tensors if t.uid in placed]
+    if not rows:
+        return rows, None, []
+    events = sorted([(r["live_range"][0], r["size_bytes"]) for r in rows]
+                    + [(r["live_range"][1], -r["size_bytes"]) for r in rows])
+    live, best, peak_step = 0, -1, None
+    for step, delta in events:  # frees (negative) sort before allocations at the same step
+        live += delta
+        if live > best:
+            best, peak_step = live, step
+    at_peak = sorted((r for r in rows if r["live_range"][0] <= peak_step < r["live_range"][1]),
+                     key=lambda r: (-r["size_bytes"], r["name"]))
+    return rows, peak_step, [r["name"] for r in at_peak]

@@ -1,0 +1,257 @@
+"""Text of the compile report: the static plan of each function for a fixed-shape build, a
+table with one row per sampled shape for symbolic dims, and the strategies side by side.
+
+The CLI prints these; :meth:`relax_memplan.report.CompileReport.format_text` calls
+:func:`format_report`.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional
+
+from .analysis.dims import DimRange
+from .report import CompileReport, FunctionMemoryReport, ShapeMeasurement, _ratio
+from .verify import WEAK_VERIFICATION, Comparison
+
+__all__ = ["format_report", "format_side_by_side"]
+
+
+def format_report(report: CompileReport) -> str:
+    """The text report of one build."""
+    return "\n".join(_static_text(report) if report.is_static else _table_text(report))
+
+
+def _static_text(report: CompileReport) -> List[str]:
+    shapes = ", ".join(f"{n}{list(v['shape'])}:{v['dtype']}" for n, v in report.inputs.items())
+    lines = [f"relax-memplan memory report: {report.model}",
+             f"  target {report.target}; inputs {shapes}"]
+    for f in report.functions.values():
+        lines += _format_function(f)
+    if report.notes:
+        lines.append("notes:")
+        lines += [f"  - {n}" for n in report.notes]
+    return lines
+
+
+def _fmt_bytes(n: Optional[int]) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n:,} B ({n / scale:.2f} {unit})"
+    return f"{n:,} B"
+
+
+def _format_function(f: FunctionMemoryReport) -> List[str]:
+    lines = [
+        f"function {f.name}: {f.num_tensors} intermediate tensors, {f.num_planned} placed in our arena"
+        + (f" (best plan: {f.algorithm})" if f.algorithm else "")
+    ]
+    lb = f.lower_bound_bytes
+
+    def row(label, n, base=lb):
+        r = _ratio(n, base)
+        return f"  {label:<38}{_fmt_bytes(n):>30}" + (f"  {r:.3f} x LB" if r is not None else "")
+
+    lines.append(row("lower bound (peak live, aligned)", lb))
+    if f.unaligned_lower_bound_bytes != lb:
+        lines.append(row("  same, exact sizes", f.unaligned_lower_bound_bytes))
+    lines.append(row("our arena", f.arena_bytes))
+    if f.fallback:
+        lines.append(f"  our arena not used: {f.fallback}; TVM's StaticPlanBlockMemory plans it")
+    if f.planned_bytes != f.arena_bytes:
+        lines.append(row("our planned total (arena + TVM)", f.planned_bytes))
+    lines.append(f"  {'outputs / unplanned, per call':<38}{_fmt_bytes(f.unplanned_bytes):>30}")
+    lines.append(row("our build, per call", f.expected_runtime_alloc_bytes))
+    lines.append(row("TVM default build, per call", f.tvm_default_bytes))
+    if f.saved_percent is not None:
+        label = "saved vs TVM default" if f.saved_bytes >= 0 else "MORE than TVM default"
+        lines.append(f"  {label:<38}{_fmt_bytes(abs(f.saved_bytes)):>30}  "
+                     f"{abs(f.saved_percent):.1f} %")
+    if f.runtime_alloc_bytes is not None:
+        agree = "matches the plan" if f.runtime_matches_plan else (
+            f"DIFFERS from the plan ({_fmt_bytes(f.expected_runtime_alloc_bytes)})"
+        )
+        if f.num_runtime_sized_allocs and f.runtime_matches_plan:
+            extra = f.runtime_alloc_bytes - f.expected_runtime_alloc_bytes
+            agree = (f"the static plan plus {_fmt_bytes(extra)} in {f.num_runtime_sized_allocs} "
+                     f"allocation(s) sized at run time")
+        lines.append(
+            f"  measured at run time (naive VM allocator): ours {_fmt_bytes(f.runtime_alloc_bytes)} in "
+            f"{f.runtime_num_allocs} allocations, {agree}"
+        )
+        if f.tvm_default_runtime_alloc_bytes is not None:
+            lines.append(
+                f"  measured at run time, TVM default: {_fmt_bytes(f.tvm_default_runtime_alloc_bytes)} in "
+                f"{f.tvm_default_runtime_num_allocs} allocations"
+            )
+    if f.left_to_tvm:
+        reasons: Dict[str, int] = {}
+        for t in f.left_to_tvm:
+            reasons[t["reason"]] = reasons.get(t["reason"], 0) + 1
+        summary = ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items()))
+        lines.append(f"  left to TVM's planner: {summary}")
+    lines += _peak_lines(f)
+    if f.max_abs_diff_vs_tvm_default is not None:
+        lines.append(f"  max abs difference vs TVM default build: {f.max_abs_diff_vs_tvm_default:.3g}")
+    if f.max_abs_error is not None:
+        comparison = Comparison(f.max_abs_error, f.error_tolerance, f.nonfinite_mismatches or 0,
+                                f.nonfinite_matched or 0)
+        lines.append(f"  verification vs onnxruntime: {comparison.describe()}")
+    if f.input_sensitivity and f.input_sensitivity["weak"]:
+        lines.append(f"  WARNING: {WEAK_VERIFICATION} (the reference moves by "
+                     f"{f.input_sensitivity['max_abs_change']:.3g} on another random input)")
+    return lines
+
+
+def _num(value: Optional[int]) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _dims_text(dims: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in dims.items())
+
+
+def _ranges_text(report: CompileReport) -> str:
+    ranges = ", ".join(f"{n} in {DimRange(*r)}" for n, r in report.dims.items())
+    if report.buckets:
+        ranges += "; buckets " + ", ".join(f"{n}={','.join(map(str, v))}"
+                                           for n, v in report.buckets.items())
+    return ranges
+
+
+def _table_text(report: CompileReport) -> List[str]:
+    """One row per sampled shape: LB, arena, ratio, bytes of both builds, error, verdict."""
+    lines = [f"relax-memplan dynamic report: {report.model}",
+             f"  strategy {report.strategy}; {_ranges_text(report)}; {report.planned_tensors} "
+             f"tensors in the arena",
+             f"  {'dims':<28}{'LB':>12}{'arena':>12}{'x LB':>9}{'run ours':>12}{'run TVM':>12}"
+             f"{'max err':>10}"]
+    compared = report.verified is not None
+    if compared:
+        lines[-1] += f"{'tol':>10}  verify"
+    for s in report.shapes:
+        row = (f"  {_dims_text(s.dims):<28}{s.lower_bound_bytes:>12,}{s.arena_bytes:>12,}"
+               f"{s.arena_over_lower_bound:>9.3f}{_num(s.runtime_alloc_bytes):>12}"
+               f"{_num(s.tvm_default_runtime_alloc_bytes):>12}{_error(s):>10}")
+        lines.append(row + (_verdict(s) if compared else ""))
+    lines += _check_lines(report.shapes)
+    lines += _plan_lines(report, prefix="")
+    if report.specialized:
+        lines.append(f"  kernels specialized: {len(report.specialized)} ("
+                     + ", ".join(sorted(report.specialized)[:6])
+                     + (", ..." if len(report.specialized) > 6 else "") + ")")
+        for s in report.shapes:
+            lines.append(f"    at {_dims_text(s.dims)}: "
+                         f"{' + '.join(s.kernel_paths or ['generic'])} kernels")
+    lines += [f"  note: {n}" for n in report.notes]
+    return lines
+
+
+def _error(s: ShapeMeasurement) -> str:
+    return "-" if s.max_abs_error is None else f"{s.max_abs_error:.2g}"
+
+
+def _verdict(s: ShapeMeasurement) -> str:
+    if s.verified is None:
+        return ""
+    return f"{s.error_tolerance:>10.2g}  {'OK' if s.verified else 'FAILED'}"
+
+
+def _check_lines(rows: List[ShapeMeasurement]) -> List[str]:
+    """Non-finite values met at a shape, and the weak-verification warning."""
+    lines = []
+    for s in rows:
+        if s.verified is not None and (s.nonfinite_mismatches or s.nonfinite_matched):
+            comparison = Comparison(s.max_abs_error, s.error_tolerance,
+                                    s.nonfinite_mismatches, s.nonfinite_matched)
+            lines.append(f"  at {_dims_text(s.dims)}: {comparison.describe()}")
+    weak = [s for s in rows if s.input_sensitivity and s.input_sensitivity["weak"]]
+    if weak:
+        moved = max(s.input_sensitivity["max_abs_change"] for s in weak)
+        lines.append(f"  WARNING: {WEAK_VERIFICATION} (at {len(weak)} of {len(rows)} "
+                     f"shapes the reference moves by at most {moved:.3g} on another random "
+                     f"input)")
+    return lines
+
+
+def _plan_lines(report: CompileReport, prefix: str) -> List[str]:
+    """What the dynamic plan left to TVM and where its ratio was checked."""
+    lines = []
+    if report.left_to_tvm:
+        reasons: Dict[str, int] = {}
+        for why in report.left_to_tvm.values():
+            reasons[why] = reasons.get(why, 0) + 1
+        lines.append(f"  {prefix}left to TVM: "
+                     + ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items())))
+    checked = report.checked
+    if checked:
+        where = (f"every one of the {checked['shapes']} shapes in range" if checked["enumerated"]
+                 else f"{checked['shapes']} sampled shapes")
+        classes = any("size classes" in n for n in report.notes)
+        lines.append(f"  {prefix}exact layout / lower bound checked at {where}: worst "
+                     f"{checked['max_ratio']:.3f} ({checked['pinned']} shapes pinned to their "
+                     f"own plan)" + ("; size classes then round the arena up" if classes else ""))
+    return lines
+
+
+def format_side_by_side(reports: Mapping[str, CompileReport]) -> str:
+    """Several strategies of one model at the same shapes: one table, a column group per
+    strategy (arena / lower bound, bytes our build allocated), TVM's build once."""
+    names = list(reports)
+    first = reports[names[0]]
+    with_buckets = next((r for r in reports.values() if r.buckets), first)
+    lines = [f"relax-memplan dynamic report: {first.model} (strategies side by side)",
+             f"  {_ranges_text(with_buckets)}; tensors in the arena: "
+             + ", ".join(f"{n} {r.planned_tensors}" for n, r in reports.items())]
+    head = f"  {'':<28}{'':>12}" + "".join(f"{n:>21}" for n in names)
+    lines.append(head)
+    compared = any(r.verified is not None for r in reports.values())
+    cols = f"  {'dims':<28}{'LB':>12}" + f"{'x LB':>9}{'run':>12}" * len(names)
+    lines.append(cols + f"{'run TVM':>12}{'max err':>10}" + ("  verify" if compared else ""))
+    for k, row in enumerate(first.shapes):
+        same = [reports[n].shapes[k] for n in names]
+        text = f"  {_dims_text(row.dims):<28}{row.lower_bound_bytes:>12,}"
+        text += "".join(f"{s.arena_over_lower_bound:>9.3f}{_num(s.runtime_alloc_bytes):>12}"
+                        for s in same)
+        errors = [s.max_abs_error for s in same if s.max_abs_error is not None]
+        text += f"{_num(row.tvm_default_runtime_alloc_bytes):>12}"
+        text += f"{max(errors):>10.2g}" if errors else f"{'-':>10}"
+        if compared:
+            verdicts = [s.verified for s in same if s.verified is not None]
+            text += "  " + ("-" if not verdicts else "OK" if all(verdicts) else "FAILED")
+        lines.append(text)
+    lines += _strategy_lines(reports)
+    return "\n".join(lines)
+
+
+def _strategy_lines(reports: Mapping[str, CompileReport]) -> List[str]:
+    """Warnings and notes under the side-by-side table: once when every strategy has them,
+    else prefixed with the strategy."""
+    per_strategy = {name: _check_lines(r.shapes) + _plan_lines(r, prefix="")
+                    + [f"  note: {n}" for n in r.notes] for name, r in reports.items()}
+    common = [line for line in next(iter(per_strategy.values()))
+              if all(line in lines for lines in per_strategy.values())]
+    out = list(common)
+    for name, lines in per_strategy.items():
+        out += [f"  {name}: {line.strip()}" for line in lines if line not in common]
+    return out
+
+
+def _peak_lines(f: FunctionMemoryReport, top: int = 10) -> List[str]:
+    """The largest tensors live at the peak of the placed tensors' live bytes."""
+    if f.peak_step is None or not f.live_at_peak:
+        return []
+    by_name = {t["name"]: t for t in f.tensors}
+    live = [by_name[n] for n in f.live_at_peak]
+    total = sum(t["size_bytes"] for t in live)
+    lines = [f"  live at the peak (step {f.peak_step}): {len(live)} tensors, {total:,} B"
+             + (f"; the {top} largest:" if len(live) > top else ":"),
+             f"    {'tensor':<16}{'kernel':<36}{'shape':<22}{'bytes':>12}{'offset':>12}  live"]
+    for t in live[:top]:
+        shape = "x".join(map(str, t["shape"])) + f" {t['dtype']}"
+        kernel = t["producer"] or "-"
+        kernel = kernel if len(kernel) <= 34 else kernel[:31] + "..."
+        lines.append(f"    {t['name']:<16}{kernel:<36}{shape:<22}{t['size_bytes']:>12,}"
+                     f"{t['offset_bytes']:>12,}  [{t['live_range'][0]}, {t['live_range'][1]})")
+    return lines

@@ -1,0 +1,60 @@
+"""The one compile path: a fixed shape is the one-row case; several strategies share one
+import, one TVM build and the same inputs."""
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from relax_memplan import frontend
+from relax_memplan.compile import BuildOptions, CheckOptions, compile_model, compile_strategies
+import relax_memplan.compile.model as model_module
+
+
+def _mlp(dim="n"):
+    """y[dim, 8] = relu(x[dim, 16] @ w1) @ w2: two intermediate tensors."""
+    rng = np.random.default_rng(0)
+    w1 = helper.make_tensor("w1", TensorProto.FLOAT, [16, 32], rng.standard_normal(512).tolist())
+    w2 = helper.make_tensor("w2", TensorProto.FLOAT, [32, 8], rng.standard_normal(256).tolist())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w2"], ["y"])], "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dim, 8])], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+TWO = BuildOptions(strategies=("upper_bound", "exact"))
+
+
+def test_fixed_shape_is_one_row_with_the_static_plan():
+    result = compile_model(_mlp(), {"x": (3, 16)}, check=CheckOptions(verify=True))
+    report = result.report
+    assert report.strategy == "static" and report.is_static
+    [row] = report.shapes
+    assert row.dims == {} and row.verified
+    assert (row.arena_bytes, row.lower_bound_bytes) == (report.main.arena_bytes,
+                                                        report.main.lower_bound_bytes)
+    assert report.main.runtime_alloc_bytes == row.runtime_alloc_bytes
+    assert report.inputs == {"x": {"shape": [3, 16], "dtype": "float32"}}
+
+
+def test_strategies_share_one_import_one_tvm_build_and_the_inputs(monkeypatch):
+    imports, builds = [], []
+    real_import, real_build = frontend.import_onnx, model_module.build
+    monkeypatch.setattr(frontend, "import_onnx", lambda *a, **k: imports.append(1) or real_import(*a, **k))
+    monkeypatch.setattr(model_module, "build", lambda mod, tgt, planner, *a, **k:
+                        builds.append(planner) or real_build(mod, tgt, planner, *a, **k))
+    results = compile_strategies(_mlp(), None, {"n": (1, 6)}, options=TWO,
+                                 check=CheckOptions(verify=True, sample_shapes=3))
+    assert list(results) == ["upper_bound", "exact"]
+    assert len(imports) == 1 and sorted(builds) == ["relax_memplan", "relax_memplan", "tvm"]
+    upper, exact = (results[s].report for s in ("upper_bound", "exact"))
+    assert [r.dims for r in upper.shapes] == [r.dims for r in exact.shapes] == [
+        {"n": 1}, {"n": 6}, {"n": upper.shapes[2].dims["n"]}]
+    for u, e in zip(upper.shapes, exact.shapes):
+        assert u.tvm_default_runtime_alloc_bytes == e.tvm_default_runtime_alloc_bytes is not None
+        assert u.verified and e.verified
+        assert e.lower_bound_bytes <= e.arena_bytes <= u.arena_bytes
