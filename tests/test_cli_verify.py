@@ -275,9 +275,9 @@ def test_interrupt_swallowed_inside_the_build_still_stops(capsys, monkeypatch, t
     another error and a fallback swallowed let the compile finish, write -o and exit 0."""
     import signal
 
-    import relax_memplan.compiler as compiler
+    import relax_memplan.compile.model as compile_model
 
-    real = compiler.build
+    real = compile_model.build
 
     def build_with_swallowed_interrupt(*args, **kw):
         try:
@@ -286,7 +286,7 @@ def test_interrupt_swallowed_inside_the_build_still_stops(capsys, monkeypatch, t
             pass
         return real(*args, **kw)
 
-    monkeypatch.setattr(compiler, "build", build_with_swallowed_interrupt)
+    monkeypatch.setattr(compile_model, "build", build_with_swallowed_interrupt)
     lib = tmp_path / "lib.so"
     status = main(["compile", "-q", "--time-limit", "0.2", "-o", str(lib)])
     _one_line(capsys, status, EXIT_INTERRUPTED, prefix="relax-memplan: interrupted")
