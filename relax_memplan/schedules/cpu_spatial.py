@@ -2,7 +2,8 @@
 
 The loop-level part of a CPU schedule for element-wise work, shared by the
 convolution rule (its padding and producer blocks) and by
-:class:`relax_memplan.schedules.cpu_fallback.SpatialFallback`. It follows the
+:class:`relax_memplan.schedules.cpu_fallback.SpatialFallback` has its own
+plan (thresholds, unit-stride check). It follows the
 "parallelise the outer, vectorise the inner loop" recipe of TVM TOPI's x86
 injective schedule (``topi.x86.schedule_injective``), written with TensorIR
 primitives.
