@@ -22,7 +22,8 @@ the ``mr`` channel loop is unrolled (each weight a broadcast scalar) and the
 ``xt`` column loop is vectorised with the target's SIMD width (one input
 vector shared by the ``mr`` channels). Depthwise/grouped convolutions whose
 input channel depends on the output channel use ``mr = 1``. The tiles
-``(n, channel block, row, column block)`` are fused into one parallel loop;
+``(n, channel block, row, column block)`` are fused into one parallel loop
+(serial below ``min_parallel_macs`` multiply-adds);
 the epilogue is inlined into the write-back of the tile
 (``reverse_compute_inline``), so it runs on data still in registers. The
 padding block stays a separate parallel, vectorised copy, so the inner loop
@@ -171,14 +172,20 @@ class DirectConv(ScheduleRule):
         the channel count with ``mr * vectors(xt)`` accumulators within budget wins.
     accumulators_fma, accumulators_no_fma : int
         Budget of vector accumulators (registers) with / without FMA.
+    min_parallel_macs : int
+        Fewest multiply-adds for the tile loop to be parallel; below it the
+        kernel runs serially (a parallel launch costs more than it saves:
+        mnist's 5x5 convolutions, 0.16 and 0.63 M multiply-adds).
     """
 
     def __init__(self, max_column_vectors: int = 2, channel_tiles=(6, 4, 3, 2),
-                 accumulators_fma: int = 12, accumulators_no_fma: int = 8):
+                 accumulators_fma: int = 12, accumulators_no_fma: int = 8,
+                 min_parallel_macs: int = 1 << 20):
         self.max_column_vectors = max_column_vectors
         self.channel_tiles = tuple(channel_tiles)
         self.accumulators_fma = accumulators_fma
         self.accumulators_no_fma = accumulators_no_fma
+        self.min_parallel_macs = min_parallel_macs
 
     def is_target_available(self, target: Target) -> bool:
         return target is not None and target.kind.name == "llvm"
@@ -224,7 +231,12 @@ class DirectConv(ScheduleRule):
         xo, xi = sch.split(x, factors=[None, xt])
         sch.reorder(n, fo, *rows, xo, *reduce, fi, xi)
         tile = sch.fuse(n, fo, *rows, xo)
-        sch.parallel(tile)
+        macs = 1
+        for extent in axes.spatial_extents + axes.reduce_extents:
+            macs *= extent
+        parallel = macs >= self.min_parallel_macs
+        if parallel:
+            sch.parallel(tile)
 
         write_back = sch.cache_write(block, 0, "local")
         sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
@@ -234,11 +246,11 @@ class DirectConv(ScheduleRule):
         remaining += axes.consumers[-1:]
         for consumer in remaining:
             if not _try(sch.reverse_compute_inline, consumer):
-                parallelize_spatial(sch, consumer, lanes)
+                parallelize_spatial(sch, consumer, lanes, parallel=parallel)
         wb_loops = sch.get_loops(write_back)
         sch.vectorize(wb_loops[-1])
         for producer in axes.producers:  # padding: a parallel copy, no bounds test inside
-            parallelize_spatial(sch, producer, lanes)
+            parallelize_spatial(sch, producer, lanes, parallel=parallel)
         sch.unroll(fi)
         sch.vectorize(xi)
         init = sch.decompose_reduction(block, reduce[0])
