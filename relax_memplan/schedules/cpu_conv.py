@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
+import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight import ScheduleRule
 from tvm.s_tir.dlight.analysis import get_root_block
@@ -152,6 +153,12 @@ def match_conv(sch: s_tir.Schedule) -> Optional[ConvAxes]:
                     producers=list(blocks[:pos]), consumers=list(blocks[pos + 1:]))
 
 
+def _same_domain(sch: s_tir.Schedule, block, extents: List[int]) -> bool:
+    """Whether ``block``'s loops have exactly the constant ``extents`` (the conv output's)."""
+    loops = [sch.get(lp).extent for lp in sch.get_loops(block)]
+    return [_static(e) for e in loops] == list(extents)
+
+
 def _column_tile(width: int, lanes: int, max_vectors: int) -> int:
     """Output columns per tile: ``width`` if it fits, else its largest divisor that does."""
     limit = lanes * max_vectors
@@ -212,8 +219,8 @@ class DirectConv(ScheduleRule):
         lanes = simd_lanes(target, dtype)
         try:
             self._schedule(sch, axes, lanes, target)
-        except _ScheduleError:
-            return None
+        except (_ScheduleError, tvm.error.InternalError):
+            return None  # a primitive's check failed on an unusual variant: leave it
         return sch
 
     def _schedule(self, sch: s_tir.Schedule, axes: ConvAxes, lanes: int, target: Target) -> None:
@@ -245,7 +252,10 @@ class DirectConv(ScheduleRule):
         remaining = [c for c in axes.consumers[:-1] if not _try(sch.compute_inline, c)]
         remaining += axes.consumers[-1:]
         for consumer in remaining:
-            if not _try(sch.reverse_compute_inline, consumer):
+            # a consumer over a larger domain (squeeze-excitation: the 1x1 conv output times
+            # a feature map) makes reverse_compute_inline fail with an InternalError in TVM
+            if not (_same_domain(sch, consumer, axes.spatial_extents)
+                    and _try(sch.reverse_compute_inline, consumer)):
                 parallelize_spatial(sch, consumer, lanes, parallel=parallel)
         wb_loops = sch.get_loops(write_back)
         sch.vectorize(wb_loops[-1])
