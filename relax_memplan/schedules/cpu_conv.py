@@ -28,7 +28,9 @@ the epilogue is inlined into the write-back of the tile
 (``reverse_compute_inline``), so it runs on data still in registers. The
 padding block stays a separate parallel, vectorised copy, so the inner loop
 reads the input without a bounds test. ``xt`` divides the output width (no
-remainder predicate, which would scalarise the vector loop).
+remainder predicate, which would scalarise the vector loop). An output of
+width 1 over rows (a conv1d exported as a conv2d on ``(length, 1)``) is tiled
+along the rows instead.
 """
 
 from __future__ import annotations
@@ -225,15 +227,18 @@ class DirectConv(ScheduleRule):
 
     def _schedule(self, sch: s_tir.Schedule, axes: ConvAxes, lanes: int, target: Target) -> None:
         block = axes.block
-        width = axes.spatial_extents[-1]
+        n_sp = len(axes.spatial_extents)
+        col = n_sp - 1
+        if n_sp == 4 and axes.spatial_extents[3] == 1 and axes.spatial_extents[2] > 1:
+            col = 2  # a conv1d written as a conv2d over (length, 1) (magika): tile the length
+        width = axes.spatial_extents[col]
         xt = _column_tile(width, lanes, self.max_column_vectors)
         vectors = -(-xt // lanes)
         mr = self._channel_tile(axes, vectors, target)
         loops = sch.get_loops(block)
-        n_sp = len(axes.spatial_extents)
         spatial, reduce = loops[:n_sp], loops[n_sp:]
-        n, f, x = spatial[0], spatial[1], spatial[-1]
-        rows = list(spatial[2:-1])
+        n, f, x = spatial[0], spatial[1], spatial[col]
+        rows = [lp for k, lp in enumerate(spatial[2:], start=2) if k != col]
         fo, fi = sch.split(f, factors=[None, mr])
         xo, xi = sch.split(x, factors=[None, xt])
         sch.reorder(n, fo, *rows, xo, *reduce, fi, xi)

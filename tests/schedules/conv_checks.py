@@ -21,6 +21,7 @@ CASES = [
     ("conv1d k5 s1 p2", (1, 6, 50), 9, 5, 1, 2, 1, 1, "relu"),
     ("conv1d k3 s2 one output", (1, 16, 3), 32, 3, 2, 0, 1, 1, "bias"),
     ("conv1d depthwise", (2, 8, 33), 8, 3, 1, 1, 1, 8, "silu"),
+    ("conv1d as conv2d over (length, 1)", (1, 16, 70, 1), 24, (5, 1), 1, 0, 1, 1, "relu"),
     ("squeeze-excitation 1x1 output times a 10x10 map", (1, 48, 1, 1), 192, 1, 1, 0, 1, 1,
      "se"),
 ]
@@ -30,8 +31,8 @@ def conv_module(shape, filters, kernel, stride, padding, dilation, groups, epilo
     """Relax ``epilogue(conv(x, w) + b)`` with constant shapes (conv1d for 3-D inputs)."""
     dims = len(shape) - 2
     x = relax.Var("x", relax.TensorType(list(shape), "float32"))
-    w = relax.Var("w", relax.TensorType([filters, shape[1] // groups] + [kernel] * dims,
-                                        "float32"))
+    kernel = list(kernel) if isinstance(kernel, tuple) else [kernel] * dims
+    w = relax.Var("w", relax.TensorType([filters, shape[1] // groups] + kernel, "float32"))
     b = relax.Var("b", relax.TensorType([1, filters] + [1] * dims, "float32"))
     params = [x, w, b]
     if epilogue == "se":  # ppocrv4-det's squeeze-excitation: hard-sigmoid(conv) * feature map
