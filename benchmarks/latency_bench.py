@@ -7,7 +7,8 @@ rounds, with the same thread count (``TVM_NUM_THREADS`` and onnxruntime's
 * ``ours``: ``get_pipeline(host_target(), schedule=True)`` (our CPU schedules, host CPU);
 * ``tvm``: ``get_pipeline("llvm", planner="tvm")`` (TVM's legalize/fuse pipeline, no
   schedules, TVM's memory planner);
-* ``ort``: onnxruntime's CPUExecutionProvider.
+* ``ort``: onnxruntime's CPUExecutionProvider, its idle workers not spinning (they would
+  take the cores from the TVM runs interleaved with it).
 
 Reports median latency and spread (10th-90th percentile, in % of the median), the
 compile time of each build, the largest difference of our outputs from onnxruntime's, and,
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -31,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # measure this checkout, not another installed copy
 MODELS_DIR = REPO.parent / "shared" / "models"  # ../shared beside the checkout
 
 # (label, file, shapes, fixed input values)
@@ -73,6 +76,9 @@ def _ort_runner(path, feeds, threads):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
+    # idle onnxruntime workers spin by default and take the cores from the TVM runs that
+    # follow in the same process (2 threads on 2 cores: TVM's parallel kernels 10-100x slower)
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     return (lambda: sess.run(None, feeds)), sess
 

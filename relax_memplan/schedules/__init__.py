@@ -23,7 +23,9 @@ from tvm.s_tir import dlight
 from tvm.target import Target
 
 from .cpu_conv import DirectConv
+from .cpu_fallback import SpatialFallback
 from .cpu_gemv import DotProductGEMV
+from .cpu_reduction import RowReduction
 from .cpu_matmul import GenericMatmul, StaticMatmul, TileConfig, simd_lanes
 from .host import host_target
 from .gpu import GuardedRule, gpu_schedule_pass, gpu_schedule_rules, schedule_gpu_prim_func
@@ -34,6 +36,8 @@ __all__ = [
     "DotProductGEMV",
     "GenericMatmul",
     "GuardedRule",
+    "RowReduction",
+    "SpatialFallback",
     "StaticMatmul",
     "TileConfig",
     "cpu_schedule_rules",
@@ -55,20 +59,25 @@ def _as_target(target: Union[str, dict, Target]) -> Target:
 
 
 def cpu_schedule_rules() -> list:
-    """The rules, most specific first: static matmul, generic matmul, convolution, GEMV, reduction.
+    """The rules, most specific first: matmul, convolution, GEMV, reduction, then the fallback.
 
     dlight's CPU ``GEMV`` and ``Reduction`` (softmax, layer norm) follow ours,
     guarded (:class:`GuardedRule`): any failure inside them, e.g. GEMV's assertion on a
     reduction of length 1 (bert at seq 1), leaves the function unscheduled. GEMV is
     only tried on plain dot products (:class:`DotProductGEMV`): on a convolution with a
     one-pixel output it produces vector code LLVM needs minutes to compile.
+    ``Reduction`` is kept only when its parallel loop runs over the rows
+    (:class:`RowReduction`: with one row it recomputes the row per output).
+    :class:`SpatialFallback` (guarded too) comes last: parallel outer loops and short
+    vectors for element-wise, layout and pooling kernels with enough work.
 
     Returns
     -------
     list of tvm.s_tir.dlight.ScheduleRule
     """
     return [StaticMatmul(), GenericMatmul(), DirectConv(),
-            GuardedRule(DotProductGEMV(dlight.cpu.GEMV())), GuardedRule(dlight.cpu.Reduction())]
+            GuardedRule(DotProductGEMV(dlight.cpu.GEMV())), GuardedRule(RowReduction(dlight.cpu.Reduction())),
+            GuardedRule(SpatialFallback())]
 
 
 def cpu_schedule_pass(target: Union[str, dict, Target]) -> tvm.transform.Pass:

@@ -22,12 +22,15 @@ the ``mr`` channel loop is unrolled (each weight a broadcast scalar) and the
 ``xt`` column loop is vectorised with the target's SIMD width (one input
 vector shared by the ``mr`` channels). Depthwise/grouped convolutions whose
 input channel depends on the output channel use ``mr = 1``. The tiles
-``(n, channel block, row, column block)`` are fused into one parallel loop;
+``(n, channel block, row, column block)`` are fused into one parallel loop
+(serial below ``min_parallel_macs`` multiply-adds);
 the epilogue is inlined into the write-back of the tile
 (``reverse_compute_inline``), so it runs on data still in registers. The
 padding block stays a separate parallel, vectorised copy, so the inner loop
 reads the input without a bounds test. ``xt`` divides the output width (no
-remainder predicate, which would scalarise the vector loop).
+remainder predicate, which would scalarise the vector loop). An output of
+width 1 over rows (a conv1d exported as a conv2d on ``(length, 1)``) is tiled
+along the rows instead.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
+import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight import ScheduleRule
 from tvm.s_tir.dlight.analysis import get_root_block
@@ -151,6 +155,12 @@ def match_conv(sch: s_tir.Schedule) -> Optional[ConvAxes]:
                     producers=list(blocks[:pos]), consumers=list(blocks[pos + 1:]))
 
 
+def _same_domain(sch: s_tir.Schedule, block, extents: List[int]) -> bool:
+    """Whether ``block``'s loops have exactly the constant ``extents`` (the conv output's)."""
+    loops = [sch.get(lp).extent for lp in sch.get_loops(block)]
+    return [_static(e) for e in loops] == list(extents)
+
+
 def _column_tile(width: int, lanes: int, max_vectors: int) -> int:
     """Output columns per tile: ``width`` if it fits, else its largest divisor that does."""
     limit = lanes * max_vectors
@@ -171,14 +181,20 @@ class DirectConv(ScheduleRule):
         the channel count with ``mr * vectors(xt)`` accumulators within budget wins.
     accumulators_fma, accumulators_no_fma : int
         Budget of vector accumulators (registers) with / without FMA.
+    min_parallel_macs : int
+        Fewest multiply-adds for the tile loop to be parallel; below it the
+        kernel runs serially (a parallel launch costs more than it saves:
+        mnist's 5x5 convolutions, 0.16 and 0.63 M multiply-adds).
     """
 
     def __init__(self, max_column_vectors: int = 2, channel_tiles=(6, 4, 3, 2),
-                 accumulators_fma: int = 12, accumulators_no_fma: int = 8):
+                 accumulators_fma: int = 12, accumulators_no_fma: int = 8,
+                 min_parallel_macs: int = 1 << 20):
         self.max_column_vectors = max_column_vectors
         self.channel_tiles = tuple(channel_tiles)
         self.accumulators_fma = accumulators_fma
         self.accumulators_no_fma = accumulators_no_fma
+        self.min_parallel_macs = min_parallel_macs
 
     def is_target_available(self, target: Target) -> bool:
         return target is not None and target.kind.name == "llvm"
@@ -205,26 +221,34 @@ class DirectConv(ScheduleRule):
         lanes = simd_lanes(target, dtype)
         try:
             self._schedule(sch, axes, lanes, target)
-        except _ScheduleError:
-            return None
+        except (_ScheduleError, tvm.error.InternalError):
+            return None  # a primitive's check failed on an unusual variant: leave it
         return sch
 
     def _schedule(self, sch: s_tir.Schedule, axes: ConvAxes, lanes: int, target: Target) -> None:
         block = axes.block
-        width = axes.spatial_extents[-1]
+        n_sp = len(axes.spatial_extents)
+        col = n_sp - 1
+        if n_sp == 4 and axes.spatial_extents[3] == 1 and axes.spatial_extents[2] > 1:
+            col = 2  # a conv1d written as a conv2d over (length, 1) (magika): tile the length
+        width = axes.spatial_extents[col]
         xt = _column_tile(width, lanes, self.max_column_vectors)
         vectors = -(-xt // lanes)
         mr = self._channel_tile(axes, vectors, target)
         loops = sch.get_loops(block)
-        n_sp = len(axes.spatial_extents)
         spatial, reduce = loops[:n_sp], loops[n_sp:]
-        n, f, x = spatial[0], spatial[1], spatial[-1]
-        rows = list(spatial[2:-1])
+        n, f, x = spatial[0], spatial[1], spatial[col]
+        rows = [lp for k, lp in enumerate(spatial[2:], start=2) if k != col]
         fo, fi = sch.split(f, factors=[None, mr])
         xo, xi = sch.split(x, factors=[None, xt])
         sch.reorder(n, fo, *rows, xo, *reduce, fi, xi)
         tile = sch.fuse(n, fo, *rows, xo)
-        sch.parallel(tile)
+        macs = 1
+        for extent in axes.spatial_extents + axes.reduce_extents:
+            macs *= extent
+        parallel = macs >= self.min_parallel_macs
+        if parallel:
+            sch.parallel(tile)
 
         write_back = sch.cache_write(block, 0, "local")
         sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
@@ -233,12 +257,15 @@ class DirectConv(ScheduleRule):
         remaining = [c for c in axes.consumers[:-1] if not _try(sch.compute_inline, c)]
         remaining += axes.consumers[-1:]
         for consumer in remaining:
-            if not _try(sch.reverse_compute_inline, consumer):
-                parallelize_spatial(sch, consumer, lanes)
+            # a consumer over a larger domain (squeeze-excitation: the 1x1 conv output times
+            # a feature map) makes reverse_compute_inline fail with an InternalError in TVM
+            if not (_same_domain(sch, consumer, axes.spatial_extents)
+                    and _try(sch.reverse_compute_inline, consumer)):
+                parallelize_spatial(sch, consumer, lanes, parallel=parallel)
         wb_loops = sch.get_loops(write_back)
         sch.vectorize(wb_loops[-1])
         for producer in axes.producers:  # padding: a parallel copy, no bounds test inside
-            parallelize_spatial(sch, producer, lanes)
+            parallelize_spatial(sch, producer, lanes, parallel=parallel)
         sch.unroll(fi)
         sch.vectorize(xi)
         init = sch.decompose_reduction(block, reduce[0])

@@ -1,8 +1,9 @@
 """Parallel outer loops and a vectorised inner loop for a spatial (injective) block.
 
 The loop-level part of a CPU schedule for element-wise work, shared by the
-convolution rule (its padding and producer blocks) and by
-:class:`relax_memplan.schedules.cpu_fallback.SpatialFallback`. It follows the
+convolution rule (its padding and producer blocks);
+:class:`relax_memplan.schedules.cpu_fallback.SpatialFallback` has its own
+plan (thresholds, unit-stride check). It follows the
 "parallelise the outer, vectorise the inner loop" recipe of TVM TOPI's x86
 injective schedule (``topi.x86.schedule_injective``), written with TensorIR
 primitives.
@@ -48,7 +49,8 @@ def vector_split(extent: int, lanes: int, max_vector: int) -> Optional[int]:
 
 
 def parallelize_spatial(sch: s_tir.Schedule, block, lanes: int, *,
-                        min_parallel_extent: int = 64, max_vector_lanes: int = 4) -> None:
+                        min_parallel_extent: int = 64, max_vector_lanes: int = 4,
+                        parallel: bool = True) -> None:
     """Fuse and parallelise the outer loops of ``block``, vectorise its innermost loop.
 
     Outer loops are fused, outermost first, until their product reaches
@@ -67,6 +69,8 @@ def parallelize_spatial(sch: s_tir.Schedule, block, lanes: int, *,
         Iterations wanted in the parallel loop.
     max_vector_lanes : int
         Largest vector, in SIMD registers.
+    parallel : bool
+        ``False``: vectorise only (a kernel too small for a parallel launch).
     """
     loops = sch.get_loops(block)
     if not loops:
@@ -79,7 +83,7 @@ def parallelize_spatial(sch: s_tir.Schedule, block, lanes: int, *,
     if width is not None and width != extent.value:
         outer_part, inner = sch.split(inner, factors=[None, width])
         outer.append(outer_part)
-    if outer:
+    if parallel and outer:
         count, total = 0, 1
         for lp in outer:
             count += 1
@@ -91,7 +95,7 @@ def parallelize_spatial(sch: s_tir.Schedule, block, lanes: int, *,
                 break
         fused = outer[0] if count == 1 else sch.fuse(*outer[:count])
         sch.parallel(fused)
-    elif width is None:
+    elif parallel and width is None:
         sch.parallel(inner)
     if width is not None:
         sch.vectorize(inner)

@@ -21,6 +21,9 @@ CASES = [
     ("conv1d k5 s1 p2", (1, 6, 50), 9, 5, 1, 2, 1, 1, "relu"),
     ("conv1d k3 s2 one output", (1, 16, 3), 32, 3, 2, 0, 1, 1, "bias"),
     ("conv1d depthwise", (2, 8, 33), 8, 3, 1, 1, 1, 8, "silu"),
+    ("conv1d as conv2d over (length, 1)", (1, 16, 70, 1), 24, (5, 1), 1, 0, 1, 1, "relu"),
+    ("squeeze-excitation 1x1 output times a 10x10 map", (1, 48, 1, 1), 192, 1, 1, 0, 1, 1,
+     "se"),
 ]
 
 
@@ -28,12 +31,16 @@ def conv_module(shape, filters, kernel, stride, padding, dilation, groups, epilo
     """Relax ``epilogue(conv(x, w) + b)`` with constant shapes (conv1d for 3-D inputs)."""
     dims = len(shape) - 2
     x = relax.Var("x", relax.TensorType(list(shape), "float32"))
-    w = relax.Var("w", relax.TensorType([filters, shape[1] // groups] + [kernel] * dims,
-                                        "float32"))
+    kernel = list(kernel) if isinstance(kernel, tuple) else [kernel] * dims
+    w = relax.Var("w", relax.TensorType([filters, shape[1] // groups] + kernel, "float32"))
     b = relax.Var("b", relax.TensorType([1, filters] + [1] * dims, "float32"))
+    params = [x, w, b]
+    if epilogue == "se":  # ppocrv4-det's squeeze-excitation: hard-sigmoid(conv) * feature map
+        params.append(relax.Var("m", relax.TensorType([shape[0], filters] + [10] * dims,
+                                                      "float32")))
     conv = relax.op.nn.conv2d if dims == 2 else relax.op.nn.conv1d
     bb = relax.BlockBuilder()
-    with bb.function("main", [x, w, b]):
+    with bb.function("main", params):
         with bb.dataflow():
             y = bb.emit(conv(x, w, strides=stride, padding=padding, dilation=dilation,
                              groups=groups))
@@ -44,6 +51,10 @@ def conv_module(shape, filters, kernel, stride, padding, dilation, groups, epilo
                 y = bb.emit(relax.op.clip(y, 0.0, 6.0))
             elif epilogue == "silu":
                 y = bb.emit(relax.op.multiply(relax.op.sigmoid(y), y))
+            elif epilogue == "se":
+                y = bb.emit(relax.op.clip(relax.op.add(relax.op.multiply(y, relax.const(
+                    0.1667, "float32")), relax.const(0.5, "float32")), 0.0, 1.0))
+                y = bb.emit(relax.op.multiply(params[3], y))
             out = bb.emit_output(y)
         bb.emit_func_output(out)
     return bb.get()

@@ -41,7 +41,7 @@ def _run_isolated(call, marker, timeout=300):
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_direct_conv_applies_parallel_and_vectorized(case):
     (func,) = _fused_kernels(conv_module(*case[1:]))
-    sch = DirectConv().apply(func, host_target(), False)
+    sch = DirectConv(min_parallel_macs=0).apply(func, host_target(), False)  # small cases
     assert sch is not None, case[0]
     text = sch.mod["main"].script()
     assert "T.parallel(" in text and "T.vectorized(" in text
@@ -91,3 +91,12 @@ def test_silero_builds_quickly_with_cpu_schedules_subprocess():
             "tvm.compile(mod, t, relax_pipeline=get_pipeline(t, schedule=True)); "
             "print('BUILT', time.perf_counter() - t0)")
     _run_isolated(call, "BUILT", timeout=60)
+
+
+def test_small_convolution_runs_serially():
+    """mnist's 5x5 convolutions (0.16 / 0.63 M multiply-adds) were slower with a parallel loop."""
+    (small,) = _fused_kernels(conv_module((1, 8, 18, 18), 16, 5, 1, 2, 1, 1, "relu"))
+    text = DirectConv().apply(small, host_target(), False).mod["main"].script()
+    assert "T.parallel(" not in text and "T.vectorized(" in text
+    (large,) = _fused_kernels(conv_module((1, 32, 28, 28), 32, 3, 1, 1, 1, 1, "relu"))
+    assert "T.parallel(" in DirectConv().apply(large, host_target(), False).mod["main"].script()

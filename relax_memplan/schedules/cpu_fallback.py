@@ -1,0 +1,238 @@
+"""Fallback CPU (llvm) rule: parallel outer loops and short vectors for kernels no rule took.
+
+Where it runs
+-------------
+Last in :func:`relax_memplan.schedules.cpu_schedule_rules`, on PrimFuncs that
+the matmul, convolution, GEMV and reduction rules left alone: element-wise
+chains, transpose, concat, resize, padding, inference batch-norm, and pooling
+(a reduction over a small window whose output loops are all outside it).
+
+Algorithm
+---------
+TVM TOPI's x86 injective schedule (``topi.x86.schedule_injective``: fuse and
+parallelise the outer loops, vectorise the inner one), restricted to where it
+pays on a small CPU and keeps LLVM fast:
+
+* a block is parallelised only when its work (product of its loop extents) is
+  at least ``min_parallel_work`` -- a parallel launch on TVM's thread pool
+  costs microseconds, more than a small kernel takes (silero's LSTM cell);
+  only its leading data-parallel loops are fused (never a reduction loop);
+* its innermost loop is vectorised only when it is data-parallel, has a
+  constant extent that is a multiple of the SIMD lanes (split by one vector,
+  at most ``max_vector_registers`` of them unsplit), and every buffer access
+  in the block reads it at unit stride in its last index or not at all
+  (no gathers: strided pooling windows, ``floordiv`` indices of resize and
+  reshape stay scalar);
+* a unit-stride inner loop no vector width divides (55 wide) gets no parallel
+  loop either: serial, LLVM auto-vectorises it; in a parallel closure the
+  buffers lose ``noalias`` and it runs scalar;
+* functions with a symbolic loop extent are left unscheduled (their work
+  is unknown; a predicate-split vector loop is scalar code anyway).
+
+Before that, every spatial block writing an intermediate buffer is
+``compute_inline``-d into its consumers when they are all spatial (TOPI's injective schedule inlines
+all of them too): inference batch-norm is legalized as five full-size
+intermediate tensors. A function where nothing was inlined and no block
+qualifies is left unscheduled (returns ``None``).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight import ScheduleRule
+from tvm.s_tir.dlight.analysis import get_root_block
+from tvm.s_tir.dlight.analysis.common_analysis import get_sblockrealize
+from tvm.target import Target
+
+from .cpu_matmul import _ScheduleError, simd_lanes
+
+__all__ = ["SpatialFallback"]
+
+
+def _uses(expr, var) -> bool:
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr)) \
+        if not isinstance(expr, (tirx.IntImm, tirx.FloatImm)) else False
+
+
+def _unit_stride_last(indices, var) -> bool:
+    """``var`` absent from ``indices``, or only in the last one as ``var`` or ``var + e``."""
+    *leading, last = indices
+    if any(_uses(i, var) for i in leading):
+        return False
+    if not _uses(last, var) or (isinstance(last, tirx.Var) and last.same_as(var)):
+        return True
+    if isinstance(last, (tirx.Add, tirx.Sub)):
+        a, b = last.a, last.b
+        if isinstance(a, tirx.Var) and a.same_as(var) and not _uses(b, var):
+            return True
+        if isinstance(last, tirx.Add) and isinstance(b, tirx.Var) and b.same_as(var) \
+                and not _uses(a, var):
+            return True
+    return False
+
+
+def _contiguous_in(block: s_tir.SBlock, var) -> bool:
+    """Every region ``block`` reads or writes is one element, unit-stride (or invariant) in ``var``."""
+    for access in list(block.reads) + list(block.writes):
+        region = access.region
+        if any(_uses(rng.min, var) and not (isinstance(rng.extent, tirx.IntImm)
+                                            and rng.extent.value == 1) for rng in region):
+            return False
+        if region and not _unit_stride_last([rng.min for rng in region], var):
+            return False
+    return True
+
+
+def _vector_width(extent: int, lanes: int, max_registers: int) -> Optional[int]:
+    """Elements per vectorised inner loop for a constant ``extent``, or ``None``.
+
+    The whole loop when it is a multiple of ``lanes`` within ``max_registers``
+    vectors, else one full vector, else a half or quarter vector (at least 4
+    elements: AVX2 / SSE widths on an AVX-512 target), whichever divides ``extent``.
+    """
+    if extent % lanes == 0 and extent <= lanes * max_registers:
+        return extent
+    for width in (lanes, lanes // 2, lanes // 4):
+        if width >= 4 and extent % width == 0:
+            return width
+    return None
+
+
+def _is_spatial(block: s_tir.SBlock) -> bool:
+    return all(iv.iter_type == tirx.IterVar.DataPar for iv in block.iter_vars)
+
+
+def _inline_intermediates(sch: s_tir.Schedule, blocks) -> bool:
+    """``compute_inline`` every spatial block writing a root-allocated buffer; whether any was.
+
+    A chain like inference batch-norm (``(x - mean) / sqrt(var + eps) * gamma + beta``,
+    then relu) is legalized as one full-size intermediate buffer per step; inlined, the
+    last block reads ``x`` once and writes once, as TOPI's injective schedule does.
+    """
+    local = list(sch.get(get_root_block(sch)).alloc_buffers)
+    changed = False
+    for block in blocks:
+        node = sch.get(block)
+        if not _is_spatial(node):
+            continue
+        if not all(any(buf.same_as(w.source) for buf in local) for w in node.writes):
+            continue
+        if not all(_is_spatial(sch.get(c)) for c in sch.get_consumers(block)):
+            continue  # softmax's exp: inlined into two reductions it would be computed twice
+        try:
+            sch.compute_inline(block)
+        except _ScheduleError:
+            continue
+        changed = True
+    return changed
+
+
+class SpatialFallback(ScheduleRule):
+    """Parallel outer loops and short vectorised inner loops (see the module docstring).
+
+    Parameters
+    ----------
+    min_parallel_work : int
+        Fewest iterations (product of loop extents) for a block to get a parallel loop.
+    min_parallel_extent : int
+        Iterations wanted in the fused parallel loop (outer loops are fused until reached).
+    max_vector_registers : int
+        An innermost loop of at most this many SIMD vectors is vectorised whole;
+        longer ones are split by one vector.
+    """
+
+    def __init__(self, min_parallel_work: int = 32768, min_parallel_extent: int = 16,
+                 max_vector_registers: int = 2):
+        self.min_parallel_work = min_parallel_work
+        self.min_parallel_extent = min_parallel_extent
+        self.max_vector_registers = max_vector_registers
+
+    def is_target_available(self, target: Target) -> bool:
+        return target is not None and target.kind.name == "llvm"
+
+    def apply(self, func: tirx.PrimFunc, target: Target, _tunable: bool):
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        try:
+            blocks = sch.get_child_blocks(get_root_block(sch))
+        except ValueError:  # body is not a root block
+            return None
+        if not blocks:
+            return None
+        inlined = _inline_intermediates(sch, blocks)
+        if inlined:
+            blocks = sch.get_child_blocks(get_root_block(sch))
+        plans = []
+        for block in blocks:
+            plan = self._plan(sch, block, target)
+            if plan is None:
+                return None
+            plans.append(plan)
+        if not inlined and not any(p[1] or p[2] for p in plans):
+            return None
+        try:
+            for block, parallel, vector in plans:
+                self._apply_block(sch, block, parallel, vector)
+        except _ScheduleError:
+            return None
+        return sch
+
+    def _plan(self, sch, block, target):
+        """``(block, parallel loops, vector width)`` or ``None`` if the function must be left."""
+        node = sch.get(block)
+        loops = sch.get_loops(block)
+        if not loops or len(loops) != len(node.iter_vars):
+            return None
+        extents = [sch.get(lp).extent for lp in loops]
+        if not all(isinstance(e, tirx.IntImm) for e in extents):
+            return None
+        extents = [int(e.value) for e in extents]
+        realize = get_sblockrealize(sch, block)
+        # loop k binds iter var k directly (legalized TOPI computes)
+        for lp, bind in zip(loops, realize.iter_values):
+            if not (isinstance(bind, tirx.Var) and bind.same_as(sch.get(lp).loop_var)):
+                return None
+        spatial = [iv.iter_type == tirx.IterVar.DataPar for iv in node.iter_vars]
+        lead = next((k for k, s in enumerate(spatial) if not s), len(spatial))
+        work = 1
+        for e in extents:
+            work *= e
+        vector = None
+        if lead == len(loops) and len(node.writes) == 1:
+            lanes = simd_lanes(target, str(node.writes[0].source.dtype))
+            inner = extents[-1]
+            contiguous = _contiguous_in(node, node.iter_vars[-1].var)
+            width = _vector_width(inner, lanes, self.max_vector_registers)
+            if width is not None and contiguous:
+                vector = width
+            elif contiguous:
+                # LLVM auto-vectorises this loop when it stays serial; inside a parallel
+                # closure it loses ``noalias`` and runs scalar (concat of 55-wide rows:
+                # 4x slower at one thread)
+                return block, 0, None
+        n_par = lead if vector is None or lead < len(loops) else lead - 1
+        if work < self.min_parallel_work or n_par == 0:
+            n_par = 0
+        return block, n_par, vector
+
+    def _apply_block(self, sch, block, n_par: int, vector: Optional[int]) -> None:
+        loops = sch.get_loops(block)
+        if vector is not None:
+            inner = loops[-1]
+            if int(sch.get(inner).extent.value) != vector:
+                _, inner = sch.split(inner, factors=[None, vector])
+            sch.vectorize(inner)
+        if n_par:
+            outer: List = list(loops[:n_par])
+            count, total = 0, 1
+            for lp in outer:
+                count += 1
+                total *= int(sch.get(lp).extent.value)
+                if total >= self.min_parallel_extent:
+                    break
+            fused = outer[0] if count == 1 else sch.fuse(*outer[:count])
+            sch.parallel(fused)
+

@@ -1,0 +1,71 @@
+"""Checks run in a subprocess by test_cpu_fallback.py (an out-of-bounds store then fails a
+test instead of killing pytest): kernels left to :class:`SpatialFallback` (element-wise chains,
+pooling, resize, transpose, concat; odd and tiny sizes) give the numbers of the unscheduled
+build."""
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from relax_memplan.pipeline import get_pipeline
+from relax_memplan.schedules import host_target
+
+
+def _module(shapes, body):
+    params = [relax.Var(f"x{k}", relax.TensorType(list(s), "float32")) for k, s in enumerate(shapes)]
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(body(*params)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def batch_norm_relu(shape):
+    """Inference batch-norm then relu (five full-size intermediates when unscheduled)."""
+    c = shape[1]
+
+    def body(x, g, b, m, v):
+        bn = relax.op.nn.batch_norm(x, g, b, m, v, axis=1, epsilon=1e-5, training=False)
+        return relax.op.nn.relu(relax.TupleGetItem(bn, 0))
+    return _module([shape, (c,), (c,), (c,), (c,)], body)
+
+
+# (label, module)
+CASES = [
+    ("batch_norm relu 64x30x40", batch_norm_relu((1, 64, 30, 40))),
+    ("batch_norm relu odd 5x7x9", batch_norm_relu((1, 5, 7, 9))),
+    ("batch_norm relu wide 16x20x97", batch_norm_relu((1, 16, 20, 97))),
+    ("max_pool 3x3 s2 odd", _module([(1, 24, 55, 55)],
+                                    lambda x: relax.op.nn.max_pool2d(x, 3, 2, ceil_mode=True))),
+    ("avg_pool 2x2 s2", _module([(1, 32, 40, 48)], lambda x: relax.op.nn.avg_pool2d(x, 2, 2))),
+    ("resize nearest x2", _module([(1, 16, 20, 24)], lambda x: relax.op.image.resize2d(
+        x, (40, 48), method="nearest_neighbor"))),
+    ("transpose nchw->nhwc", _module([(1, 48, 33, 32)],
+                                     lambda x: relax.op.permute_dims(x, [0, 2, 3, 1]))),
+    ("concat channels", _module([(1, 24, 40, 40), (1, 40, 40, 40)],
+                                lambda a, b: relax.op.concat([a, b], axis=1))),
+    ("sigmoid mul tiny", _module([(3, 5)], lambda x: relax.op.multiply(relax.op.sigmoid(x), x))),
+    ("add broadcast 1-d long", _module([(70000,), (1,)], lambda a, b: relax.op.add(a, b))),
+]
+
+
+def _run(mod, target, schedule, arrays):
+    ex = tvm.compile(mod, target, relax_pipeline=get_pipeline(target, schedule=schedule))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
+
+
+def check_fallback_cases(target_name):
+    target = host_target() if target_name == "host" else tvm.target.Target("llvm")
+    rng = np.random.default_rng(0)
+    for label, mod in CASES:
+        arrays = [rng.standard_normal([int(d) for d in p.ty.shape], dtype="float32")
+                  for p in mod["main"].params]
+        if label.startswith("batch_norm"):
+            arrays[4] = np.abs(arrays[4]) + 0.1  # variance
+        want = _run(mod, target, False, arrays)
+        for _ in range(2):  # repeated: heap damage often shows on a later allocation
+            got = _run(mod, target, True, arrays)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=label)
+    print("FALLBACK OK")

@@ -1,0 +1,83 @@
+"""SpatialFallback: which kernels it schedules and how (parallel only with enough work, short
+unit-stride vectors only, symbolic shapes left alone), and numerics equal to the unscheduled
+build (in a subprocess)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tvm
+from tvm import relax, te, tirx
+
+from relax_memplan.schedules import SpatialFallback, host_target
+from tests.schedules.fallback_checks import CASES, batch_norm_relu
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _fused_kernels(mod):
+    seq = tvm.transform.Sequential([
+        relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),
+    ])
+    return [f for _, f in seq(mod).functions_items() if isinstance(f, tirx.PrimFunc)]
+
+
+def _scheduled_text(func):
+    sch = SpatialFallback().apply(func, host_target(), False)
+    return None if sch is None else sch.mod["main"].script()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_fallback_schedules_every_case(case):
+    texts = [_scheduled_text(f) for f in _fused_kernels(case[1])]
+    assert any(t is not None for t in texts), case[0]
+
+
+def test_batch_norm_chain_is_one_parallel_vectorized_block():
+    (func,) = _fused_kernels(batch_norm_relu((1, 64, 30, 40)))
+    text = _scheduled_text(func)
+    blocks = text.count("T.sblock(") - text.count("# with T.sblock(")
+    assert blocks == 1  # the five intermediates inlined into the relu
+    assert "T.parallel(" in text and "T.vectorized(T.int64(8))" in text  # 40 = 5 x 8
+
+
+def test_small_kernel_gets_no_parallel_loop():
+    (func,) = _fused_kernels(batch_norm_relu((1, 5, 7, 16)))
+    text = _scheduled_text(func)
+    assert text is not None and "T.parallel(" not in text and "T.vectorized(" in text
+
+
+def test_strided_pooling_is_parallel_but_not_vectorized():
+    x = relax.Var("x", relax.TensorType([1, 24, 56, 56], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.max_pool2d(x, 2, 2)))
+        bb.emit_func_output(out)
+    texts = [t for t in map(_scheduled_text, _fused_kernels(bb.get())) if t is not None]
+    assert texts and all("T.vectorized(" not in t for t in texts)
+    assert any("T.parallel(" in t for t in texts)
+
+
+def test_symbolic_and_long_vector_kernels():
+    n = tirx.Var("n", "int64")
+    a = te.placeholder((n, 64), name="a")
+    symbolic = te.create_prim_func([a, te.compute((n, 64), lambda i, j: a[i, j] * 2.0)])
+    assert SpatialFallback().apply(symbolic, host_target(), False) is None
+    b = te.placeholder((256, 256), name="b")
+    func = te.create_prim_func([b, te.compute((256, 256), lambda i, j: b[i, j] + 1.0)])
+    text = SpatialFallback().apply(func, host_target(), False).mod["main"].script()
+    assert "T.vectorized(T.int64(64))" not in text and "T.vectorized(" in text
+
+
+def test_fallback_kernels_match_unscheduled_build_subprocess():
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TVM_NUM_THREADS="2")
+    src = ("from tests.schedules import fallback_checks as c; "
+           "c.check_fallback_cases('host'); c.check_fallback_cases('llvm')")
+    proc = subprocess.run([sys.executable, "-c", src], env=env, cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=600)
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    assert proc.returncode == 0 and proc.stdout.count("FALLBACK OK") == 2, tail
