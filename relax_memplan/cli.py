@@ -31,6 +31,7 @@ __all__ = ["main", "build_parser"]
 EXIT_ERROR = 1
 EXIT_VERIFY_FAILED = 3
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
 
 def _log_mode(args) -> str:
@@ -147,6 +148,9 @@ def _add_tool_parsers(sub) -> None:
     b.add_argument("--warmup", type=int_at_least(0), default=3, metavar="K",
                    help="untimed calls per build first (default 3)")
     b.add_argument("--no-onnxruntime", action="store_true", help="time the two TVM builds only")
+    b.add_argument("--schedule", action="store_true",
+                   help="both TVM builds with our CPU schedules, for the host CPU (default: "
+                   "TVM's unscheduled kernels, plain llvm)")
     b.add_argument("--json", metavar="JSON", help="also write the times as JSON")
     _add_verbosity(b)
 
@@ -329,7 +333,7 @@ def _bench(args) -> int:
     with native_log(_log_mode(args)):
         result = bench_onnx(args.model, parse_repeated(args.shape, parse_shape_spec, "--shape"),
                             repeat=args.repeat, warmup=args.warmup,
-                            onnxruntime=not args.no_onnxruntime,
+                            onnxruntime=not args.no_onnxruntime, schedule=args.schedule,
                             input_values=parse_inputs(args.input), progress=progress)
         _finish(progress)
     print(result.format_text())
@@ -349,7 +353,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     config, TVM build failure, a run-time failure, onnxruntime refusing the
     inputs) are printed as one line without a traceback. Ctrl-C prints
     ``relax-memplan: interrupted`` and returns 130, also when TVM turned the
-    KeyboardInterrupt into another error or it came while handling one.
+    KeyboardInterrupt into another error or it came while handling one. Output piped
+    into a reader that stops early (``| head``) ends quietly with 141 (128 + SIGPIPE).
     """
     args = build_parser().parse_args(argv)
     from .runtime import recording_interrupts
@@ -360,6 +365,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 status = _COMMANDS[args.command](args)
                 if interrupted:  # a Ctrl-C that a fallback inside TVM's build swallowed
                     raise KeyboardInterrupt
+                sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
                 return status
             except RelaxMemplanError as err:
                 if interrupted:
@@ -376,6 +382,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         except KeyboardInterrupt:
             print("relax-memplan: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
+        except BrokenPipeError:
+            # the reader of our stdout is gone: no traceback, and none at exit either
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):  # a stdout with no file descriptor (captured)
+                pass
+            return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

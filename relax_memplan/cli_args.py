@@ -39,6 +39,9 @@ def check_output_path(option: str, path: str, directory: bool = False) -> None:
         return
     if p.is_dir():
         raise RelaxMemplanError(f"{option} {path}: is a directory")
+    blocking = next((a for a in reversed(p.parents) if a.exists() and not a.is_dir()), None)
+    if blocking is not None:
+        raise RelaxMemplanError(f"{option} {path}: {blocking} is a file, not a directory")
     existed = p.exists()
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

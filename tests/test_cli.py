@@ -383,3 +383,37 @@ def test_a_float_input_holding_nan_is_accepted():
     value.flat[0] = np.nan
     feed = frontend.make_random_inputs(model, info, values={name: value})
     assert np.isnan(feed[name].flat[0]) and feed[name].dtype == np.float32
+
+
+def test_output_under_a_file_names_the_file(capsys, tmp_path):
+    """Newcomer trial: '-o out/r.json/m.so' said 'cannot write: File exists'."""
+    (tmp_path / "r.json").write_text("{}")
+    line = _one_line_error(capsys, ["compile", "-q", "-o", str(tmp_path / "r.json" / "m.so")])
+    assert line.endswith(f"{tmp_path / 'r.json'} is a file, not a directory")
+
+
+def test_a_closed_pipe_ends_quietly(capsys, monkeypatch):
+    """Newcomer trial: `relax-memplan inspect --json model | head` printed a BrokenPipeError
+    traceback."""
+    import relax_memplan.cli as cli
+
+    def closed_pipe(_args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setitem(cli._COMMANDS, "inspect", closed_pipe)
+    assert main(["inspect", "x.onnx"]) == cli.EXIT_BROKEN_PIPE
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_dynamic_index_error_has_no_shape_hint_and_input_with_dim_says_why(capsys, tmp_path):
+    """Newcomer trial: an out-of-range id at a valid shape got the hint 'does the model accept
+    this shape?'; a fixed --input value with --dim said only 'expected (1, 1)'."""
+    model = str(shared_model("bert-tiny-randw.onnx"))
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.full((1, 16), 5000, dtype=np.int64))
+    line = _one_line_error(capsys, ["compile", model, "-q", "--dim", "batch=1..1",
+                                    "--dim", "seq=16..16", "--input", f"input_ids={ids}"])
+    assert line.endswith("Gather node '/m/embeddings/word_embeddings/Gather': valid [-1000, 999]")
+    line = _one_line_error(capsys, ["compile", model, "-q", "--dim", "batch=1..1",
+                                    "--dim", "seq=1..16", "--input", f"input_ids={ids}"])
+    assert "has shape (1, 16), expected (1, 1) at a sampled shape (with --dim" in line

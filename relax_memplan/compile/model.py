@@ -143,7 +143,7 @@ def _points(source: ModelSource, dims, check: CheckOptions) -> List[Dict[str, in
     have = physical_memory_bytes()
     for point in points:
         shapes = shapes_at(source.mod, point) if point else info.input_shapes
-        fit_values(source.values, shapes)
+        fit_values(source.values, shapes, sampled=bool(point))
         need = sum(int(np.prod(s, dtype=np.float64)) * np.dtype(info.input_dtypes[n]).itemsize
                    for n, s in shapes.items() if n in info.input_dtypes)
         if (check.measure or check.verify) and have is not None and need > have:

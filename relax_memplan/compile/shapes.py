@@ -93,13 +93,18 @@ def with_shapes(info, shapes):
     return dataclasses.replace(info, input_shapes={n: shapes.get(n, s) for n, s in info.input_shapes.items()})
 
 
-def fit_values(values, shapes):
-    """Fixed input values; a scalar or fixed-shape value is used at every shape."""
+def fit_values(values, shapes, sampled: bool = False):
+    """Fixed input values; a scalar or fixed-shape value is used at every shape (``sampled``:
+    ``shapes`` is one sampled point of declared dim ranges, said in the error)."""
     out = {}
     for name, value in (values or {}).items():
         if name in shapes and tuple(np.shape(value)) != tuple(shapes[name]):
+            why = ("" if not sampled else
+                   " at a sampled shape (with --dim a value given by --input is used at every "
+                   "sampled shape: give one only for an input whose shape does not change, or "
+                   "fix that input with --shape)")
             raise ShapeSpecError(f"value for input '{name}' has shape {tuple(np.shape(value))}, "
-                                 f"expected {tuple(shapes[name])}")
+                                 f"expected {tuple(shapes[name])}{why}")
         out[name] = value
     return out
 

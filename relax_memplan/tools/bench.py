@@ -190,6 +190,7 @@ def bench_onnx(
 
     from .. import frontend
     from ..compile import build
+    from ..schedules import host_target
     from ..errors import RunError, summarize_error
     from ..examples import example_cnn
     from ..onnx_prepare import STEP_NAMES
@@ -207,10 +208,12 @@ def bench_onnx(
     arrays = list(feed.values())
     plan_pass = plan_pass if plan_pass is not None else PlanStaticMemory()
     say("building with relax_memplan's planner")
-    ours = build(mod, "llvm", "relax_memplan", plan_pass, None, schedule=schedule,
+    # our schedules need the host CPU's vector width; plain llvm (SSE2) otherwise
+    target = host_target() if schedule else "llvm"
+    ours = build(mod, target, "relax_memplan", plan_pass, None, schedule=schedule,
                  check_indices=check_indices)
     say("building with TVM's default planner (same kernels)")
-    theirs = build(mod, "llvm", "tvm", None, None, schedule=schedule, check_indices=check_indices)
+    theirs = build(mod, target, "tvm", None, None, schedule=schedule, check_indices=check_indices)
     threads = tvm.runtime.num_threads()
     shapes_text = ", ".join(f"{n}{tuple(s)}" for n, s in info.input_shapes.items())
     runners = [("relax_memplan", _vm_runner(ours, arrays)),
