@@ -417,3 +417,16 @@ def test_dynamic_index_error_has_no_shape_hint_and_input_with_dim_says_why(capsy
     line = _one_line_error(capsys, ["compile", model, "-q", "--dim", "batch=1..1",
                                     "--dim", "seq=1..16", "--input", f"input_ids={ids}"])
     assert "has shape (1, 16), expected (1, 1) at a sampled shape (with --dim" in line
+
+
+def test_a_failed_run_at_a_sampled_shape_keeps_no_library(capsys, tmp_path):
+    """Newcomer trial: when a run at a shape of the declared ranges failed, the -o library
+    (which cannot serve those ranges) stayed written."""
+    model = str(shared_model("bert-tiny-randw.onnx"))
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.full((1, 8), 5000, dtype=np.int64))
+    lib = tmp_path / "bert.so"
+    line = _one_line_error(capsys, ["compile", model, "-q", "--dim", "batch=1..1", "--dim",
+                                    "seq=8..8", "--input", f"input_ids={ids}", "-o", str(lib)])
+    assert line.endswith(f"valid [-1000, 999]; {lib} not kept")
+    assert not lib.exists()

@@ -10,13 +10,14 @@ same sampled shapes on the same inputs; the model is imported and TVM's build ma
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import tvm
 
-from ..errors import RelaxMemplanError, ShapeSpecError
+from ..errors import RelaxMemplanError, RunError, ShapeSpecError
 from ..report import CompileReport
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
 from ..transform.plan_static_memory import PlanStaticMemory
@@ -52,6 +53,17 @@ class CompileResult:
     report: CompileReport
     outputs: Optional[List[np.ndarray]] = None
     library_path: Optional[str] = None
+
+
+def _drop_libraries(builds) -> str:
+    """Remove the libraries already written for ``builds`` (a run at a shape of the declared
+    ranges failed, so they cannot serve those ranges); the words that say so."""
+    dropped = []
+    for b in builds:
+        if b.library_path is not None and os.path.exists(b.library_path):
+            os.remove(b.library_path)
+            dropped.append(b.library_path)
+    return f"; {', '.join(dropped)} not kept" if dropped else ""
 
 
 def compile_model(model=None, shapes=None, dim_ranges=None, *, options: BuildOptions = BuildOptions(),
@@ -175,7 +187,10 @@ def compile_and_measure(source: ModelSource, dims, points: Sequence[Dict[str, in
     for point in points:
         add_rows(builds, point)
         if run:
-            measure_point(point, builds, ex_tvm, source, check, say)
+            try:
+                measure_point(point, builds, ex_tvm, source, check, say)
+            except RunError as err:
+                raise RunError(str(err) + _drop_libraries(builds)) from None
     for b in builds:
         if b.report.is_static and "main" in b.report.functions and b.report.shapes:
             b.report.main.record_run(b.report.shapes[0])
