@@ -106,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "the generic kernel), chosen at run time (repeatable)")
     c.add_argument("--schedule", action="store_true",
                    help="apply relax_memplan's CPU matmul schedules (llvm)")
+    c.add_argument("--fusion", action=argparse.BooleanOptionalAction, default=None,
+                   help="our graph-level fusion before TVM's FuseOps: attention as one kernel "
+                   "(llvm), dropout removed; in both builds, like --schedule (default from "
+                   "config: off)")
     c.add_argument("--no-index-checks", action="store_true",
                    help="do not check index values (Gather ids, ...) at run time; an index "
                    "out of range then reads or writes outside its tensor")
@@ -207,6 +211,7 @@ def _build_options(args, config):
     common = dict(target=args.target, plan_pass=plan_pass, dump_dir=args.dump_ir,
                   prepare=not args.no_prepare, schedule=args.schedule or config.schedule,
                   check_indices=config.check_indices and not args.no_index_checks,
+                  fusion=config.fusion if args.fusion is None else args.fusion,
                   library_path=args.output)
     if not (args.dim or config.dims):
         if args.bucket or args.dispatch or args.size_classes or config.dispatch:

@@ -36,6 +36,7 @@ def compile_module(
     progress=None,
     schedule: bool = False,
     check_indices: bool = True,
+    fusion: bool = False,
     library_path=None,
 ) -> CompileResult:
     """Build a fixed-shape Relax module with our pipeline (and TVM's), run it on ``inputs``
@@ -51,6 +52,7 @@ def compile_module(
     """
     options = BuildOptions(target=target, plan_pass=plan_pass, compare_with_tvm=compare_with_tvm,
                            dump_dir=dump_dir, schedule=schedule, check_indices=check_indices,
+                           fusion=fusion,
                            library_path=library_path)
     check = CheckOptions(measure=inputs is not None, verify=reference is not None and
                          inputs is not None, rtol=rtol, atol=atol)
@@ -78,6 +80,7 @@ def compile_onnx(
     prepare: bool = True,
     schedule: bool = False,
     check_indices: bool = True,
+    fusion: bool = False,
     library_path=None,
 ) -> CompileResult:
     """Import an ONNX model with fixed shapes, compile, run, verify and report:
@@ -88,6 +91,7 @@ def compile_onnx(
     """
     options = BuildOptions(target=target, plan_pass=plan_pass, dump_dir=dump_dir,
                            prepare=prepare, schedule=schedule, check_indices=check_indices,
+                           fusion=fusion,
                            library_path=library_path)
     check = CheckOptions(measure=measure, verify=verify, rtol=rtol, atol=atol, seed=seed)
     return compile_model(model, shapes, None, options=options, check=check,

@@ -32,6 +32,7 @@ def compile_onnx_dynamic(
     dispatch: Optional[Mapping[str, Sequence[int]]] = None,
     schedule: bool = False,
     check_indices: bool = True,
+    fusion: bool = False,
     sample_shapes: int = 3,
     measure: bool = True,
     verify: bool = False,
@@ -54,7 +55,8 @@ def compile_onnx_dynamic(
     options = BuildOptions(plan_pass=plan_pass, strategies=(strategy,), dynamic_pass=dynamic_pass,
                            buckets=dict(buckets or {}), size_classes=size_classes,
                            size_class_growth=size_class_growth, dispatch=dict(dispatch or {}),
-                           schedule=schedule, check_indices=check_indices, prepare=prepare,
+                           schedule=schedule, check_indices=check_indices, fusion=fusion,
+                           prepare=prepare,
                            compare_with_tvm=compare_with_tvm, library_path=library_path)
     check = CheckOptions(measure=measure, verify=verify, rtol=rtol, atol=atol, seed=seed,
                          sample_shapes=sample_shapes)

@@ -52,7 +52,7 @@ from .transform.remove_dropout import RemoveDropout
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .schedules import cpu_schedule_pass, gpu_schedule_pass, schedule_prim_func
 
-__all__ = ["get_pipeline", "backend_phases", "fusion_passes", "PLANNERS"]
+__all__ = ["get_pipeline", "backend_phases", "fusion_passes", "fusion_counts", "PLANNERS"]
 
 PLANNERS = ("relax_memplan", "tvm")
 
@@ -76,12 +76,26 @@ def fusion_passes(target: tvm.target.Target) -> list:
 
     :class:`~relax_memplan.transform.remove_dropout.RemoveDropout` on every target;
     :class:`~relax_memplan.transform.fuse_attention.FuseAttention`, which emits our own CPU
-    kernel, only for ``llvm`` (it has no GPU schedule).
+    kernel, only for ``llvm`` (it has no GPU schedule). Give the list to ``get_pipeline(...,
+    fusion_pass_list=...)`` and read :func:`fusion_counts` after the build.
     """
     passes = [RemoveDropout()]
     if target.kind.name in ("llvm", "c"):
         passes.append(FuseAttention())
     return passes
+
+
+def fusion_counts(passes) -> dict:
+    """What the fusion passes of one build did: pattern -> count (``attention``: attention
+    blocks fused into one kernel, ``dropout``: dropouts removed); a pattern whose pass did not
+    run (``attention`` on cuda) is absent."""
+    by_name = {p.info.name: p for p in passes}
+    counts = {}
+    if "FuseAttention" in by_name:
+        counts["attention"] = int(by_name["FuseAttention"].fused)
+    if "RemoveDropout" in by_name:
+        counts["dropout"] = int(by_name["RemoveDropout"].removed)
+    return counts
 
 
 def backend_phases(
@@ -95,6 +109,7 @@ def backend_phases(
     schedule: bool = False,
     index_pass: Optional[CheckIndexBounds] = None,
     fusion: bool = False,
+    fusion_pass_list: Optional[Sequence[tvm.transform.Pass]] = None,
 ):
     """TVM's per-target phases, with the memory planner chosen.
 
@@ -133,6 +148,9 @@ def backend_phases(
     fusion : bool
         Run our graph-level fusion passes (:func:`fusion_passes`) first in the ``legalize``
         phase, before ``LegalizeOps``; TVM's FuseOps/FuseTIR then fuse what is left.
+    fusion_pass_list : list of tvm.transform.Pass, optional
+        Configured fusion passes (from :func:`fusion_passes`) to run instead, with
+        ``fusion=True``; read :func:`fusion_counts` of them after the build.
 
     Returns
     -------
@@ -167,7 +185,7 @@ def backend_phases(
     # before LegalizeOps: TVM's dynamic_strided_slice gives a negative extent for an empty slice
     legalize = [ClampEmptySlices()] + list(backend.legalize_passes(target))
     if fusion:
-        legalize = fusion_passes(target) + legalize
+        legalize = list(fusion_pass_list or fusion_passes(target)) + legalize
     if kind == "cuda":
         # dlight's GPU rules, each failure of a rule meaning "try the next one"
         legalize = [gpu_schedule_pass(target) if p.info.name == "ApplyDefaultSchedule" else p
@@ -202,6 +220,7 @@ def get_pipeline(
     check_indices: bool = True,
     index_pass: Optional[CheckIndexBounds] = None,
     fusion: bool = False,
+    fusion_pass_list: Optional[Sequence[tvm.transform.Pass]] = None,
 ) -> tvm.transform.Pass:
     """The Relax pipeline to give ``tvm.compile(mod, target, relax_pipeline=...)``.
 
@@ -244,6 +263,9 @@ def get_pipeline(
     fusion : bool
         Our graph-level fusion before ``LegalizeOps`` (see :func:`fusion_passes`); off by
         default.
+    fusion_pass_list : list of tvm.transform.Pass, optional
+        Configured fusion passes to run instead of new ones, with ``fusion=True`` (read
+        :func:`fusion_counts` of them after the build).
 
     Returns
     -------
@@ -266,7 +288,8 @@ def get_pipeline(
     phases = backend_phases(tgt, plan_pass if mine else None, record_pass,
                             dynamic_pass if mine else None, dim_ranges,
                             dispatch=dispatch, dispatch_pass=dispatch_pass,
-                            schedule=schedule, index_pass=index_pass, fusion=fusion)
+                            schedule=schedule, index_pass=index_pass, fusion=fusion,
+                            fusion_pass_list=fusion_pass_list)
     dump = Path(dump_dir) if dump_dir is not None else None
 
     @tvm.transform.module_pass(opt_level=0, name=f"RelaxMemplanPipeline_{planner}")

@@ -279,6 +279,9 @@ class CompileReport:
         Kernels specialized per dim value (``--dispatch``).
     buckets : dict of str to list of int
         Bucket values of the ``buckets`` strategy.
+    fusion : dict of str to int, optional
+        ``None`` when our fusion did not run; else pattern -> times fused in this build
+        (``attention``: attention blocks made one kernel, ``dropout``: dropouts removed).
     """
 
     model: str
@@ -294,6 +297,7 @@ class CompileReport:
     checked: Dict = field(default_factory=dict)
     specialized: Dict[str, Dict[str, List[int]]] = field(default_factory=dict)
     buckets: Dict[str, List[int]] = field(default_factory=dict)
+    fusion: Optional[Dict[str, int]] = None
 
     @property
     def is_static(self) -> bool:
@@ -328,6 +332,7 @@ class CompileReport:
             out.update({"planned_tensors": self.planned_tensors, "left_to_tvm": self.left_to_tvm,
                         "ratio_check": self.checked, "specialized_kernels": self.specialized,
                         "buckets": {n: list(v) for n, v in self.buckets.items()}})
+        out["fusion"] = {"enabled": self.fusion is not None, "fused": dict(self.fusion or {})}
         out["verified"] = self.verified
         out["shapes"] = [s.to_dict() for s in self.shapes]
         return out

@@ -27,6 +27,7 @@ def _static_text(report: CompileReport) -> List[str]:
              f"  target {report.target}; inputs {shapes}"]
     for f in report.functions.values():
         lines += _format_function(f)
+    lines.append(_fusion_line(report))
     if report.notes:
         lines.append("notes:")
         lines += [f"  - {n}" for n in report.notes]
@@ -144,8 +145,18 @@ def _table_text(report: CompileReport) -> List[str]:
         for s in report.shapes:
             lines.append(f"    at {_dims_text(s.dims)}: "
                          f"{' + '.join(s.kernel_paths or ['generic'])} kernels")
+    lines.append(_fusion_line(report))
     lines += [f"  note: {n}" for n in report.notes]
     return lines
+
+
+def _fusion_line(report: CompileReport) -> str:
+    """``fusion: off`` or ``fusion: on (attention fused 2x, dropout removed 0x)``."""
+    if report.fusion is None:
+        return "  fusion: off"
+    done = {"attention": "attention fused", "dropout": "dropout removed"}
+    counts = ", ".join(f"{done.get(k, k)} {n}x" for k, n in report.fusion.items())
+    return f"  fusion: on ({counts or 'no pattern for this target'})"
 
 
 def _error(s: ShapeMeasurement) -> str:
@@ -229,7 +240,7 @@ def _strategy_lines(reports: Mapping[str, CompileReport]) -> List[str]:
     """Warnings and notes under the side-by-side table: once when every strategy has them,
     else prefixed with the strategy."""
     per_strategy = {name: _check_lines(r.shapes) + _plan_lines(r, prefix="")
-                    + [f"  note: {n}" for n in r.notes] for name, r in reports.items()}
+                    + [_fusion_line(r)] + [f"  note: {n}" for n in r.notes] for name, r in reports.items()}
     common = [line for line in next(iter(per_strategy.values()))
               if all(line in lines for lines in per_strategy.values())]
     out = list(common)

@@ -66,7 +66,7 @@ def test_side_by_side_prints_shared_notes_once_and_the_others_per_strategy():
     lines = format_side_by_side(reports).splitlines()
     assert "n in [1, 4]; buckets n=2" in lines[1]
     assert lines[4].split() == ["n=1", "64", "1.000", "200", "2.000", "200", "900", "-"]
-    assert lines[5:] == ["  note: imported", "  exact: note: only exact"]
+    assert lines[5:] == ["  fusion: off", "  note: imported", "  exact: note: only exact"]
 
 
 def test_text_shows_the_ten_largest_tensors_live_at_the_peak():

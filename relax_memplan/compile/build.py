@@ -30,7 +30,8 @@ def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage],
     that says whether TVM's own planner fails too.
 
     To say so, a failed build with our planner is retried with TVM's planner and the same
-    kernel options (``dim_ranges``, ``dispatch``/``dispatch_pass``, ``schedule``), without our
+    kernel options (``dim_ranges``, ``dispatch``/``dispatch_pass``, ``schedule``, ``fusion``),
+    without our
     planning passes (``plan_pass``, ``dynamic_pass``): a failure caused by a kernel option then
     fails the retry too and is not blamed on our planner."""
     index_pass = CheckIndexBounds(runtime_checks=pipeline_kwargs.get("check_indices", True)
@@ -98,4 +99,6 @@ def _with_options(kernel_options) -> str:
         shown.append(f"dispatch={dict(kernel_options['dispatch'])}")
     if kernel_options.get("schedule"):
         shown.append("schedule=True")
+    if kernel_options.get("fusion"):
+        shown.append("fusion=True")
     return f" with {', '.join(shown)}" if shown else ""

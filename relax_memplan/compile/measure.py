@@ -40,6 +40,7 @@ class StrategyBuild:
     library_path: Optional[str] = None
     plan_pass: Optional[object] = None
     record: Optional[object] = None
+    fusion: Optional[list] = None
 
 
 @dataclass

@@ -18,6 +18,7 @@ import numpy as np
 import tvm
 
 from ..errors import RelaxMemplanError, RunError, ShapeSpecError
+from ..pipeline import fusion_counts, fusion_passes
 from ..report import CompileReport
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
 from ..transform.plan_static_memory import PlanStaticMemory
@@ -180,7 +181,7 @@ def compile_and_measure(source: ModelSource, dims, points: Sequence[Dict[str, in
             + (" (same declared ranges)" if dims else " for comparison"))
         ex_tvm = build(mod, options.tvm_target, "tvm", None, None if dims else tvm_rec,
                        schedule=options.schedule, check_indices=options.check_indices,
-                       **({"dim_ranges": dims} if dims else {}))
+                       fusion=options.fusion, **({"dim_ranges": dims} if dims else {}))
     for b in builds:
         _start_report(b, source, dims, options, tvm_rec)
     run = _runnable(builds, options, check)
@@ -209,7 +210,10 @@ def _strategies(dims, options: BuildOptions) -> List[str]:
 def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: bool):
     """Our build with one strategy; its library written right away (before any run)."""
     plan_pass = options.plan_pass if options.plan_pass is not None else PlanStaticMemory()
-    b = StrategyBuild(strategy=strategy, executable=None, report=None, plan_pass=plan_pass)
+    b = StrategyBuild(strategy=strategy, executable=None, report=None, plan_pass=plan_pass,
+                      fusion=fusion_passes(options.tvm_target) if options.fusion else None)
+    kernel_options = dict(schedule=options.schedule, check_indices=options.check_indices,
+                          fusion=options.fusion, fusion_pass_list=b.fusion)
     dump_dir = options.dump_dir
     if dump_dir is not None and several:
         dump_dir = f"{dump_dir}/{strategy}"
@@ -217,8 +221,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
         b.record = RecordStorage()
         say(f"building with relax_memplan's planner for {options.tvm_target.kind.name}")
         b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, b.record,
-                             dump_dir, schedule=options.schedule,
-                             check_indices=options.check_indices)
+                             dump_dir, **kernel_options)
     else:
         b.dyn = options.dynamic_pass or PlanDynamicMemory(
             strategy=strategy, alignment_bytes=plan_pass.alignment_bytes,
@@ -230,7 +233,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
         say(f"building once with relax_memplan's {strategy} plan")
         b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, None, dump_dir,
                              dynamic_pass=b.dyn, dim_ranges=dims, dispatch_pass=b.kernels,
-                             schedule=options.schedule, check_indices=options.check_indices)
+                             **kernel_options)
     if options.library_path is not None:
         b.library_path = library_path_for(options.library_path, strategy, several)
         export_library(b.executable, b.library_path)
@@ -241,7 +244,8 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                   tvm_rec) -> None:
     """The report of a build before any run: the plan's summary."""
     b.report = CompileReport(model=source.name, target=str(options.tvm_target.kind.name),
-                             notes=list(source.notes), strategy=b.strategy, dims=dict(dims))
+                             notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
+                             fusion=fusion_counts(b.fusion) if b.fusion is not None else None)
     if not dims:
         b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec)
         b.report.notes += fallbacks

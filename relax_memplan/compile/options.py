@@ -45,6 +45,10 @@ class BuildOptions:
         Apply our CPU schedules (:mod:`relax_memplan.schedules`) to every build.
     check_indices : bool
         Check index values at run time where not proved in range (every build).
+    fusion : bool
+        Our graph-level fusion before ``LegalizeOps`` (attention as one kernel, dropout
+        removed: :func:`~relax_memplan.pipeline.fusion_passes`), in every build like the other
+        kernel options, TVM's comparison build included; the report counts what fused.
     prepare : bool
         Run the ONNX preparation steps before TVM's importer.
     compare_with_tvm : bool
@@ -66,6 +70,7 @@ class BuildOptions:
     dispatch: Mapping[str, Sequence[int]] = field(default_factory=dict)
     schedule: bool = False
     check_indices: bool = True
+    fusion: bool = False
     prepare: bool = True
     compare_with_tvm: bool = True
     dump_dir: Optional[object] = None

@@ -61,7 +61,7 @@ class FuseAttention:
         Attention blocks rewritten by the last run.
     """
 
-    def __init__(self, block_keys: int = 64, block_queries: int = 16):
+    def __init__(self, block_keys: int = 32, block_queries: int = 32):
         if block_keys < 1 or block_queries < 1:
             raise ValueError(f"block sizes must be >= 1, got block_keys={block_keys}, "
                              f"block_queries={block_queries}")
