@@ -45,12 +45,25 @@ def test_direct_conv_applies_parallel_and_vectorized(case):
     assert sch is not None, case[0]
     text = sch.mod["main"].script()
     assert "T.parallel(" in text and "T.vectorized(" in text
-    assert "_local" in text  # register accumulators
+    # register accumulators, or full-vector tiles plus a tail accumulating in the output
+    assert "_local" in text or "_partition" in text
 
 
 @pytest.mark.parametrize("target", ["host", "llvm"])
 def test_scheduled_convolutions_match_unscheduled_build_subprocess(target):
     _run_isolated(f"c.check_conv_cases({target!r})", "CONV OK")
+
+
+@pytest.mark.parametrize("target", [host_target(), tvm.target.Target("llvm")],
+                         ids=["host", "llvm"])
+def test_width_without_vector_divisor_gets_full_vector_tiles_and_a_tail(target):
+    # squeezenet's stem is 109 wide (prime): once one column per tile, now full vectors
+    (func,) = _fused_kernels(conv_module((1, 3, 79, 79), 8, 7, 2, 0, 1, 1, "relu"))  # 37 wide
+    sch = DirectConv(min_parallel_macs=0).apply(func, target, False)
+    assert sch is not None
+    text = sch.mod["main"].script()
+    assert "_partition" in text and "T.parallel(" in text
+    assert text.count("T.vectorized(") >= 2  # the main tiles and the tail
 
 
 def test_direct_conv_leaves_symbolic_and_non_conv_kernels_alone():
