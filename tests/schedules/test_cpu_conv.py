@@ -11,6 +11,7 @@ import tvm
 from tvm import relax, te, tirx
 
 from relax_memplan.schedules import DirectConv, DotProductGEMV, host_target
+from relax_memplan.schedules.cpu_conv import _column_tile
 from tests.conftest import shared_model
 from tests.schedules.conv_checks import CASES, conv_module
 
@@ -64,6 +65,14 @@ def test_width_without_vector_divisor_gets_full_vector_tiles_and_a_tail(target):
     text = sch.mod["main"].script()
     assert "_partition" in text and "T.parallel(" in text
     assert text.count("T.vectorized(") >= 2  # the main tiles and the tail
+
+
+def test_column_tile_prefers_whole_vectors():
+    # mobilenetv2-tiny's 48-wide stem: 24 columns (1.5 AVX-512 vectors) was 8x slower than 16
+    assert _column_tile(48, 16, 2) == 16
+    assert _column_tile(54, 16, 2) == 27  # no whole-vector divisor: the largest that fits
+    assert _column_tile(20, 16, 2) == 20  # fits in the tile as is
+    assert _column_tile(109, 16, 2) == 1  # the loop_partition path takes it
 
 
 def test_direct_conv_leaves_symbolic_and_non_conv_kernels_alone():
