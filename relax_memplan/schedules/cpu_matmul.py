@@ -25,7 +25,10 @@ high-performance matrix multiplication", TOMS 2008; Van Zee & van de Geijn,
 * for each column panel, the ``K x nr`` slice of ``B`` is packed contiguously
   (``cache_read`` + ``compute_at``; BLIS's packed ``B`` micro-panel), which
   also turns the strided NT (``B[j, k]``) layout into unit stride;
-* batch and panel loops are fused and parallelised (one panel per task);
+* batch and panel loops are fused and parallelised (one panel per task),
+  unless the matmul has fewer than ``min_parallel_macs`` multiply-adds
+  (silero-vad's small matmuls: at 2 threads the parallel launches made the
+  model 2.6 ms, serially 0.2 ms), when everything runs serially;
 * the epilogue is ``reverse_compute_inline``-d into the write-back of the
   tile, so bias/activation run on data still in cache.
 
@@ -84,6 +87,9 @@ class TileConfig:
     pad_remainders : bool
         ``pad_einsum`` rows/columns not provably divisible by ``mr``/``nr``
         (else the split inserts predicates inside the micro-kernel).
+    parallel : bool
+        Parallelise the panel loop (and the copies outside the tile); ``False``
+        for matmuls too small to pay for a parallel launch.
     """
 
     mr: int = 4
@@ -92,6 +98,7 @@ class TileConfig:
     pack_b: bool = True
     unroll_max_step: int = 64
     pad_remainders: bool = True
+    parallel: bool = True
 
 
 def simd_lanes(target: Target, dtype: str = "float32") -> int:
@@ -277,7 +284,8 @@ def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lane
     # separate row loops run serially inside a task, reusing its packed B panel
     sch.reorder(*outer, *i_sep, *[lp for lp in (io, k, ii) if lp is not None], jv, jl)
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    sch.parallel(par)
+    if cfg.parallel:
+        sch.parallel(par)
     tile = io if io is not None else par
 
     if cfg.pack_b:
@@ -287,7 +295,7 @@ def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lane
     for pad in padded:
         # zero-padded copies of A / B: inline into the packing or keep as a parallel copy
         if not _try(sch.compute_inline, pad):
-            _parallel_copy(sch, pad, lanes)
+            _parallel_copy(sch, pad, lanes, cfg.parallel)
 
     # register tile: accumulate in a local mr x nr buffer, write back once
     write_back = sch.cache_write(block, 0, "local")
@@ -304,7 +312,7 @@ def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lane
         try:
             sch.reverse_compute_at(consumer, tile, preserve_unit_loops=True)
         except _ScheduleError:
-            _parallel_copy(sch, consumer, lanes)
+            _parallel_copy(sch, consumer, lanes, cfg.parallel)
             continue
         _vectorize_inner(sch, consumer, lanes)
         tail = consumer
@@ -327,10 +335,10 @@ def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
     sch.vectorize(vec)
 
 
-def _parallel_copy(sch: s_tir.Schedule, block, lanes: int) -> None:
+def _parallel_copy(sch: s_tir.Schedule, block, lanes: int, parallel: bool = True) -> None:
     """A spatial block left at the root: parallel outer loops, vectorised inner loop."""
     loops = sch.get_loops(block)
-    if len(loops) > 1:
+    if len(loops) > 1 and parallel:
         sch.parallel(sch.fuse(*loops[:-1]))
     _vectorize_inner(sch, block, lanes)
 
@@ -351,15 +359,21 @@ class StaticMatmul(_CPUMatmulBase):
     ----------
     tiles_fma, tiles_no_fma : tuple of (int, int)
         ``(mr, nr_vectors)`` preferences, best first.
+    min_parallel_macs : int
+        Fewest multiply-adds (``batch * M * N * K``) for the panel loop to be
+        parallel; below it the kernel runs serially (as :class:`DirectConv`'s
+        threshold of the same name).
     """
 
     def __init__(
         self,
         tiles_fma=((4, 3), (6, 2), (3, 4), (4, 2), (2, 4), (8, 1)),
         tiles_no_fma=((4, 2), (2, 4), (8, 1), (2, 3), (3, 2)),
+        min_parallel_macs: int = 1 << 20,
     ):
         self.tiles_fma = tuple(tiles_fma)
         self.tiles_no_fma = tuple(tiles_no_fma)
+        self.min_parallel_macs = min_parallel_macs
 
     def choose_config(self, axes, lanes, target):
         if not axes.all_static():
@@ -372,8 +386,9 @@ class StaticMatmul(_CPUMatmulBase):
         if best is None:
             best = next(((mr, v) for mr, v in tiles if n % (v * lanes) == 0), tiles[0])
         mr, vecs = best
+        macs = _product(axes.s_extents + axes.i_extents + axes.j_extents + axes.k_extents)
         return TileConfig(mr=min(mr, m), nr_vectors=vecs, mc=0, pack_b=True,
-                          unroll_max_step=256)
+                          unroll_max_step=256, parallel=macs >= self.min_parallel_macs)
 
 
 class GenericMatmul(_CPUMatmulBase):
@@ -383,7 +398,10 @@ class GenericMatmul(_CPUMatmulBase):
     ----------
     config : TileConfig
         The fixed tiles; splits are by factor, so any extent (1 included) is
-        handled by the predicates TVM inserts.
+        handled by the predicates TVM inserts. The work is not known when
+        compiling, so the panel loop stays parallel (``config.parallel``);
+        a copy specialised to a shape (``schedule_prim_func``) gets
+        :class:`StaticMatmul`'s threshold.
     """
 
     def __init__(self, config: TileConfig = TileConfig(mr=4, nr_vectors=2, mc=0, pack_b=True)):

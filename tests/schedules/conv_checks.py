@@ -22,6 +22,12 @@ CASES = [
     ("conv1d k3 s2 one output", (1, 16, 3), 32, 3, 2, 0, 1, 1, "bias"),
     ("conv1d depthwise", (2, 8, 33), 8, 3, 1, 1, 1, 8, "silu"),
     ("conv1d as conv2d over (length, 1)", (1, 16, 70, 1), 24, (5, 1), 1, 0, 1, 1, "relu"),
+    # widths with no divisor of a full vector: full tiles plus a tail (loop_partition)
+    ("7x7 s2 p0 37-wide (prime) bias relu", (1, 3, 79, 79), 8, 7, 2, 0, 1, 1, "relu"),
+    ("3x3 s2 p1 38-wide silu", (1, 5, 9, 75), 12, 3, 2, 1, 1, 1, "silu"),
+    ("depthwise 3x3 s1 41-wide", (1, 6, 5, 41), 6, 3, 1, 1, 1, 6, "clip"),
+    ("conv1d as conv2d over (127, 1) s1", (1, 8, 131, 1), 12, (5, 1), 1, 0, 1, 1, "relu"),
+    ("conv1d k3 s2 p1 53 outputs", (1, 4, 105), 6, 3, 2, 1, 1, 1, "bias"),
     ("squeeze-excitation 1x1 output times a 10x10 map", (1, 48, 1, 1), 192, 1, 1, 0, 1, 1,
      "se"),
 ]

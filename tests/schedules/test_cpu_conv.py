@@ -11,6 +11,7 @@ import tvm
 from tvm import relax, te, tirx
 
 from relax_memplan.schedules import DirectConv, DotProductGEMV, host_target
+from relax_memplan.schedules.cpu_conv import _column_tile
 from tests.conftest import shared_model
 from tests.schedules.conv_checks import CASES, conv_module
 
@@ -45,12 +46,33 @@ def test_direct_conv_applies_parallel_and_vectorized(case):
     assert sch is not None, case[0]
     text = sch.mod["main"].script()
     assert "T.parallel(" in text and "T.vectorized(" in text
-    assert "_local" in text  # register accumulators
+    # register accumulators, or full-vector tiles plus a tail accumulating in the output
+    assert "_local" in text or "_partition" in text
 
 
 @pytest.mark.parametrize("target", ["host", "llvm"])
 def test_scheduled_convolutions_match_unscheduled_build_subprocess(target):
     _run_isolated(f"c.check_conv_cases({target!r})", "CONV OK")
+
+
+@pytest.mark.parametrize("target", [host_target(), tvm.target.Target("llvm")],
+                         ids=["host", "llvm"])
+def test_width_without_vector_divisor_gets_full_vector_tiles_and_a_tail(target):
+    # squeezenet's stem is 109 wide (prime): once one column per tile, now full vectors
+    (func,) = _fused_kernels(conv_module((1, 3, 79, 79), 8, 7, 2, 0, 1, 1, "relu"))  # 37 wide
+    sch = DirectConv(min_parallel_macs=0).apply(func, target, False)
+    assert sch is not None
+    text = sch.mod["main"].script()
+    assert "_partition" in text and "T.parallel(" in text
+    assert text.count("T.vectorized(") >= 2  # the main tiles and the tail
+
+
+def test_column_tile_prefers_whole_vectors():
+    # mobilenetv2-tiny's 48-wide stem: 24 columns (1.5 AVX-512 vectors) was 8x slower than 16
+    assert _column_tile(48, 16, 2) == 16
+    assert _column_tile(54, 16, 2) == 27  # no whole-vector divisor: the largest that fits
+    assert _column_tile(20, 16, 2) == 20  # fits in the tile as is
+    assert _column_tile(109, 16, 2) == 1  # the loop_partition path takes it
 
 
 def test_direct_conv_leaves_symbolic_and_non_conv_kernels_alone():
