@@ -2,9 +2,11 @@
 with the outputs of such a run, so that a reader on GitHub sees numbers and plots.
 
 Refresh the outputs after editing a notebook:
-``jupyter execute --inplace tutorials/NN_name.ipynb`` (from the repository root).
+``PYTHONPATH=$PWD jupyter execute --inplace tutorials/NN_name.ipynb`` (from the repository root;
+the kernel runs in ``tutorials/`` and must import this checkout's package).
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,8 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="pip install -e .[test] (nbformat, nbclient, ipykernel)")
 nbclient = pytest.importorskip("nbclient", reason="pip install -e .[test] (nbformat, nbclient, ipykernel)")
 
-TUTORIALS = sorted((Path(__file__).resolve().parents[1] / "tutorials").glob("*.ipynb"))
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIALS = sorted((ROOT / "tutorials").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
 
 
@@ -25,7 +28,9 @@ def test_tutorials_found():
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
-def test_tutorial_runs(path, tmp_path):
+def test_tutorial_runs(path, tmp_path, monkeypatch):
+    # the kernel is another process, started in tmp_path: it imports this checkout's package
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     notebook = nbformat.read(path, as_version=4)
     assert _code_cells(notebook), f"{path.name} has no code"
     client = nbclient.NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
