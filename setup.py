@@ -25,7 +25,7 @@ setup(
         "PyYAML",
     ],
     extras_require={
-        "test": ["pytest", "onnxruntime", "hypothesis", "matplotlib"],
+        "test": ["pytest", "onnxruntime", "hypothesis", "matplotlib", "nbclient", "nbformat", "ipykernel"],
         "plot": ["matplotlib"],
         "bench": ["omnimalloc==1.0.0"],
     },

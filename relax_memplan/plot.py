@@ -1,4 +1,6 @@
-"""Draw an arena plan: each tensor a rectangle over its live range (x, program steps) and bytes (y).
+"""Draw an arena plan: each tensor a rectangle over its live range (x, program steps) and its
+bytes in the arena (y), the largest ones labelled, and under it the live bytes at each step
+against the arena and the lower bound.
 
 Needs matplotlib (``pip install relax_memplan[plot]``).
 """
@@ -6,14 +8,49 @@ Needs matplotlib (``pip install relax_memplan[plot]``).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import List, Sequence, Tuple
 
 from .errors import RelaxMemplanError
 
-__all__ = ["plot_plan"]
+__all__ = ["plot_plan", "live_bytes_per_step", "byte_unit"]
+
+LABELLED_TENSORS = 8
+"""How many of the largest tensors of an arena get a label."""
+
+_CHAR_PX, _LINE_PX = 5.6, 11.0
+"""Rough width of a character and height of a line of the 7-point labels at 100 dpi."""
+_ARENA_STYLE = dict(color="black", linewidth=4.0, alpha=0.35, solid_capstyle="butt")
+_LOWER_BOUND_STYLE = dict(color="red", linewidth=1.4, linestyle=(0, (5, 3)))
+
+
+def byte_unit(max_bytes: int) -> Tuple[str, int]:
+    """The unit for a picture whose largest value is ``max_bytes``: ``("MiB", 2**20)`` from
+    4 MiB up, else ``("KiB", 1024)``."""
+    return ("MiB", 1 << 20) if max_bytes >= 4 << 20 else ("KiB", 1 << 10)
+
+
+def live_bytes_per_step(tensors: Sequence, num_steps: int) -> List[int]:
+    """Bytes of ``tensors`` live at each step ``0 .. num_steps - 1`` (half-open live ranges
+    ``[start, end)``, sizes ``size_bytes``)."""
+    delta = [0] * (num_steps + 1)
+    for t in tensors:
+        delta[max(t.start, 0)] += t.size_bytes
+        delta[min(t.end, num_steps)] -= t.size_bytes
+    live, total = [], 0
+    for step in range(num_steps):
+        total += delta[step]
+        live.append(total)
+    return live
 
 
 def plot_plan(function_plan, path, title: str = "") -> Path:
     """Save a picture of a :class:`~relax_memplan.transform.plan_static_memory.FunctionPlan`.
+
+    Per arena, two panels over the same program steps: the layout (each tensor a rectangle,
+    the :data:`LABELLED_TENSORS` largest labelled with name, kernel and size) and the live
+    bytes at each step. Both show the arena size (thick grey line) and the lower bound
+    (dashed red line, drawn over it, so both stay visible when they are equal). One unit
+    (KiB or MiB, :func:`byte_unit`) throughout.
 
     Parameters
     ----------
@@ -22,7 +59,7 @@ def plot_plan(function_plan, path, title: str = "") -> Path:
     path : str or Path
         Output image (format from the suffix, e.g. ``.png``, ``.svg``).
     title : str
-        Title prefix.
+        Title prefix (e.g. the model name).
 
     Returns
     -------
@@ -39,35 +76,98 @@ def plot_plan(function_plan, path, title: str = "") -> Path:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.patches import Rectangle
     except ImportError:
         raise RelaxMemplanError("--plot needs matplotlib: pip install matplotlib") from None
 
     tensors = {t.uid: t for t in function_plan.liveness.tensors}
     arenas = function_plan.arenas
-    fig, axes = plt.subplots(len(arenas) or 1, 1, figsize=(11, 4.5 * max(len(arenas), 1)), squeeze=False)
-    cmap = plt.get_cmap("tab20")
-    for ax, arena in zip(axes[:, 0], arenas):
-        steps = 1
-        for k, (uid, offset) in enumerate(sorted(arena.offsets.items(), key=lambda kv: kv[1])):
-            t = tensors[uid]
-            ax.add_patch(Rectangle((t.start, offset / 1024), t.end - t.start, t.size_bytes / 1024,
-                                   facecolor=cmap(k % 20), edgecolor="black", linewidth=0.3))
-            steps = max(steps, t.end)
-        ax.axhline(arena.lower_bound_bytes / 1024, color="red", linestyle="--",
-                   label=f"lower bound {arena.lower_bound_bytes:,} B")
-        ax.axhline(arena.arena_bytes / 1024, color="black", linestyle=":",
-                   label=f"arena {arena.arena_bytes:,} B")
-        ax.set_xlim(0, steps)
-        ax.set_ylim(0, max(arena.arena_bytes, 1) / 1024 * 1.05)
-        ax.set_xlabel("program step")
-        ax.set_ylabel("offset (KiB)")
-        ax.set_title(f"{title} {function_plan.name}: device {arena.device_index}, "
-                     f"{len(arena.offsets)} tensors, {arena.algorithm}".strip())
-        ax.legend(loc="upper right")
+    rows = max(len(arenas), 1)
+    fig, axes = plt.subplots(2 * rows, 1, figsize=(12, 6.2 * rows), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 1.2] * rows})
+    if not arenas:
+        axes[0, 0].text(0.5, 0.5, f"{function_plan.name}: nothing placed in an arena"
+                        f" ({function_plan.fallback_reason or 'no planned tensors'})",
+                        ha="center", va="center", transform=axes[0, 0].transAxes)
+        axes[0, 0].set_axis_off()
+        axes[1, 0].set_axis_off()
+    for k, arena in enumerate(arenas):
+        placed = [(tensors[uid], offset) for uid, offset in arena.offsets.items()]
+        steps = max([function_plan.liveness.num_steps] + [t.end for t, _ in placed])
+        unit, scale = byte_unit(arena.arena_bytes)
+        layout, live = axes[2 * k, 0], axes[2 * k + 1, 0]
+        _draw_layout(layout, placed, arena, unit, scale, steps, plt.get_cmap("tab20"))
+        layout.set_title(f"{title} {function_plan.name}: device {arena.device_index}, "
+                         f"{len(placed)} tensors in one arena ({arena.algorithm})".strip())
+        _draw_live_bytes(live, [t for t, _ in placed], arena, unit, scale, steps)
     fig.tight_layout()
+    for k, arena in enumerate(arenas):  # after the layout: labels are fitted in pixels
+        placed = sorted(((tensors[uid], offset) for uid, offset in arena.offsets.items()),
+                        key=lambda p: -p[0].size_bytes)
+        unit, scale = byte_unit(arena.arena_bytes)
+        for t, offset in placed[:LABELLED_TENSORS]:
+            _label(axes[2 * k, 0], t, offset, unit, scale)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def _bound_lines(ax, arena, unit: str, scale: int):
+    """The arena and lower-bound lines with their values in the legend."""
+    same = " (= lower bound)" if arena.arena_bytes == arena.lower_bound_bytes else ""
+    ax.axhline(arena.arena_bytes / scale, label=f"arena {arena.arena_bytes / scale:,.1f} {unit}{same}",
+               **_ARENA_STYLE)
+    ax.axhline(arena.lower_bound_bytes / scale,
+               label=f"lower bound {arena.lower_bound_bytes / scale:,.1f} {unit}", **_LOWER_BOUND_STYLE)
+
+
+def _draw_layout(ax, placed, arena, unit: str, scale: int, steps: int, cmap) -> None:
+    from matplotlib.patches import Rectangle
+
+    largest = {t.uid for t, _ in sorted(placed, key=lambda p: -p[0].size_bytes)[:LABELLED_TENSORS]}
+    # the largest drawn opaque; their labels are added by _label once the figure is laid out
+    for k, (t, offset) in enumerate(sorted(placed, key=lambda p: (p[0].start, p[1]))):
+        ax.add_patch(Rectangle((t.start, offset / scale), t.end - t.start, t.size_bytes / scale,
+                               facecolor=cmap(k % 20), edgecolor="black", linewidth=0.4,
+                               alpha=0.9 if t.uid in largest else 0.45))
+    ax.set_xlim(0, steps)
+    ax.set_ylim(0, max(arena.arena_bytes, 1) / scale * 1.08)
+    _bound_lines(ax, arena, unit, scale)
+    ax.set_ylabel(f"offset in the arena ({unit})")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+
+
+def _label(ax, t, offset: int, unit: str, scale: int) -> None:
+    """Name, size and kernel of a tensor inside its rectangle: across it when it is wide
+    enough, along it when it is tall enough, the kernel dropped when neither fits."""
+    (x0, y0), (x1, y1) = ax.transData.transform([(t.start, offset / scale),
+                                                 (t.end, (offset + t.size_bytes) / scale)])
+    width_px, height_px = abs(x1 - x0), abs(y1 - y0)
+    kernel = (t.producer or "").removeprefix("fused_")
+    size = f"{t.size_bytes / scale:,.0f} {unit}"
+    head = f"{t.name} {size}"
+    for lines in ([head, kernel] if kernel else [head], [head], [t.name, size], [t.name]):
+        text_px = max(len(line) for line in lines) * _CHAR_PX + 6
+        tall_px = len(lines) * _LINE_PX
+        rotation = (0 if text_px <= width_px and tall_px <= height_px else
+                    90 if text_px <= height_px and tall_px <= width_px else None)
+        if rotation is not None:
+            ax.text((t.start + t.end) / 2, (offset + t.size_bytes / 2) / scale, "\n".join(lines),
+                    ha="center", va="center", fontsize=7, rotation=rotation, clip_on=True)
+            return
+
+
+def _draw_live_bytes(ax, placed_tensors, arena, unit: str, scale: int, steps: int) -> None:
+    live = live_bytes_per_step(placed_tensors, steps)
+    xs = list(range(steps + 1))
+    ys = [b / scale for b in live] + [live[-1] / scale if live else 0]
+    ax.fill_between(xs, ys, step="post", color="#1f77b4", alpha=0.25)
+    ax.step(xs, ys, where="post", color="#1f77b4", linewidth=1.2,
+            label=f"live bytes (peak {max(live, default=0) / scale:,.1f} {unit}, unaligned)")
+    _bound_lines(ax, arena, unit, scale)
+    ax.set_xlim(0, steps)
+    ax.set_ylim(0, max(arena.arena_bytes, 1) / scale * 1.12)
+    ax.set_xlabel("program step")
+    ax.set_ylabel(f"live ({unit})")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
