@@ -35,7 +35,6 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import numpy as np
-import tvm
 from tvm import tirx
 from tvm.script import tirx as T
 

@@ -28,7 +28,7 @@ transposes: the function's peak live bytes cannot rise.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import numpy as np
 import tvm

@@ -6,8 +6,9 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from relax_memplan.pipeline import get_pipeline
 from relax_memplan.schedules import host_target
+
+from tests.schedules.isolated_checks import build_and_run
 
 # (label, in shape (N, C, *spatial), filters, kernel, stride, padding, dilation, groups, epilogue)
 CASES = [
@@ -66,12 +67,6 @@ def conv_module(shape, filters, kernel, stride, padding, dilation, groups, epilo
     return bb.get()
 
 
-def _run(mod, target, schedule, arrays):
-    ex = tvm.compile(mod, target, relax_pipeline=get_pipeline(target, schedule=schedule))
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    return vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
-
-
 def check_conv_cases(target_name):
     target = host_target() if target_name == "host" else tvm.target.Target("llvm")
     rng = np.random.default_rng(0)
@@ -80,8 +75,8 @@ def check_conv_cases(target_name):
         params = mod["main"].params
         arrays = [rng.standard_normal([int(d) for d in p.ty.shape], dtype="float32")
                   for p in params]
-        want = _run(mod, target, False, arrays)
+        want = build_and_run(mod, target, False, arrays)
         for _ in range(2):  # repeated: heap damage often shows on a later allocation
-            got = _run(mod, target, True, arrays)
+            got = build_and_run(mod, target, True, arrays)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=label)
     print("CONV OK")

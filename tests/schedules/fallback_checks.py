@@ -7,8 +7,9 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from relax_memplan.pipeline import get_pipeline
 from relax_memplan.schedules import host_target
+
+from tests.schedules.isolated_checks import build_and_run
 
 
 def _module(shapes, body):
@@ -50,12 +51,6 @@ CASES = [
 ]
 
 
-def _run(mod, target, schedule, arrays):
-    ex = tvm.compile(mod, target, relax_pipeline=get_pipeline(target, schedule=schedule))
-    vm = relax.VirtualMachine(ex, tvm.cpu())
-    return vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
-
-
 def check_fallback_cases(target_name):
     target = host_target() if target_name == "host" else tvm.target.Target("llvm")
     rng = np.random.default_rng(0)
@@ -64,8 +59,8 @@ def check_fallback_cases(target_name):
                   for p in mod["main"].params]
         if label.startswith("batch_norm"):
             arrays[4] = np.abs(arrays[4]) + 0.1  # variance
-        want = _run(mod, target, False, arrays)
+        want = build_and_run(mod, target, False, arrays)
         for _ in range(2):  # repeated: heap damage often shows on a later allocation
-            got = _run(mod, target, True, arrays)
+            got = build_and_run(mod, target, True, arrays)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=label)
     print("FALLBACK OK")

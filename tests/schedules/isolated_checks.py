@@ -9,6 +9,13 @@ from tvm import relax, tirx
 from relax_memplan.pipeline import get_pipeline
 
 
+def build_and_run(mod, target, schedule, arrays):
+    """Build ``mod`` with our pipeline (``schedule``: our CPU schedules) and run ``main`` once."""
+    ex = tvm.compile(mod, target, relax_pipeline=get_pipeline(target, schedule=schedule))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()
+
+
 def dense3d_module(batch, seq, k=64, n=96):
     """Relax ``x @ w + bias + res`` with ``x: (batch, seq, k)``; dims may be ``tirx.Var``."""
     x = relax.Var("x", relax.TensorType([batch, seq, k], "float32"))
