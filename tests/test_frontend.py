@@ -128,6 +128,23 @@ def test_load_onnx_checker_failure_names_problem(tmp_path):
         load_onnx(path)
 
 
+def test_load_onnx_checker_failure_is_one_line_naming_the_node(tmp_path):
+    """Tutorial 07: the checker's message is one sentence over three lines, and only the
+    first ("... input 'undefined' of node:") was kept, without the node."""
+    model = tiny_model(
+        [helper.make_node("Relu", ["undefined"], ["y"], name="relu0")],
+        [tensor("x", TensorProto.FLOAT, [2])],
+        [tensor("y", TensorProto.FLOAT, [2])],
+    )
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, path)
+    with pytest.raises(ModelLoadError) as info:
+        load_onnx(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "input 'undefined' of node: name: relu0 OpType: Relu is not output of" in message
+
+
 # ----------------------------------------------------------------------------- import: failures
 @pytest.fixture(scope="module")
 def loaded_models():
