@@ -527,6 +527,7 @@ def _from_onnx_naming_node(model, plan: _InputPlan, upgraded_from_opset=None,
         reason=summarize_error(failure),
         upgraded_from_opset=upgraded_from_opset,
         hint=plan.hint,
+        domain=node.domain,
     ) from failure
 
 

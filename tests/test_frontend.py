@@ -157,6 +157,28 @@ FAILING = [
 ]
 
 
+def test_custom_domain_op_failure_names_its_domain_and_pickles():
+    """Tutorial 07: com.microsoft's FusedMatMul failed as '(op FusedMatMul, opset 1)' in an
+    opset-17 model, without the domain that opset 1 belongs to."""
+    import pickle
+
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("FusedMatMul", ["x", "w"], ["y"], domain="com.microsoft", name="fmm")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(UnsupportedOperatorError) as info:
+        import_onnx(model)
+    error = info.value
+    assert (error.node_name, error.op_type, error.domain, error.opset) == (
+        "fmm", "FusedMatMul", "com.microsoft", 1)
+    assert "(op FusedMatMul, com.microsoft opset 1)" in str(error)
+    again = pickle.loads(pickle.dumps(error))
+    assert str(again) == str(error) and again.domain == "com.microsoft"
+
+
 @pytest.mark.parametrize("name, shapes", FAILING)
 def test_failing_model_names_node_and_op(loaded_models, name, shapes):
     """TVM's importer alone (no preparation steps) fails on these; the node is named."""
