@@ -34,10 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
-import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -50,6 +47,7 @@ from tvm import relax
 
 from relax_memplan import frontend
 from relax_memplan.analysis.dims import evaluate_int
+from relax_memplan.compile.build import choose_cuda_compiler
 from relax_memplan.compiler import build, max_abs_error
 from relax_memplan.errors import RelaxMemplanError
 from relax_memplan.examples import example_cnn
@@ -119,19 +117,6 @@ class Row:
         if self.max_abs_error is None or self.error_tolerance is None:
             return None
         return self.max_abs_error <= self.error_tolerance
-
-
-def _choose_cuda_compiler() -> Optional[str]:
-    """Make TVM's CUDA compile callback usable here; returns a note when it changed a setting."""
-    if os.environ.get("TVM_CUDA_COMPILE_MODE"):
-        return None
-    if importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings"):
-        return None
-    if shutil.which("nvcc"):
-        os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
-        return "cuda-bindings not installed: compiling kernels with nvcc (TVM_CUDA_COMPILE_MODE=nvcc)"
-    raise RelaxMemplanError("cannot compile CUDA kernels: neither cuda-bindings (pip install "
-                            "cuda-bindings, for NVRTC) nor nvcc on the PATH")
 
 
 def _target(dev: tvm.runtime.Device, arch: Optional[str]) -> tvm.target.Target:
@@ -280,7 +265,7 @@ def main(argv=None) -> int:
     notes = []
     if run:
         try:
-            note = _choose_cuda_compiler()
+            note = choose_cuda_compiler()
         except RelaxMemplanError as err:
             print(f"gpu_check: error: {err}", file=sys.stderr)
             return EXIT_FAILED

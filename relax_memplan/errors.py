@@ -106,6 +106,9 @@ class UnsupportedOperatorError(ModelLoadError):
         automatic opset upgrade, else None.
     hint : str
         Optional advice appended to the message, e.g. which dynamic dims were set to 1.
+    domain : str
+        The node's operator domain (``""`` for standard ONNX); a custom one, such as
+        ``com.microsoft``, is named in the message beside its opset.
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class UnsupportedOperatorError(ModelLoadError):
         reason: str,
         upgraded_from_opset: int | None = None,
         hint: str = "",
+        domain: str = "",
     ):
         self.node_name = node_name
         self.op_type = op_type
@@ -123,7 +127,9 @@ class UnsupportedOperatorError(ModelLoadError):
         self.reason = reason
         self.upgraded_from_opset = upgraded_from_opset
         self.hint = hint
-        opset_text = f"opset {opset}"
+        self.domain = domain
+        custom = domain not in ("", "ai.onnx")
+        opset_text = f"{domain} opset {opset}" if custom else f"opset {opset}"
         if upgraded_from_opset is not None:
             opset_text += f" after upgrade from {upgraded_from_opset}"
         super().__init__(
@@ -141,6 +147,7 @@ class UnsupportedOperatorError(ModelLoadError):
                 self.reason,
                 self.upgraded_from_opset,
                 self.hint,
+                self.domain,
             ),
         )
 

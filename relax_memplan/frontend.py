@@ -368,7 +368,11 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as err:
-        raise ModelLoadError(f"{path} fails onnx.checker: {summarize_error(err)}") from err
+        # the checker writes one sentence over several lines ("... of node:\nname: relu0
+        # OpType: Relu\n is not output of ..."): joined, so the line names the node
+        sentence = " ".join(str(err).split())
+        raise ModelLoadError(f"{path} fails onnx.checker: "
+                             f"{summarize_error(ValueError(sentence), max_chars=300)}") from err
     return model
 
 
@@ -523,6 +527,7 @@ def _from_onnx_naming_node(model, plan: _InputPlan, upgraded_from_opset=None,
         reason=summarize_error(failure),
         upgraded_from_opset=upgraded_from_opset,
         hint=plan.hint,
+        domain=node.domain,
     ) from failure
 
 

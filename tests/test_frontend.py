@@ -116,7 +116,9 @@ def test_load_onnx_truncated_bytes(tmp_path, keep_bytes):
         load_onnx(path)
 
 
-def test_load_onnx_checker_failure_names_problem(tmp_path):
+def test_load_onnx_checker_failure_is_one_line_naming_the_node(tmp_path):
+    """Regression (tutorial 07): the checker's message is one sentence over three lines, and
+    only the first ("... input 'undefined' of node:") was kept, without the node."""
     model = tiny_model(
         [helper.make_node("Relu", ["undefined"], ["y"], name="relu0")],
         [tensor("x", TensorProto.FLOAT, [2])],
@@ -124,8 +126,11 @@ def test_load_onnx_checker_failure_names_problem(tmp_path):
     )
     path = tmp_path / "bad.onnx"
     onnx.save(model, path)
-    with pytest.raises(ModelLoadError, match="onnx.checker.*undefined"):
+    with pytest.raises(ModelLoadError, match="onnx.checker.*undefined") as info:
         load_onnx(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "input 'undefined' of node: name: relu0 OpType: Relu is not output of" in message
 
 
 # ----------------------------------------------------------------------------- import: failures
@@ -150,6 +155,28 @@ FAILING = [
     ("magika-1.0.3.onnx", None),
     ("yolov8n-nudenet-320n.onnx", None),  # a 1x1 image: Concat of mismatched feature maps
 ]
+
+
+def test_custom_domain_op_failure_names_its_domain_and_pickles():
+    """Tutorial 07: com.microsoft's FusedMatMul failed as '(op FusedMatMul, opset 1)' in an
+    opset-17 model, without the domain that opset 1 belongs to."""
+    import pickle
+
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("FusedMatMul", ["x", "w"], ["y"], domain="com.microsoft", name="fmm")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(UnsupportedOperatorError) as info:
+        import_onnx(model)
+    error = info.value
+    assert (error.node_name, error.op_type, error.domain, error.opset) == (
+        "fmm", "FusedMatMul", "com.microsoft", 1)
+    assert "(op FusedMatMul, com.microsoft opset 1)" in str(error)
+    again = pickle.loads(pickle.dumps(error))
+    assert str(again) == str(error) and again.domain == "com.microsoft"
 
 
 @pytest.mark.parametrize("name, shapes", FAILING)

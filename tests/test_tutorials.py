@@ -24,7 +24,7 @@ def _code_cells(notebook):
 
 
 def test_tutorials_found():
-    assert len(TUTORIALS) >= 4, [p.name for p in TUTORIALS]
+    assert len(TUTORIALS) >= 7, [p.name for p in TUTORIALS]  # 01-07: a lost notebook fails here
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)

@@ -6,7 +6,9 @@ TVM's own planner fails too (retried with the same kernel options).
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 from typing import Optional
 
 import tvm
@@ -16,7 +18,7 @@ from ..pipeline import get_pipeline
 from ..transform.check_index_bounds import CheckIndexBounds
 from ..transform.record_storage import RecordStorage
 
-__all__ = ["build", "export_library"]
+__all__ = ["build", "choose_cuda_compiler", "export_library"]
 
 
 _KERNEL_OPTIONS = ("dim_ranges", "dispatch", "dispatch_pass", "schedule", "check_indices", "fusion")
@@ -102,3 +104,34 @@ def _with_options(kernel_options) -> str:
     if kernel_options.get("fusion"):
         shown.append("fusion=True")
     return f" with {', '.join(shown)}" if shown else ""
+
+
+def choose_cuda_compiler() -> Optional[str]:
+    """Make TVM's CUDA compile callback usable on this GPU host, before a CUDA build.
+
+    On a host with a GPU, ``tvm.compile`` for ``cuda`` compiles the kernels' CUDA C with
+    ``tvm_callback_cuda_compile``: NVRTC through the ``cuda-bindings`` package by default, or
+    nvcc with ``TVM_CUDA_COMPILE_MODE=nvcc``. Without a GPU nothing is compiled (the build
+    keeps the CUDA source) and this function is not needed.
+
+    Returns
+    -------
+    str or None
+        A note when it set ``TVM_CUDA_COMPILE_MODE=nvcc`` (cuda-bindings missing, nvcc on the
+        PATH); ``None`` when nothing needed changing (a mode already set, or cuda-bindings
+        installed).
+
+    Raises
+    ------
+    RelaxMemplanError
+        Neither cuda-bindings nor nvcc is available.
+    """
+    if os.environ.get("TVM_CUDA_COMPILE_MODE"):
+        return None
+    if importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings"):
+        return None
+    if shutil.which("nvcc"):
+        os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+        return "cuda-bindings not installed: compiling kernels with nvcc (TVM_CUDA_COMPILE_MODE=nvcc)"
+    raise RelaxMemplanError("cannot compile CUDA kernels: neither cuda-bindings (pip install "
+                            "cuda-bindings, for NVRTC) nor nvcc on the PATH")

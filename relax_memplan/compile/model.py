@@ -30,7 +30,8 @@ from .options import BuildOptions, CheckOptions, library_path_for
 from .shapes import fit_values, sample_dims, shapes_at, symbolic_dims
 from .summary import static_functions, summarize_dynamic
 
-__all__ = ["CompileResult", "compile_model", "compile_strategies", "compile_and_measure"]
+__all__ = ["CompileResult", "compile_model", "compile_strategies", "compile_and_measure",
+           "model_name"]
 
 EXAMPLE_NAME = "built-in example (MobileNetV2-style CNN)"
 
@@ -134,13 +135,23 @@ def _import(model, shapes, dims, prepare: bool, say):
     from ..examples import example_cnn
     from ..onnx_prepare import STEP_NAMES
 
-    name = EXAMPLE_NAME if model is None else str(model)
+    name = model_name(model)
     onnx_model = (example_cnn() if model is None else model if hasattr(model, "graph")
                   else frontend.load_onnx(model))
     say(f"importing {name} " + ("with symbolic dims" if dims else "with TVM's ONNX frontend"))
     mod, info = frontend.import_onnx(onnx_model, dict(shapes or {}), keep_dynamic=bool(dims),
                                      prepare_steps=STEP_NAMES if prepare else ())
     return onnx_model, name, mod, info
+
+
+def model_name(model) -> str:
+    """The model's name in the report: the path, ``graph 'mlp' (onnx.ModelProto)`` for a model
+    in memory (not the proto's whole text), or the built-in example."""
+    if model is None:
+        return EXAMPLE_NAME
+    if hasattr(model, "graph"):
+        return f"graph '{model.graph.name}' (onnx.ModelProto)"
+    return str(model)
 
 
 def _points(source: ModelSource, dims, check: CheckOptions) -> List[Dict[str, int]]:

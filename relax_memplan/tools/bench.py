@@ -190,6 +190,7 @@ def bench_onnx(
 
     from .. import frontend
     from ..compile import build
+    from ..compile.model import model_name
     from ..schedules import host_target
     from ..errors import RunError, summarize_error
     from ..examples import example_cnn
@@ -199,7 +200,7 @@ def bench_onnx(
     if repeat < 1 or warmup < 0:
         raise ValueError(f"repeat must be >= 1 and warmup >= 0, got {repeat} and {warmup}")
     say = progress or (lambda _m: None)
-    name = "built-in example (MobileNetV2-style CNN)" if model is None else str(model)
+    name = model_name(model)
     onnx_model = (example_cnn() if model is None
                   else model if hasattr(model, "graph") else frontend.load_onnx(model))
     say(f"importing {name}")

@@ -58,3 +58,14 @@ def test_strategies_share_one_import_one_tvm_build_and_the_inputs(monkeypatch):
         assert u.tvm_default_runtime_alloc_bytes == e.tvm_default_runtime_alloc_bytes is not None
         assert u.verified and e.verified
         assert e.lower_bound_bytes <= e.arena_bytes <= u.arena_bytes
+
+
+def test_report_names_an_in_memory_model_by_its_graph_not_its_text():
+    """Tutorial 04: a ModelProto given to compile_model put its whole text (every node and
+    weight) in the report's first line."""
+    from relax_memplan.report_text import format_report
+
+    result = compile_model(_mlp(), {"x": (2, 16)}, check=CheckOptions(measure=False))
+    assert result.report.model == "graph 'mlp' (onnx.ModelProto)"
+    first = format_report(result.report).splitlines()[0]
+    assert first.endswith("graph 'mlp' (onnx.ModelProto)") and "node {" not in first

@@ -26,6 +26,8 @@ def test_bench_times_three_runners_the_same_number_of_calls():
                for r in result.rows)
     assert result.input_shapes == {"x": [4, 64]}
     assert "median / ours" in result.format_text()
+    # regression: a model given in memory was named by its whole proto text
+    assert result.model == "graph 'g' (onnx.ModelProto)"
 
 
 def test_bench_rejects_a_repeat_below_one():
