@@ -1,0 +1,130 @@
+"""Memory-behaviour table: which kernels may write an output over an input."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+from relax_memplan.analysis.inplace import InplacePair, inplace_kernel, inplace_pairs, kernel_table
+
+
+@T.prim_func(private=True, s_tir=True)
+def add(a: T.Buffer((8, 4), "float32"), b: T.Buffer((8, 4), "float32"),
+        c: T.Buffer((8, 4), "float32")):
+    for i, j in T.grid(8, 4):
+        with T.sblock("c"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            c[vi, vj] = a[vi, vj] + b[vi, vj]
+
+
+@T.prim_func(private=True, s_tir=True)
+def transpose(a: T.Buffer((4, 4), "float32"), c: T.Buffer((4, 4), "float32")):
+    for i, j in T.grid(4, 4):
+        with T.sblock("c"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            c[vi, vj] = a[vj, vi]
+
+
+@T.prim_func(private=True, s_tir=True)
+def cumsum(a: T.Buffer((8,), "float32"), c: T.Buffer((8,), "float32")):
+    for i, k in T.grid(8, 8):
+        with T.sblock("c"):
+            vi, vk = T.axis.remap("SR", [i, k])
+            with T.init():
+                c[vi] = T.float32(0)
+            c[vi] = c[vi] + T.if_then_else(vk <= vi, a[vk], T.float32(0))
+
+
+@T.prim_func(private=True, s_tir=True)
+def matmul(a: T.Buffer((4, 4), "float32"), b: T.Buffer((4, 4), "float32"),
+           c: T.Buffer((4, 4), "float32")):
+    for i, j, k in T.grid(4, 4, 4):
+        with T.sblock("c"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                c[vi, vj] = T.float32(0)
+            c[vi, vj] = c[vi, vj] + a[vi, vk] * b[vk, vj]
+
+
+@T.prim_func(private=True, s_tir=True)
+def softmax(a: T.Buffer((4,), "float32"), c: T.Buffer((4,), "float32")):
+    s = T.sblock_alloc_buffer((1,))
+    for k in range(4):
+        with T.sblock("sum"):
+            vk = T.axis.remap("R", [k])
+            with T.init():
+                s[0] = T.float32(0)
+            s[0] = s[0] + T.exp(a[vk])
+    for i in range(4):
+        with T.sblock("div"):
+            vi = T.axis.remap("S", [i])
+            c[vi] = T.exp(a[vi]) / s[0]
+
+
+@T.prim_func(private=True, s_tir=True)
+def two_outputs_late_read(a: T.Buffer((4,), "float32"), c: T.Buffer((4,), "float32"),
+                          d: T.Buffer((4,), "float32")):
+    """c = a * 2 then d = a + 1: writing c over a would corrupt d."""
+    for i in range(4):
+        with T.sblock("c"):
+            vi = T.axis.remap("S", [i])
+            c[vi] = a[vi] * T.float32(2)
+    for i in range(4):
+        with T.sblock("d"):
+            vi = T.axis.remap("S", [i])
+            d[vi] = a[vi] + T.float32(1)
+
+
+def test_elementwise_add_may_write_over_either_input():
+    assert inplace_pairs(add) == [InplacePair(2, 0), InplacePair(2, 1)]
+
+
+@pytest.mark.parametrize("kernel", [transpose, cumsum, matmul, softmax],
+                         ids=["transpose", "cumsum", "matmul", "softmax"])
+def test_non_identity_kernels_need_fresh_memory(kernel):
+    assert inplace_pairs(kernel) == []
+    with pytest.raises(ValueError, match="not an identity-index"):
+        inplace_kernel(kernel, InplacePair(len(kernel.params) - 1, 0))
+
+
+def test_input_read_after_the_writer_is_refused():
+    # d may still be written over a (nothing reads a after block d), c may not
+    assert inplace_pairs(two_outputs_late_read) == [InplacePair(2, 0)]
+
+
+def _run(func, *arrays):
+    f = func.with_attr("global_symbol", "main")
+    ex = tvm.compile(tvm.IRModule({"main": f}), target="llvm")
+    tensors = [tvm.runtime.tensor(a) for a in arrays]
+    ex["main"](*tensors)
+    return [t.numpy() for t in tensors]
+
+
+def test_inplace_kernel_writes_the_input_and_matches_the_original():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(8, 4)).astype("float32"), rng.normal(size=(8, 4)).astype("float32")
+    new = inplace_kernel(add, InplacePair(2, 0))
+    assert len(new.params) == 2
+    got_a, _ = _run(new, a.copy(), b)
+    np.testing.assert_allclose(got_a, a + b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kernel,expect", [(transpose, lambda a: a.T),
+                                           (cumsum, np.cumsum)], ids=["transpose", "cumsum"])
+def test_refused_kernels_would_be_wrong_in_place(kernel, expect):
+    """What the table protects against: TVM's specialize does write these in place, and the
+    result is wrong (each output element overwrites an input element still to be read)."""
+    a = np.arange(16 if kernel is transpose else 8, dtype="float32")
+    a = a.reshape(4, 4) if kernel is transpose else a
+    params = list(kernel.params)
+    forced = kernel.specialize({params[-1]: params[0]})
+    (got,) = _run(forced, a.copy())
+    assert not np.allclose(got, expect(a))
+
+
+def test_kernel_table_names_every_prim_func():
+    mod = tvm.IRModule({"add": add, "transpose": transpose})
+    table = kernel_table(mod)
+    assert table == {"add": [InplacePair(2, 0), InplacePair(2, 1)], "transpose": []}
