@@ -62,6 +62,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import tvm
 from tvm import relax
 
+from ..analysis.inplace import InplacePair, inplace_kernel, kernel_table
 from ..analysis.liveness import FunctionLiveness, TensorLiveness, analyze_liveness
 from ..analysis.storage import summarize_storage
 from ..planner import Buffer, peak_live_bytes, plan, validate
@@ -93,6 +94,9 @@ class ArenaPlan:
         Tensor uid -> byte offset in the arena.
     algorithm : str
         Name of the placement algorithm whose plan was kept.
+    lower_bound_without_inplace_bytes : int
+        :attr:`lower_bound_bytes` if every kernel wrote a fresh output (equal to it
+        when in-place reuse is off or found nothing).
     """
 
     device_index: int
@@ -102,6 +106,7 @@ class ArenaPlan:
     unaligned_lower_bound_bytes: int
     offsets: Dict[str, int]
     algorithm: str
+    lower_bound_without_inplace_bytes: int = 0
 
 
 @dataclass
@@ -151,9 +156,45 @@ class FunctionPlan:
         """Sum over arenas of their peak live bytes with exact sizes."""
         return sum(a.unaligned_lower_bound_bytes for a in self.arenas)
 
+    @property
+    def lower_bound_without_inplace_bytes(self) -> int:
+        """Sum over arenas of their lower bounds with every kernel writing a fresh output."""
+        return sum(a.lower_bound_without_inplace_bytes for a in self.arenas)
+
 
 def _round_up(value: int, multiple: int) -> int:
     return (value + multiple - 1) // multiple * multiple
+
+
+def _merged(buffers: List[Buffer], sharing: List[List[str]]) -> List[Buffer]:
+    """One buffer per group of tensors that share storage (in-place chains): the live range
+    spanning the group's, the largest size, the id of its first tensor."""
+    by_id = {b.id: b for b in buffers}
+    merged_ids = set()
+    out = []
+    for group in sharing:
+        members = [by_id[u] for u in group if u in by_id]
+        if len(members) < 2:
+            continue
+        merged_ids.update(b.id for b in members)
+        out.append(Buffer(id=members[0].id, start=min(b.start for b in members),
+                          end=max(b.end for b in members),
+                          size_bytes=max(b.size_bytes for b in members),
+                          alignment_bytes=members[0].alignment_bytes))
+    return out + [b for b in buffers if b.id not in merged_ids]
+
+
+def _place(buffers, sharing, algorithms, time_limit_s):
+    """Plan the merged buffers, give every member of a group its group's offset, validate."""
+    merged = _merged(buffers, sharing)
+    result = plan(merged, algorithms=algorithms, time_limit_s=time_limit_s)
+    offsets = dict(result.offsets)
+    for group in sharing:
+        for uid in group[1:]:
+            if group[0] in offsets:
+                offsets[uid] = offsets[group[0]]
+    validate(buffers, offsets, shared=sharing)
+    return result, offsets
 
 
 def _plan_function(
@@ -165,6 +206,7 @@ def _plan_function(
     groups: Dict[Tuple[int, str], List[TensorLiveness]] = {}
     for t in liveness.plannable:
         groups.setdefault((t.device_index, t.storage_scope), []).append(t)
+    sharing = liveness.sharing_groups()
     arenas = []
     for (dev, scope), tensors in sorted(groups.items()):
         buffers = [
@@ -177,8 +219,7 @@ def _plan_function(
             )
             for t in tensors
         ]
-        result = plan(buffers, algorithms=algorithms, time_limit_s=time_limit_s)
-        validate(buffers, result.offsets)
+        result, offsets = _place(buffers, sharing, algorithms, time_limit_s)
         exact = [
             Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=max(t.size_bytes, 1))
             for t in tensors
@@ -189,9 +230,10 @@ def _plan_function(
                 storage_scope=scope,
                 arena_bytes=result.height_bytes,
                 lower_bound_bytes=result.lower_bound_bytes,
-                unaligned_lower_bound_bytes=peak_live_bytes(exact),
-                offsets=dict(result.offsets),
+                unaligned_lower_bound_bytes=peak_live_bytes(_merged(exact, sharing)),
+                offsets=offsets,
                 algorithm=result.algorithm,
+                lower_bound_without_inplace_bytes=peak_live_bytes(buffers),
             )
         )
     return arenas
@@ -210,7 +252,27 @@ def _tvm_bytes_per_call(mod: tvm.IRModule) -> Dict[str, int]:
     return _bytes_per_call(mod)
 
 
-def _rewriter_for(fplan: FunctionPlan) -> ArenaRewriter:
+def _inplace_calls(mod: tvm.IRModule, fplan: FunctionPlan, kernels: Dict,
+                   builder: relax.BlockBuilder) -> Dict:
+    """Kernel call -> the call of its in-place variant, for the in-place uses of ``fplan``
+    whose two tensors both got arena offsets; the new PrimFuncs go into ``builder``'s
+    module, one per (kernel, pair), and ``kernels`` maps their names to GlobalVars."""
+    placed = {uid for a in fplan.arenas for uid in a.offsets}
+    calls = {}
+    for use in fplan.liveness.inplace:
+        if use.in_uid not in placed or use.out_uid not in placed:
+            continue
+        name = f"{use.kernel}_inplace_o{use.out_index}_i{use.in_index}"
+        if name not in kernels:
+            func = inplace_kernel(mod[use.kernel], InplacePair(use.out_index, use.in_index))
+            kernels[name] = builder.add_func(func, name)
+        gv = kernels[name]
+        args = [a for k, a in enumerate(use.call.args) if k != use.out_index]
+        calls[use.call] = relax.Call(gv, args, use.call.attrs, use.call.ty_args)
+    return calls
+
+
+def _rewriter_for(fplan: FunctionPlan, calls: Optional[Dict] = None) -> ArenaRewriter:
     prologue, placement = [], {}
     by_uid = {t.uid: t for t in fplan.liveness.tensors}
     for arena in fplan.arenas:
@@ -219,7 +281,7 @@ def _rewriter_for(fplan: FunctionPlan) -> ArenaRewriter:
             arena.arena_bytes, arena.device_index, arena.storage_scope)))
         for uid, offset in arena.offsets.items():
             placement[by_uid[uid].var] = (arena_var, offset, by_uid[uid])
-    return ArenaRewriter(prologue, placement)
+    return ArenaRewriter(prologue, placement, calls)
 
 
 @tvm.transform.module_pass(opt_level=0, name="PlanStaticMemory")
@@ -245,6 +307,11 @@ class PlanStaticMemory:
         Budget in seconds for the offset search, per arena.
     func_names : sequence of str, optional
         Functions to plan; ``None`` plans every Relax function.
+    inplace : bool
+        Let a kernel write its output over an input that dies there when its TIR allows
+        it (:mod:`relax_memplan.analysis.inplace`): both tensors get one offset and the
+        call goes to the kernel's in-place variant (``<kernel>_inplace_o<k>_i<j>``, a new
+        PrimFunc of the module).
 
     Attributes
     ----------
@@ -275,9 +342,13 @@ class PlanStaticMemory:
         algorithms: Optional[Sequence[str]] = None,
         time_limit_s: float = 1.0,
         func_names: Optional[Sequence[str]] = None,
+        inplace: bool = False,
     ):
         self.alignment_bytes, self.algorithms, self.time_limit_s = check_planner_args(
             alignment_bytes, algorithms, time_limit_s)
+        if not isinstance(inplace, bool):
+            raise TypeError(f"inplace must be a bool, got {type(inplace).__name__}")
+        self.inplace = inplace
         self.func_names = tuple(func_names) if func_names is not None else None
         self.plans: Dict[str, FunctionPlan] = {}
 
@@ -289,13 +360,15 @@ class PlanStaticMemory:
                 "PlanStaticMemory after CallTIRRewrite (relax_memplan.get_pipeline places it "
                 "there)", stacklevel=2)
             return mod
-        updates = {}
+        updates, kernels = {}, {}
+        table = kernel_table(mod) if self.inplace else None
+        builder = relax.BlockBuilder(mod)
         for gv, func in mod.functions_items():
             if not isinstance(func, relax.Function):
                 continue
             if self.func_names is not None and gv.name_hint not in self.func_names:
                 continue
-            liveness = analyze_liveness(mod, gv.name_hint)
+            liveness = analyze_liveness(mod, gv.name_hint, table)
             fplan = FunctionPlan(gv.name_hint, liveness)
             fplan.arenas = _plan_function(
                 liveness, self.alignment_bytes, self.algorithms, self.time_limit_s
@@ -303,7 +376,8 @@ class PlanStaticMemory:
             self.plans[gv.name_hint] = fplan
             if not fplan.arenas:
                 continue
-            new_func = _rewriter_for(fplan).rewrite_function(func)
+            calls = _inplace_calls(mod, fplan, kernels, builder) if table else {}
+            new_func = _rewriter_for(fplan, calls).rewrite_function(func)
             new_func = new_func.with_attrs(
                 {
                     "relax_memplan.arena_bytes": fplan.arena_bytes,
@@ -313,6 +387,8 @@ class PlanStaticMemory:
             updates[gv] = new_func
         if not updates:
             return mod
+        if kernels:
+            mod = builder.get()
         updates = self._keep_if_not_worse_than_tvm(mod, updates)
         if not updates:
             return mod
