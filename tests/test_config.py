@@ -178,3 +178,14 @@ def test_size_class_growth_loads_and_is_checked(tmp_path):
     cfg.write_text("planner:\n  size_class_growth: 1.0\n")
     with pytest.raises(ConfigError, match="planner.size_class_growth must be > 1"):
         load_config(cfg)
+
+
+def test_planner_reorder_and_inplace_keys_are_bools():
+    from relax_memplan.config import ConfigError, PlannerConfig
+
+    assert PlannerConfig(reorder=True, inplace=True).reorder is True
+    assert PlannerConfig().reorder is False and PlannerConfig().inplace is False
+    with pytest.raises(ConfigError, match="planner.reorder must be true or false"):
+        PlannerConfig(reorder="yes")
+    with pytest.raises(ConfigError, match="planner.inplace"):
+        PlannerConfig(inplace=1)

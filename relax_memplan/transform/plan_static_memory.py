@@ -131,6 +131,9 @@ class FunctionPlan:
     fallback_reason : str or None
         Why our plan was not used (``"TVM's plan is smaller (432 B vs our 528 B per call)"``);
         ``None`` when it is used or nothing was planned.
+    inplace_capable_kernels : int or None
+        Distinct kernels the function calls that may write an output over an input
+        (:mod:`relax_memplan.analysis.inplace`); ``None`` when in-place reuse is off.
     """
 
     name: str
@@ -140,6 +143,7 @@ class FunctionPlan:
     bytes_per_call: Optional[int] = None
     tvm_bytes_per_call: Optional[int] = None
     fallback_reason: Optional[str] = None
+    inplace_capable_kernels: Optional[int] = None
 
     @property
     def arena_bytes(self) -> int:
@@ -272,6 +276,19 @@ def _inplace_calls(mod: tvm.IRModule, fplan: FunctionPlan, kernels: Dict,
     return calls
 
 
+def _count_capable(func: relax.Function, table: Dict) -> int:
+    """Distinct PrimFuncs called by ``func`` with at least one in-place pair in ``table``."""
+    names = set()
+
+    def visit(expr):
+        if isinstance(expr, tvm.ir.Call) and isinstance(expr.op, tvm.ir.GlobalVar) \
+                and table.get(expr.op.name_hint):
+            names.add(expr.op.name_hint)
+
+    relax.analysis.post_order_visit(func, visit)
+    return len(names)
+
+
 def _rewriter_for(fplan: FunctionPlan, calls: Optional[Dict] = None) -> ArenaRewriter:
     prologue, placement = [], {}
     by_uid = {t.uid: t for t in fplan.liveness.tensors}
@@ -370,6 +387,8 @@ class PlanStaticMemory:
                 continue
             liveness = analyze_liveness(mod, gv.name_hint, table)
             fplan = FunctionPlan(gv.name_hint, liveness)
+            if table is not None:
+                fplan.inplace_capable_kernels = _count_capable(func, table)
             fplan.arenas = _plan_function(
                 liveness, self.alignment_bytes, self.algorithms, self.time_limit_s
             )

@@ -121,3 +121,18 @@ def test_inplace_numerics_match_numpy_and_bound_never_rises(mod, ref):
     if mod is Residual:
         assert len(on.liveness.inplace) == 1
         assert on.lower_bound_bytes < off.lower_bound_bytes
+
+
+def test_report_states_inplace_counts_and_bound_without_it():
+    from relax_memplan.compile.summary import static_functions
+    from relax_memplan.report_text import _format_function
+    from relax_memplan.transform.record_storage import RecordStorage
+
+    plan = PlanStaticMemory(inplace=True)
+    tvm.compile(Residual, "llvm", relax_pipeline=get_pipeline("llvm", plan_pass=plan))
+    functions, _ = static_functions(plan, RecordStorage(), RecordStorage())
+    f = functions["main"]
+    assert (f.inplace_capable_kernels, f.inplace_calls) == (1, 1)
+    assert f.lower_bound_without_inplace_bytes > f.lower_bound_bytes
+    text = "\n".join(_format_function(f))
+    assert "without in-place reuse" in text and "1 calls write over an input" in text
