@@ -82,3 +82,34 @@ def test_reorder_lowers_the_peak_and_keeps_numerics():
 def test_bad_argument_is_refused():
     with pytest.raises(ValueError, match="exact_max_bindings"):
         ReorderForMemory(exact_max_bindings=40)
+
+
+@I.ir_module
+class WithMatchCast:
+    """As TwoBranches, with a match_cast between the producers and the reductions: nothing
+    may cross it (later bindings could use the symbolic vars it defines)."""
+
+    @R.function
+    def main(x: R.Tensor((64, 64), "float32"), z: R.Tensor(ndim=2, dtype="float32")):
+        with R.dataflow():
+            a = R.matmul(x, x)
+            t = R.permute_dims(x)
+            b = R.matmul(x, t)
+            zz = R.match_cast(z, R.Tensor((64, 64), "float32"))
+            sa = R.sum(a, axis=[1])
+            sb = R.sum(b, axis=[1])
+            out = R.add(sa, sb)
+            R.output(out)
+        return out
+
+
+def _names(mod):
+    return [b.var.name for b in mod["main"].body.blocks[0].bindings]
+
+
+def test_match_cast_is_a_barrier():
+    reorder = ReorderForMemory()
+    assert _names(reorder(WithMatchCast)) == _names(WithMatchCast)
+    # the same block without the barrier is reordered
+    moved = ReorderForMemory()(TwoBranches)
+    assert _names(moved) != _names(TwoBranches)
