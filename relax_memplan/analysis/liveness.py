@@ -157,6 +157,8 @@ class InplaceUse:
         Uids of the two tensors (they get one offset).
     call : tvm.ir.Call
         The call in the function body.
+    binding_var : relax.Var
+        The variable the call is bound to (identifies the binding).
     """
 
     step: int
@@ -166,6 +168,7 @@ class InplaceUse:
     in_uid: str
     out_uid: str
     call: object = field(default=None, compare=False, repr=False)
+    binding_var: object = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -366,7 +369,7 @@ class _LivenessAnalyzer:
             if isinstance(value, relax.Var) and value in self._direct:
                 self._direct[var] = self._direct[value]
         elif isinstance(value, tvm.ir.Call):
-            self._note_inplace(value, step)
+            self._note_inplace(value, step, var)
             self._note_producer(value)
             self._alias[var] = self._visit_call(value)
             if (isinstance(value.op, tvm.ir.Op) and value.op.name in _WHOLE_VIEW_OPS
@@ -375,7 +378,7 @@ class _LivenessAnalyzer:
         else:
             self._alias[var] = frozenset()
 
-    def _note_inplace(self, call, step: int) -> None:
+    def _note_inplace(self, call, step: int, var) -> None:
         """Record the table's pairs this call may use; :meth:`finish` keeps those whose input
         dies here."""
         op = call.op
@@ -396,13 +399,13 @@ class _LivenessAnalyzer:
             if (to.size_bytes is None or to.size_bytes != tx.size_bytes or to.dtype != tx.dtype
                     or (to.device_index, to.storage_scope) != (tx.device_index, tx.storage_scope)):
                 continue
-            self._candidates.append((step, call, pair, x, o))
+            self._candidates.append((step, call, var, pair, x, o))
         for s in arg_sets:
             self._written |= s
 
     def _accept_inplace(self) -> List[InplaceUse]:
         used_in, used_out, uses = set(), set(), []
-        for step, call, pair, x, o in self._candidates:
+        for step, call, var, pair, x, o in self._candidates:
             tx, to = self._tensors[x], self._tensors[o]
             if x in used_in or o in used_out or self._last_use[x] != step:
                 continue
@@ -411,7 +414,7 @@ class _LivenessAnalyzer:
             used_in.add(x)
             used_out.add(o)
             uses.append(InplaceUse(step, call.op.name_hint, pair.out_index, pair.in_index,
-                                   tx.uid, to.uid, call))
+                                   tx.uid, to.uid, call, var))
         return uses
 
     def _note_producer(self, call) -> None:

@@ -39,7 +39,8 @@ class ArenaRewriter:
         Allocation variable -> ``(arena var, offset, TensorLiveness)``; the
         offset is an int or an int64 PrimExpr, in bytes.
     calls : dict, optional
-        Kernel call -> the call that replaces it (in-place variants of kernels).
+        Variable of a kernel-call binding -> the call that replaces it (in-place variants
+        of kernels).
     """
 
     def __init__(self, prologue: Sequence, placement: Dict[relax.Var, Tuple],
@@ -74,8 +75,8 @@ class ArenaRewriter:
                 value.span,
             )
             return [relax.VarBinding(binding.var, new_if, binding.span)]
-        if value in self._calls:
-            return [relax.VarBinding(binding.var, self._calls[value], binding.span)]
+        if binding.var in self._calls:
+            return [relax.VarBinding(binding.var, self._calls[binding.var], binding.span)]
         placed = self._placement.get(binding.var)
         if placed is None:
             return [binding]

@@ -258,9 +258,10 @@ def _tvm_bytes_per_call(mod: tvm.IRModule) -> Dict[str, int]:
 
 def _inplace_calls(mod: tvm.IRModule, fplan: FunctionPlan, kernels: Dict,
                    builder: relax.BlockBuilder) -> Dict:
-    """Kernel call -> the call of its in-place variant, for the in-place uses of ``fplan``
-    whose two tensors both got arena offsets; the new PrimFuncs go into ``builder``'s
-    module, one per (kernel, pair), and ``kernels`` maps their names to GlobalVars."""
+    """Binding var of a kernel call -> the call of its in-place variant, for the in-place
+    uses of ``fplan`` whose two tensors both got arena offsets; the new PrimFuncs go into
+    ``builder``'s module, one per (kernel, pair), and ``kernels`` maps their names to
+    GlobalVars."""
     placed = {uid for a in fplan.arenas for uid in a.offsets}
     calls = {}
     for use in fplan.liveness.inplace:
@@ -272,7 +273,7 @@ def _inplace_calls(mod: tvm.IRModule, fplan: FunctionPlan, kernels: Dict,
             kernels[name] = builder.add_func(func, name)
         gv = kernels[name]
         args = [a for k, a in enumerate(use.call.args) if k != use.out_index]
-        calls[use.call] = relax.Call(gv, args, use.call.attrs, use.call.ty_args)
+        calls[use.binding_var] = relax.Call(gv, args, use.call.attrs, use.call.ty_args)
     return calls
 
 
