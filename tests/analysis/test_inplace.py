@@ -1,6 +1,8 @@
 """Memory-behaviour table: which kernels may write an output over an input."""
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest
 import tvm
 from tvm.script import ir as I
@@ -128,3 +130,45 @@ def test_kernel_table_names_every_prim_func():
     mod = tvm.IRModule({"add": add, "transpose": transpose})
     table = kernel_table(mod)
     assert table == {"add": [InplacePair(2, 0), InplacePair(2, 1)], "transpose": []}
+
+
+# Index maps of a 4x4 input read by a one-block kernel: only the identity is in-place safe.
+_INDEX_MAPS = {
+    "identity": lambda i, j: (i, j),
+    "transpose": lambda i, j: (j, i),
+    "reverse_rows": lambda i, j: (3 - i, j),
+    "shift": lambda i, j: ((i + 1) % 4, j),
+    "broadcast_row": lambda i, j: (0, j),
+}
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_INDEX_MAPS)), min_size=1, max_size=2),
+       st.sampled_from(["add", "mul"]))
+def test_random_kernels_are_in_place_exactly_when_it_gives_the_same_result(maps, op):
+    """Random small TE kernels ``B[i, j] = f(A[m1(i, j)], A[m2(i, j)], ...)``: the table allows
+    writing B over A only if every read of A is the identity, and then the in-place kernel
+    computes what the original does."""
+    from tvm import te
+
+    a = te.placeholder((4, 4), name="A")
+
+    def body(i, j):
+        terms = [a[_INDEX_MAPS[m](i, j)] for m in maps]
+        out = terms[0]
+        for t in terms[1:]:
+            out = out + t if op == "add" else out * t
+        return out * 2.0
+
+    func = te.create_prim_func([a, te.compute((4, 4), body, name="B")])
+    allowed = InplacePair(1, 0) in inplace_pairs(func)
+    assert allowed == all(m == "identity" for m in maps)
+    x = np.random.default_rng(1).normal(size=(4, 4)).astype("float32")
+    _, expect = _run(func, x, np.zeros_like(x))
+    params = list(func.params)
+    (forced,) = _run(func.specialize({params[1]: params[0]}), x.copy())
+    if allowed:
+        np.testing.assert_allclose(forced, expect, rtol=1e-6)
+    elif any(m not in ("identity", "broadcast_row") for m in maps):
+        # a permuting read: writing in place reads elements already overwritten
+        assert not np.allclose(forced, expect)
