@@ -109,7 +109,8 @@ def _blocks(func: tirx.PrimFunc):
     try:
         sch = s_tir.Schedule(func)
         root = sch.get_sblock("root")
-    except (tvm.TVMError, ValueError, AttributeError):
+    except (s_tir.schedule.ScheduleError, tvm.error.InternalError, ValueError):
+        # no root block (hand-written TIR without blocks): nothing can be proven
         return None
     nests: List = []
     out = []

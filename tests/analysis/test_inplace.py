@@ -172,3 +172,13 @@ def test_random_kernels_are_in_place_exactly_when_it_gives_the_same_result(maps,
     elif any(m not in ("identity", "broadcast_row") for m in maps):
         # a permuting read: writing in place reads elements already overwritten
         assert not np.allclose(forced, expect)
+
+
+@T.prim_func(private=True)
+def no_blocks(a: T.Buffer((4,), "float32"), c: T.Buffer((4,), "float32")):
+    for i in range(4):
+        c[i] = a[i]
+
+
+def test_kernel_without_blocks_is_never_in_place():
+    assert inplace_pairs(no_blocks) == []
