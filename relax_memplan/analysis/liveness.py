@@ -278,7 +278,7 @@ class _LivenessAnalyzer:
             return False
         try:
             return isinstance(self._mod[op], tirx.PrimFunc)
-        except (KeyError, tvm.TVMError):
+        except (KeyError, tvm.error.InternalError):
             return False
 
     def _uid(self, name: str) -> str:
