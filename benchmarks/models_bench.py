@@ -133,7 +133,6 @@ def _main_bound(plan_pass, attr: str) -> int:
 def _importer_order_bound(mod) -> int:
     """Today's lower bound: the importer's order, every kernel writing a fresh output (the
     Relax passes only, no code generation)."""
-    import tvm
     from relax_memplan.pipeline import get_pipeline
     from relax_memplan.transform.plan_static_memory import PlanStaticMemory
 

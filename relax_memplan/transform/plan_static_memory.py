@@ -62,11 +62,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import tvm
 from tvm import relax
 
-from ..analysis.inplace import InplacePair, inplace_kernel, kernel_table
+from ..analysis.inplace import kernel_table
 from ..analysis.liveness import FunctionLiveness, TensorLiveness, analyze_liveness
 from ..analysis.storage import summarize_storage
-from ..planner import Buffer, peak_live_bytes, plan, validate
+from ..planner import Buffer, peak_live_bytes
 from ._arena_rewrite import ArenaRewriter, alloc_arena
+from ._inplace_plan import count_capable, inplace_calls, merged_buffers, place_with_sharing
 from ._module_util import before_call_tir_rewrite, replace_functions
 from ._args import check_planner_args
 
@@ -170,37 +171,6 @@ def _round_up(value: int, multiple: int) -> int:
     return (value + multiple - 1) // multiple * multiple
 
 
-def _merged(buffers: List[Buffer], sharing: List[List[str]]) -> List[Buffer]:
-    """One buffer per group of tensors that share storage (in-place chains): the live range
-    spanning the group's, the largest size, the id of its first tensor."""
-    by_id = {b.id: b for b in buffers}
-    merged_ids = set()
-    out = []
-    for group in sharing:
-        members = [by_id[u] for u in group if u in by_id]
-        if len(members) < 2:
-            continue
-        merged_ids.update(b.id for b in members)
-        out.append(Buffer(id=members[0].id, start=min(b.start for b in members),
-                          end=max(b.end for b in members),
-                          size_bytes=max(b.size_bytes for b in members),
-                          alignment_bytes=members[0].alignment_bytes))
-    return out + [b for b in buffers if b.id not in merged_ids]
-
-
-def _place(buffers, sharing, algorithms, time_limit_s):
-    """Plan the merged buffers, give every member of a group its group's offset, validate."""
-    merged = _merged(buffers, sharing)
-    result = plan(merged, algorithms=algorithms, time_limit_s=time_limit_s)
-    offsets = dict(result.offsets)
-    for group in sharing:
-        for uid in group[1:]:
-            if group[0] in offsets:
-                offsets[uid] = offsets[group[0]]
-    validate(buffers, offsets, shared=sharing)
-    return result, offsets
-
-
 def _plan_function(
     liveness: FunctionLiveness,
     alignment_bytes: int,
@@ -223,7 +193,7 @@ def _plan_function(
             )
             for t in tensors
         ]
-        result, offsets = _place(buffers, sharing, algorithms, time_limit_s)
+        result, offsets = place_with_sharing(buffers, sharing, algorithms, time_limit_s)
         exact = [
             Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=max(t.size_bytes, 1))
             for t in tensors
@@ -234,7 +204,7 @@ def _plan_function(
                 storage_scope=scope,
                 arena_bytes=result.height_bytes,
                 lower_bound_bytes=result.lower_bound_bytes,
-                unaligned_lower_bound_bytes=peak_live_bytes(_merged(exact, sharing)),
+                unaligned_lower_bound_bytes=peak_live_bytes(merged_buffers(exact, sharing)),
                 offsets=offsets,
                 algorithm=result.algorithm,
                 lower_bound_without_inplace_bytes=peak_live_bytes(buffers),
@@ -254,40 +224,6 @@ def _bytes_per_call(mod: tvm.IRModule) -> Dict[str, int]:
 def _tvm_bytes_per_call(mod: tvm.IRModule) -> Dict[str, int]:
     """:func:`_bytes_per_call` of the module before our pass: TVM's plan alone."""
     return _bytes_per_call(mod)
-
-
-def _inplace_calls(mod: tvm.IRModule, fplan: FunctionPlan, kernels: Dict,
-                   builder: relax.BlockBuilder) -> Dict:
-    """Binding var of a kernel call -> the call of its in-place variant, for the in-place
-    uses of ``fplan`` whose two tensors both got arena offsets; the new PrimFuncs go into
-    ``builder``'s module, one per (kernel, pair), and ``kernels`` maps their names to
-    GlobalVars."""
-    placed = {uid for a in fplan.arenas for uid in a.offsets}
-    calls = {}
-    for use in fplan.liveness.inplace:
-        if use.in_uid not in placed or use.out_uid not in placed:
-            continue
-        name = f"{use.kernel}_inplace_o{use.out_index}_i{use.in_index}"
-        if name not in kernels:
-            func = inplace_kernel(mod[use.kernel], InplacePair(use.out_index, use.in_index))
-            kernels[name] = builder.add_func(func, name)
-        gv = kernels[name]
-        args = [a for k, a in enumerate(use.call.args) if k != use.out_index]
-        calls[use.binding_var] = relax.Call(gv, args, use.call.attrs, use.call.ty_args)
-    return calls
-
-
-def _count_capable(func: relax.Function, table: Dict) -> int:
-    """Distinct PrimFuncs called by ``func`` with at least one in-place pair in ``table``."""
-    names = set()
-
-    def visit(expr):
-        if isinstance(expr, tvm.ir.Call) and isinstance(expr.op, tvm.ir.GlobalVar) \
-                and table.get(expr.op.name_hint):
-            names.add(expr.op.name_hint)
-
-    relax.analysis.post_order_visit(func, visit)
-    return len(names)
 
 
 def _rewriter_for(fplan: FunctionPlan, calls: Optional[Dict] = None) -> ArenaRewriter:
@@ -378,7 +314,7 @@ class PlanStaticMemory:
                 "PlanStaticMemory after CallTIRRewrite (relax_memplan.get_pipeline places it "
                 "there)", stacklevel=2)
             return mod
-        updates, kernels = {}, {}
+        original, updates, kernels = mod, {}, {}
         table = kernel_table(mod) if self.inplace else None
         builder = relax.BlockBuilder(mod)
         for gv, func in mod.functions_items():
@@ -389,14 +325,14 @@ class PlanStaticMemory:
             liveness = analyze_liveness(mod, gv.name_hint, table)
             fplan = FunctionPlan(gv.name_hint, liveness)
             if table is not None:
-                fplan.inplace_capable_kernels = _count_capable(func, table)
+                fplan.inplace_capable_kernels = count_capable(func, table)
             fplan.arenas = _plan_function(
                 liveness, self.alignment_bytes, self.algorithms, self.time_limit_s
             )
             self.plans[gv.name_hint] = fplan
             if not fplan.arenas:
                 continue
-            calls = _inplace_calls(mod, fplan, kernels, builder) if table else {}
+            calls = inplace_calls(mod, fplan, kernels, builder) if table else {}
             new_func = _rewriter_for(fplan, calls).rewrite_function(func)
             new_func = new_func.with_attrs(
                 {
@@ -411,7 +347,7 @@ class PlanStaticMemory:
             mod = builder.get()
         updates = self._keep_if_not_worse_than_tvm(mod, updates)
         if not updates:
-            return mod
+            return original
         return relax.transform.Normalize()(replace_functions(mod, updates))
 
     def _keep_if_not_worse_than_tvm(self, mod: tvm.IRModule, updates: Dict) -> Dict:

@@ -5,8 +5,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import pytest
 import tvm
-from tvm.script import ir as I
-from tvm.script import relax as R
 from tvm.script import tirx as T
 
 from relax_memplan.analysis.inplace import InplacePair, inplace_kernel, inplace_pairs, kernel_table
