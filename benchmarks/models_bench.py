@@ -105,5 +105,105 @@ def main(argv=None) -> None:
         raise SystemExit(f"our build allocates more than TVM's default in: {', '.join(broken)}")
 
 
+# The 10 shared models at their usual fixed shapes (ppocr at 320x320 instead of 640x640 to
+# keep one run within minutes on 2 shared cores).
+SHARED_MODELS = [
+    ("mnist-8", "mnist-8/model.onnx", None, None),
+    ("squeezenet1.0", "squeezenet1.0-randw.onnx", None, None),
+    ("mobilenetv2 b1", "mobilenetv2-tiny.onnx", {"x": (1, 3, 96, 96)}, None),
+    ("ultraface", "ultraface-rfb-320-opset9.onnx", None, None),
+    ("silero-vad (If)", "silero-vad-op18-ifless.onnx", {"input": (1, 512), "state": (2, 1, 128)},
+     {"sr": np.array(16000, dtype=np.int64)}),
+    ("magika", "magika-1.0.3.onnx", {"bytes": (1, 2048)}, None),
+    ("bert-tiny", "bert-tiny-randw.onnx",
+     {"input_ids": (2, 16), "attention_mask": (2, 16), "token_type_ids": (2, 16)}, None),
+    ("gpt2-tiny", "gpt2-tiny-randw.onnx", {"input_ids": (2, 16)}, None),
+    ("ppocrv4-det 320", "ppocrv4-det.onnx", {"x": (1, 3, 320, 320)}, None),
+    ("yolov8n 320", "yolov8n-nudenet-320n.onnx", {"images": (1, 3, 320, 320)}, None),
+]
+
+
+def _main_bound(plan_pass, attr: str) -> int:
+    """``attr`` of ``main``'s plan, from the arenas used or, after a fallback, those planned."""
+    fplan = plan_pass.plans["main"]
+    arenas = fplan.arenas or fplan.rejected_arenas
+    return sum(getattr(a, attr) for a in arenas)
+
+
+def _importer_order_bound(mod) -> int:
+    """Today's lower bound: the importer's order, every kernel writing a fresh output (the
+    Relax passes only, no code generation)."""
+    from relax_memplan.pipeline import get_pipeline
+    from relax_memplan.transform.plan_static_memory import PlanStaticMemory
+
+    plan = PlanStaticMemory()
+    get_pipeline("llvm", plan_pass=plan)(mod)
+    return _main_bound(plan, "lower_bound_bytes")
+
+
+def _bound_row(label, path, shapes, values) -> dict:
+    """One model: today's bound, then one verified build with reordering and in-place."""
+    from relax_memplan.compile.model import _import, compile_model
+    from relax_memplan.compile.options import BuildOptions, CheckOptions
+    from relax_memplan.transform.plan_static_memory import PlanStaticMemory
+    from relax_memplan.transform.reorder_for_memory import ReorderForMemory
+
+    t0 = time.perf_counter()
+    _, _, mod, _ = _import(str(path), shapes, {}, True, lambda _m: None)
+    before = _importer_order_bound(mod)
+    plan, reorder = PlanStaticMemory(inplace=True), ReorderForMemory()
+    result = compile_model(str(path), shapes, options=BuildOptions(plan_pass=plan,
+                           reorder_pass=reorder), check=CheckOptions(verify=True),
+                           input_values=values)
+    m = result.report.main
+    return {"model": label, "lower_bound_importer_order_bytes": before,
+            "lower_bound_reordered_bytes": _main_bound(plan, "lower_bound_without_inplace_bytes"),
+            "lower_bound_inplace_bytes": _main_bound(plan, "lower_bound_bytes"),
+            "arena_bytes": m.arena_bytes, "tvm_default_bytes": m.tvm_default_bytes,
+            "reordered_blocks": sum(b.applied for b in reorder.blocks if b.function == "main"),
+            "inplace_calls": m.inplace_calls, "inplace_capable_kernels": m.inplace_capable_kernels,
+            "max_abs_error": m.max_abs_error, "verified": m.verified,
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def lower_bounds(argv=None) -> None:
+    """The lower bound in the importer's order, after ReorderForMemory, after in-place reuse,
+    our arena and TVM's default, on the 10 shared models; prints a table, writes JSON."""
+    parser = argparse.ArgumentParser(description=lower_bounds.__doc__.splitlines()[0])
+    parser.add_argument("--models", default=str(REPO.parent / "shared" / "models"))
+    parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" /
+                                              "lower_bounds.json"))
+    parser.add_argument("--only", nargs="*", help="labels to run (default: all)")
+    args = parser.parse_args(argv)
+    print(f"{'model':<17}{'LB importer':>12}{'reordered':>11}{'in-place':>10}{'new/old':>8}"
+          f"{'arena':>10}{'TVM':>10}{'re':>4}{'ip':>4}{'max err':>9}{'ok':>4}{'s':>6}")
+    rows = []
+    for label, file, shapes, values in SHARED_MODELS:
+        if args.only and label not in args.only:
+            continue
+        try:
+            r = _bound_row(label, Path(args.models) / file, shapes, values)
+        except Exception as err:  # noqa: BLE001 - a model that fails is reported, not fatal
+            print(f"{label:<17} failed: {str(err).splitlines()[0][:100]}")
+            rows.append({"model": label, "error": str(err).splitlines()[0]})
+            continue
+        rows.append(r)
+        old, new = r["lower_bound_importer_order_bytes"], r["lower_bound_inplace_bytes"]
+        print(f"{label:<17}{old:>12,}{r['lower_bound_reordered_bytes']:>11,}{new:>10,}"
+              f"{new / old if old else 1:>8.3f}{r['arena_bytes']:>10,}{r['tvm_default_bytes']:>10,}"
+              f"{r['reordered_blocks']:>4}{r['inplace_calls'] or 0:>4}"
+              f"{r['max_abs_error'] or 0:>9.2g}{'yes' if r['verified'] else 'NO':>4}"
+              f"{r['seconds']:>6.0f}", flush=True)
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"models": rows}, indent=2) + "\n", encoding="utf-8")
+    print(f"\nwritten {out}")
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--lower-bounds" in sys.argv:
+        lower_bounds([a for a in sys.argv[1:] if a != "--lower-bounds"])
+    else:
+        main()

@@ -203,12 +203,16 @@ def _build_options(args, config):
     """(declared dim ranges, BuildOptions) from the command line and the config."""
     from .compile import BuildOptions
     from .transform.plan_static_memory import PlanStaticMemory
+    from .transform.reorder_for_memory import ReorderForMemory
 
     planner = config.planner
     plan_pass = PlanStaticMemory(
         alignment_bytes=planner.alignment_bytes, algorithms=planner.algorithms,
-        time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s)
-    common = dict(target=args.target, plan_pass=plan_pass, dump_dir=args.dump_ir,
+        time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s,
+        inplace=planner.inplace)
+    reorder_pass = ReorderForMemory() if planner.reorder else None
+    common = dict(target=args.target, plan_pass=plan_pass, reorder_pass=reorder_pass,
+                  dump_dir=args.dump_ir,
                   prepare=not args.no_prepare, schedule=args.schedule or config.schedule,
                   check_indices=config.check_indices and not args.no_index_checks,
                   fusion=config.fusion if args.fusion is None else args.fusion,

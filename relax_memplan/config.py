@@ -102,6 +102,14 @@ class PlannerConfig:
     alignment_bytes : int
         Alignment of every tensor offset in an arena; a power of two >= 64, because
         ``vm.builtin.ensure_zero_offset`` silently copies a tensor placed off 64 bytes.
+    reorder : bool
+        Run :class:`~relax_memplan.transform.reorder_for_memory.ReorderForMemory` (binding
+        order of least peak live bytes per dataflow block). Off by default: its effect on
+        latency has not been measured yet.
+    inplace : bool
+        Let kernels write an output over an input that dies there
+        (``PlanStaticMemory(inplace=True)``, :mod:`relax_memplan.analysis.inplace`). Off
+        by default until every shared model's numerics are checked with it in the suite.
     """
 
     algorithms: tuple[str, ...] | None = None
@@ -111,9 +119,15 @@ class PlannerConfig:
     buckets: dict[str, tuple[int, ...]] = field(default_factory=dict)
     size_classes: bool = False
     size_class_growth: float = 4.0
+    reorder: bool = False
+    inplace: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "buckets", _check_buckets("planner.buckets", self.buckets))
+        for key in ("reorder", "inplace"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(f"planner.{key} must be true or false, "
+                                  f"got {getattr(self, key)!r}")
         if not isinstance(self.size_classes, bool):
             raise ConfigError(f"planner.size_classes must be true or false, got {self.size_classes!r}")
         object.__setattr__(self, "size_class_growth", _check_float(

@@ -46,6 +46,7 @@ from .transform.clamp_empty_slices import ClampEmptySlices
 from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
+from .transform.reorder_for_memory import ReorderForMemory
 from .transform.fuse_attention import FuseAttention
 from .transform.record_storage import RecordStorage
 from .transform.remove_dropout import RemoveDropout
@@ -110,6 +111,7 @@ def backend_phases(
     index_pass: Optional[CheckIndexBounds] = None,
     fusion: bool = False,
     fusion_pass_list: Optional[Sequence[tvm.transform.Pass]] = None,
+    reorder_pass: Optional[ReorderForMemory] = None,
 ):
     """TVM's per-target phases, with the memory planner chosen.
 
@@ -151,6 +153,9 @@ def backend_phases(
     fusion_pass_list : list of tvm.transform.Pass, optional
         Configured fusion passes (from :func:`fusion_passes`) to run instead, with
         ``fusion=True``; read :func:`fusion_counts` of them after the build.
+    reorder_pass : ReorderForMemory, optional
+        Runs first in ``dataflow_lower`` (after FuseTIR and the schedules, before
+        ``CallTIRRewrite``): binding order of least peak live bytes.
 
     Returns
     -------
@@ -201,7 +206,8 @@ def backend_phases(
     return [
         ("library_dispatch", annotate + backend.library_dispatch_passes(target)),
         ("legalize", legalize),
-        ("dataflow_lower", backend.dataflow_lower_passes(target)),
+        ("dataflow_lower", ([reorder_pass] if reorder_pass is not None else [])
+         + list(backend.dataflow_lower_passes(target))),
         ("finalize", finalize),
     ]
 
@@ -221,6 +227,7 @@ def get_pipeline(
     index_pass: Optional[CheckIndexBounds] = None,
     fusion: bool = False,
     fusion_pass_list: Optional[Sequence[tvm.transform.Pass]] = None,
+    reorder_pass: Optional[ReorderForMemory] = None,
 ) -> tvm.transform.Pass:
     """The Relax pipeline to give ``tvm.compile(mod, target, relax_pipeline=...)``.
 
@@ -266,6 +273,9 @@ def get_pipeline(
     fusion_pass_list : list of tvm.transform.Pass, optional
         Configured fusion passes to run instead of new ones, with ``fusion=True`` (read
         :func:`fusion_counts` of them after the build).
+    reorder_pass : ReorderForMemory, optional
+        Memory-aware binding order (``relax_memplan`` planner only; see
+        :func:`backend_phases`); read its ``blocks`` after the build.
 
     Returns
     -------
@@ -289,7 +299,8 @@ def get_pipeline(
                             dynamic_pass if mine else None, dim_ranges,
                             dispatch=dispatch, dispatch_pass=dispatch_pass,
                             schedule=schedule, index_pass=index_pass, fusion=fusion,
-                            fusion_pass_list=fusion_pass_list)
+                            fusion_pass_list=fusion_pass_list,
+                            reorder_pass=reorder_pass if mine else None)
     dump = Path(dump_dir) if dump_dir is not None else None
 
     @tvm.transform.module_pass(opt_level=0, name=f"RelaxMemplanPipeline_{planner}")

@@ -71,6 +71,13 @@ class FunctionMemoryReport:
     num_runtime_sized_allocs : int
         Allocations (with our pipeline) whose size is only known at run time
         (symbolic shapes); they are not in ``planned_bytes``/``unplanned_bytes``.
+    lower_bound_without_inplace_bytes : int or None
+        :attr:`lower_bound_bytes` had every kernel written a fresh output (same binding
+        order); ``None`` when in-place reuse is off.
+    inplace_capable_kernels : int or None
+        Distinct kernels of the function that may write an output over an input.
+    inplace_calls : int or None
+        Calls that do (their input dies there); ``None`` when in-place reuse is off.
     algorithm : str
         Placement algorithm that won the best-of selection.
     fallback : str or None
@@ -131,6 +138,9 @@ class FunctionMemoryReport:
     tensors: List[Dict] = field(default_factory=list)
     peak_step: Optional[int] = None
     live_at_peak: List[str] = field(default_factory=list)
+    lower_bound_without_inplace_bytes: Optional[int] = None
+    inplace_capable_kernels: Optional[int] = None
+    inplace_calls: Optional[int] = None
 
     @property
     def expected_runtime_alloc_bytes(self) -> int:

@@ -57,6 +57,10 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
     lines.append(row("lower bound (peak live, aligned)", lb))
     if f.unaligned_lower_bound_bytes != lb:
         lines.append(row("  same, exact sizes", f.unaligned_lower_bound_bytes))
+    if f.inplace_capable_kernels is not None:
+        lines.append(row("  without in-place reuse", f.lower_bound_without_inplace_bytes))
+        lines.append(f"  in-place: {f.inplace_capable_kernels} kernels capable, "
+                     f"{f.inplace_calls} calls write over an input that dies there")
     lines.append(row("our arena", f.arena_bytes))
     if f.fallback:
         lines.append(f"  our arena not used: {f.fallback}; TVM's StaticPlanBlockMemory plans it")

@@ -178,3 +178,28 @@ def test_size_class_growth_loads_and_is_checked(tmp_path):
     cfg.write_text("planner:\n  size_class_growth: 1.0\n")
     with pytest.raises(ConfigError, match="planner.size_class_growth must be > 1"):
         load_config(cfg)
+
+
+def test_planner_reorder_and_inplace_keys_are_bools():
+    from relax_memplan.config import ConfigError, PlannerConfig
+
+    assert PlannerConfig(reorder=True, inplace=True).reorder is True
+    assert PlannerConfig().reorder is False and PlannerConfig().inplace is False
+    with pytest.raises(ConfigError, match="planner.reorder must be true or false"):
+        PlannerConfig(reorder="yes")
+    with pytest.raises(ConfigError, match="planner.inplace"):
+        PlannerConfig(inplace=1)
+
+
+def test_cli_passes_planner_inplace_and_reorder_to_the_build(tmp_path):
+    from relax_memplan.cli import _build_options, build_parser
+    from relax_memplan.transform.reorder_for_memory import ReorderForMemory
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("planner:\n  inplace: true\n  reorder: true\n", encoding="utf-8")
+    args = build_parser().parse_args(["compile", "--config", str(cfg)])
+    _, options = _build_options(args, load_config(cfg))
+    assert options.plan_pass.inplace is True
+    assert isinstance(options.reorder_pass, ReorderForMemory)
+    _, default = _build_options(build_parser().parse_args(["compile"]), load_config(None))
+    assert default.plan_pass.inplace is False and default.reorder_pass is None

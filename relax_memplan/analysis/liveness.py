@@ -23,6 +23,19 @@ tuple items (conservatively: every tensor of the tuple), the result of an
 extern (packed) call (conservatively: every tensor argument), and ``If``
 results (the tensors of both branches).
 
+In-place reuse
+--------------
+With a kernel table (:func:`relax_memplan.analysis.inplace.kernel_table`), a kernel
+call may write its output over an input: when the table allows the pair, the output
+argument is a fresh allocation (no call took it before) and the input argument refers
+to the whole storage of one tensor (the allocation itself, a rebinding, a
+``match_cast``, an ``R.reshape`` or ``ensure_zero_offset`` of it, never a tuple item or
+an extern result), of the same dtype, byte size, device and scope, that **dies at this
+call** (its last use, aliases included, is this step) and is passed by no other
+argument of the call, and both tensors are plannable (so neither is a function
+parameter, output, constant or retained tensor). The pairs are listed in
+:attr:`FunctionLiveness.inplace`; the planner gives both tensors one offset.
+
 Which tensors are left to TVM
 -----------------------------
 A tensor is *not plannable* (and keeps TVM's behaviour) when
@@ -42,8 +55,8 @@ from typing import Dict, FrozenSet, List, Optional
 import tvm
 from tvm import relax, tirx
 
-__all__ = ["TensorLiveness", "FunctionLiveness", "analyze_liveness", "dtype_size_bytes",
-           "SYMBOLIC_SHAPE"]
+__all__ = ["TensorLiveness", "FunctionLiveness", "InplaceUse", "analyze_liveness",
+           "dtype_size_bytes", "SYMBOLIC_SHAPE"]
 
 #: ``TensorLiveness.reason`` of a tensor whose only obstacle to static planning
 #: is a size that depends on symbolic dims (dynamic planning may place it).
@@ -52,6 +65,8 @@ SYMBOLIC_SHAPE = "symbolic shape"
 _ALLOC_TENSOR = "relax.builtin.alloc_tensor"
 # Ops whose result shares the storage of their first argument.
 _VIEW_OPS = frozenset({"relax.reshape", "relax.memory.view", "relax.memory.ensure_zero_offset"})
+# Views that cover the whole storage of their argument from byte 0.
+_WHOLE_VIEW_OPS = frozenset({"relax.reshape", "relax.memory.ensure_zero_offset"})
 
 
 def dtype_size_bytes(dtype: str, num_elements: int) -> int:
@@ -126,6 +141,36 @@ class TensorLiveness:
         return self.reason is None
 
 
+@dataclass(frozen=True)
+class InplaceUse:
+    """A kernel call that writes its output over an input tensor that dies there.
+
+    Attributes
+    ----------
+    step : int
+        Program step of the call.
+    kernel : str
+        PrimFunc name.
+    out_index, in_index : int
+        Argument positions of the output and of the input it overwrites.
+    in_uid, out_uid : str
+        Uids of the two tensors (they get one offset).
+    call : tvm.ir.Call
+        The call in the function body.
+    binding_var : relax.Var
+        The variable the call is bound to (identifies the binding).
+    """
+
+    step: int
+    kernel: str
+    out_index: int
+    in_index: int
+    in_uid: str
+    out_uid: str
+    call: object = field(default=None, compare=False, repr=False)
+    binding_var: object = field(default=None, compare=False, repr=False)
+
+
 @dataclass
 class FunctionLiveness:
     """Liveness of all allocations of one Relax function.
@@ -143,6 +188,25 @@ class FunctionLiveness:
     name: str
     tensors: List[TensorLiveness]
     num_steps: int
+    inplace: List[InplaceUse] = field(default_factory=list)
+
+    def sharing_groups(self) -> List[List[str]]:
+        """Uids of tensors that share one storage through in-place calls (chains merged),
+        each group in allocation order; groups of one tensor are left out."""
+        parent = {t.uid: t.uid for t in self.tensors}
+
+        def find(u):
+            while parent[u] != u:
+                parent[u] = parent[parent[u]]
+                u = parent[u]
+            return u
+
+        for use in self.inplace:
+            parent[find(use.out_uid)] = find(use.in_uid)
+        groups: Dict[str, List[str]] = {}
+        for t in self.tensors:
+            groups.setdefault(find(t.uid), []).append(t.uid)
+        return [g for g in groups.values() if len(g) > 1]
 
     @property
     def plannable(self) -> List[TensorLiveness]:
@@ -158,8 +222,12 @@ class FunctionLiveness:
 class _LivenessAnalyzer:
     """Walks one function body in program order; see the module docstring."""
 
-    def __init__(self, mod: tvm.IRModule):
+    def __init__(self, mod: tvm.IRModule, table=None):
         self._mod = mod
+        self._table = table
+        self._direct: Dict[relax.Var, int] = {}  # var -> tensor whose whole storage it is
+        self._written: set = set()  # tensors already passed to a call
+        self._candidates: List[tuple] = []
         self._step = 0
         self._tensors: List[TensorLiveness] = []
         self._last_use: List[int] = []
@@ -210,7 +278,7 @@ class _LivenessAnalyzer:
             return False
         try:
             return isinstance(self._mod[op], tirx.PrimFunc)
-        except (KeyError, tvm.TVMError):
+        except (KeyError, tvm.error.InternalError):
             return False
 
     def _uid(self, name: str) -> str:
@@ -287,7 +355,9 @@ class _LivenessAnalyzer:
         step = self._next_step()
         if isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op):
             if value.op.name == _ALLOC_TENSOR:
-                self._alias[var] = frozenset({self._new_tensor(var, value, step)})
+                idx = self._new_tensor(var, value, step)
+                self._alias[var] = frozenset({idx})
+                self._direct[var] = idx
                 return
         for v in self._vars_in(value):
             self._use(self._alias.get(v, frozenset()), step)
@@ -296,11 +366,56 @@ class _LivenessAnalyzer:
             value, (relax.Var, relax.Tuple, relax.TupleGetItem)
         ):
             self._alias[var] = self._tensors_of(value)
+            if isinstance(value, relax.Var) and value in self._direct:
+                self._direct[var] = self._direct[value]
         elif isinstance(value, tvm.ir.Call):
+            self._note_inplace(value, step, var)
             self._note_producer(value)
             self._alias[var] = self._visit_call(value)
+            if (isinstance(value.op, tvm.ir.Op) and value.op.name in _WHOLE_VIEW_OPS
+                    and isinstance(value.args[0], relax.Var) and value.args[0] in self._direct):
+                self._direct[var] = self._direct[value.args[0]]
         else:
             self._alias[var] = frozenset()
+
+    def _note_inplace(self, call, step: int, var) -> None:
+        """Record the table's pairs this call may use; :meth:`finish` keeps those whose input
+        dies here."""
+        op = call.op
+        pairs = self._table.get(op.name_hint, ()) if (
+            self._table is not None and self._is_prim_func(op)) else ()
+        arg_sets = [self._tensors_of(a) for a in call.args]
+        for pair in pairs:
+            if max(pair.out_index, pair.in_index) >= len(call.args):
+                continue
+            out_arg, in_arg = call.args[pair.out_index], call.args[pair.in_index]
+            o, x = self._direct.get(out_arg), self._direct.get(in_arg)
+            if o is None or x is None or o == x or o in self._written:
+                continue
+            others = [s for k, s in enumerate(arg_sets) if k not in (pair.out_index, pair.in_index)]
+            if any(x in s or o in s for s in others):
+                continue
+            to, tx = self._tensors[o], self._tensors[x]
+            if (to.size_bytes is None or to.size_bytes != tx.size_bytes or to.dtype != tx.dtype
+                    or (to.device_index, to.storage_scope) != (tx.device_index, tx.storage_scope)):
+                continue
+            self._candidates.append((step, call, var, pair, x, o))
+        for s in arg_sets:
+            self._written |= s
+
+    def _accept_inplace(self) -> List[InplaceUse]:
+        used_in, used_out, uses = set(), set(), []
+        for step, call, var, pair, x, o in self._candidates:
+            tx, to = self._tensors[x], self._tensors[o]
+            if x in used_in or o in used_out or self._last_use[x] != step:
+                continue
+            if not (tx.plannable and to.plannable):
+                continue
+            used_in.add(x)
+            used_out.add(o)
+            uses.append(InplaceUse(step, call.op.name_hint, pair.out_index, pair.in_index,
+                                   tx.uid, to.uid, call, var))
+        return uses
 
     def _note_producer(self, call) -> None:
         """A kernel call is the producer of each argument tensor not yet written."""
@@ -339,10 +454,11 @@ class _LivenessAnalyzer:
             for i in tensors:
                 if var is not self._tensors[i].var and var.name not in self._tensors[i].aliases:
                     self._tensors[i].aliases.append(var.name)
-        return FunctionLiveness(name=name, tensors=self._tensors, num_steps=self._step)
+        return FunctionLiveness(name=name, tensors=self._tensors, num_steps=self._step,
+                                inplace=self._accept_inplace())
 
 
-def analyze_liveness(mod: tvm.IRModule, func_name: str) -> FunctionLiveness:
+def analyze_liveness(mod: tvm.IRModule, func_name: str, inplace_table=None) -> FunctionLiveness:
     """Live ranges of the tensors allocated by one Relax function.
 
     Parameters
@@ -351,6 +467,10 @@ def analyze_liveness(mod: tvm.IRModule, func_name: str) -> FunctionLiveness:
         Module after ``CallTIRRewrite`` (tensors as ``R.builtin.alloc_tensor``).
     func_name : str
         Name of a Relax function in ``mod``.
+    inplace_table : dict of str to list of InplacePair, optional
+        :func:`relax_memplan.analysis.inplace.kernel_table` of ``mod``: with it, the
+        in-place calls allowed (module docstring) are listed in
+        :attr:`FunctionLiveness.inplace`; without it, none.
 
     Returns
     -------
@@ -367,7 +487,7 @@ def analyze_liveness(mod: tvm.IRModule, func_name: str) -> FunctionLiveness:
     func = mod[func_name] if func_name in [gv.name_hint for gv in mod.get_global_vars()] else None
     if not isinstance(func, relax.Function):
         raise ValueError(f"'{func_name}' is not a Relax function of the module")
-    analyzer = _LivenessAnalyzer(mod)
+    analyzer = _LivenessAnalyzer(mod, inplace_table)
     body = func.body
     if not isinstance(body, relax.SeqExpr):
         return FunctionLiveness(name=func_name, tensors=[], num_steps=0)

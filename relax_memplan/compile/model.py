@@ -232,7 +232,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
         b.record = RecordStorage()
         say(f"building with relax_memplan's planner for {options.tvm_target.kind.name}")
         b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, b.record,
-                             dump_dir, **kernel_options)
+                             dump_dir, reorder_pass=options.reorder_pass, **kernel_options)
     else:
         b.dyn = options.dynamic_pass or PlanDynamicMemory(
             strategy=strategy, alignment_bytes=plan_pass.alignment_bytes,
@@ -244,7 +244,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
         say(f"building once with relax_memplan's {strategy} plan")
         b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, None, dump_dir,
                              dynamic_pass=b.dyn, dim_ranges=dims, dispatch_pass=b.kernels,
-                             **kernel_options)
+                             reorder_pass=options.reorder_pass, **kernel_options)
     if options.library_path is not None:
         b.library_path = library_path_for(options.library_path, strategy, several)
         export_library(b.executable, b.library_path)

@@ -10,6 +10,7 @@ import tvm
 
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
 from ..transform.plan_static_memory import PlanStaticMemory
+from ..transform.reorder_for_memory import ReorderForMemory
 
 __all__ = ["BuildOptions", "CheckOptions", "STRATEGIES", "library_path_for"]
 
@@ -26,7 +27,10 @@ class BuildOptions:
     target : str or tvm.target.Target
         ``llvm`` (built, run, verified) or ``cuda`` (built only; fixed shapes).
     plan_pass : PlanStaticMemory, optional
-        Settings of our planner (alignment, algorithms, time limit); a default one otherwise.
+        Settings of our planner (alignment, algorithms, time limit, in-place); a default
+        one otherwise.
+    reorder_pass : ReorderForMemory, optional
+        Memory-aware binding order in our build (none: the importer's order).
     strategies : sequence of str
         Dynamic strategies to build (with symbolic dims): each of :data:`STRATEGIES`.
         Ignored for a fixed-shape build (strategy ``"static"``).
@@ -62,6 +66,7 @@ class BuildOptions:
 
     target: Union[str, tvm.target.Target] = "llvm"
     plan_pass: Optional[PlanStaticMemory] = None
+    reorder_pass: Optional[ReorderForMemory] = None
     strategies: Tuple[str, ...] = ("exact",)
     dynamic_pass: Optional[PlanDynamicMemory] = None
     buckets: Mapping[str, Sequence[int]] = field(default_factory=dict)

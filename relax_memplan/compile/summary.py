@@ -40,6 +40,11 @@ def static_functions(plan_pass, ours_rec, tvm_rec) -> Tuple[Dict[str, FunctionMe
         )
         functions[fname].tensors, functions[fname].peak_step, functions[fname].live_at_peak = \
             planned_tensors(fplan)
+        if fplan.inplace_capable_kernels is not None:
+            f = functions[fname]
+            f.inplace_capable_kernels = fplan.inplace_capable_kernels
+            f.inplace_calls = len(fplan.liveness.inplace) if fplan.arenas else 0
+            f.lower_bound_without_inplace_bytes = fplan.lower_bound_without_inplace_bytes
         if fplan.fallback_reason:
             notes.append(f"function {fname} keeps TVM's memory plan: {fplan.fallback_reason}")
     return functions, notes

@@ -202,10 +202,27 @@ def _overlaps(placed, errors):
                 involved[x] += 1
 
 
+def _declared_sharing(errors, offsets, shared):
+    """Drop the overlaps between two buffers of one declared group at one offset, same size."""
+    group_of = {}
+    for k, group in enumerate(shared):
+        for bid in group:
+            group_of[bid] = k
+    kept = []
+    for e in errors:
+        if (isinstance(e, OverlapError) and e.first_offset == e.second_offset
+                and e.first.size_bytes == e.second.size_bytes
+                and group_of.get(e.first.id, -1) == group_of.get(e.second.id, -2)):
+            continue
+        kept.append(e)
+    return kept
+
+
 def find_violations(
     buffers: Sequence[Buffer],
     offsets: Mapping[str, int],
     capacity_bytes: Optional[int] = None,
+    shared: Sequence[Sequence[str]] = (),
 ) -> list[PlanError]:
     """Return every violation of a plan; an empty list means the plan is valid.
 
@@ -217,6 +234,11 @@ def find_violations(
         Byte offset per buffer id; ids not among ``buffers`` are ignored.
     capacity_bytes : int, optional
         If given, every buffer must satisfy ``offset + size_bytes <= capacity_bytes``.
+    shared : sequence of sequence of str
+        Groups of buffer ids that may share storage (in-place reuse: a kernel writes its
+        output over an input that dies there). Two buffers of one group that overlap in
+        time are accepted exactly when they have the same offset and the same size; any
+        other overlap is still an :class:`OverlapError`.
 
     Returns
     -------
@@ -240,6 +262,8 @@ def find_violations(
     errors: list[PlanError] = []
     placed = _checked_offsets(buffers, offsets, errors)
     _overlaps(placed, errors)
+    if shared:
+        errors = _declared_sharing(errors, offsets, shared)
     if capacity_bytes is not None:
         for buf, off in placed:
             if off + buf.size_bytes > capacity_bytes:
@@ -251,8 +275,11 @@ def validate(
     buffers: Sequence[Buffer],
     offsets: Mapping[str, int],
     capacity_bytes: Optional[int] = None,
+    shared: Sequence[Sequence[str]] = (),
 ) -> None:
     """Raise the first violation :func:`find_violations` reports; return None if valid.
+
+    ``shared``: groups of ids allowed to share storage (see :func:`find_violations`).
 
     Raises
     ------
@@ -261,6 +288,6 @@ def validate(
     ValueError
         If two buffers share an id.
     """
-    errors = find_violations(buffers, offsets, capacity_bytes)
+    errors = find_violations(buffers, offsets, capacity_bytes, shared)
     if errors:
         raise errors[0]

@@ -14,7 +14,7 @@ the offset is 64-byte aligned; kernels assert ``byte_offset == 0``). The op, not
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from tvm import relax
 
@@ -38,11 +38,16 @@ class ArenaRewriter:
     placement : dict
         Allocation variable -> ``(arena var, offset, TensorLiveness)``; the
         offset is an int or an int64 PrimExpr, in bytes.
+    calls : dict, optional
+        Variable of a kernel-call binding -> the call that replaces it (in-place variants
+        of kernels).
     """
 
-    def __init__(self, prologue: Sequence, placement: Dict[relax.Var, Tuple]):
+    def __init__(self, prologue: Sequence, placement: Dict[relax.Var, Tuple],
+                 calls: Optional[Dict] = None):
         self._prologue = list(prologue)
         self._placement = placement
+        self._calls = calls or {}
 
     def rewrite_function(self, func: relax.Function) -> relax.Function:
         """The function with the prologue first and placed allocations rewritten."""
@@ -70,6 +75,8 @@ class ArenaRewriter:
                 value.span,
             )
             return [relax.VarBinding(binding.var, new_if, binding.span)]
+        if binding.var in self._calls:
+            return [relax.VarBinding(binding.var, self._calls[binding.var], binding.span)]
         placed = self._placement.get(binding.var)
         if placed is None:
             return [binding]

@@ -62,10 +62,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import tvm
 from tvm import relax
 
+from ..analysis.inplace import kernel_table
 from ..analysis.liveness import FunctionLiveness, TensorLiveness, analyze_liveness
 from ..analysis.storage import summarize_storage
-from ..planner import Buffer, peak_live_bytes, plan, validate
+from ..planner import Buffer, peak_live_bytes
 from ._arena_rewrite import ArenaRewriter, alloc_arena
+from ._inplace_plan import count_capable, inplace_calls, merged_buffers, place_with_sharing
 from ._module_util import before_call_tir_rewrite, replace_functions
 from ._args import check_planner_args
 
@@ -93,6 +95,9 @@ class ArenaPlan:
         Tensor uid -> byte offset in the arena.
     algorithm : str
         Name of the placement algorithm whose plan was kept.
+    lower_bound_without_inplace_bytes : int
+        :attr:`lower_bound_bytes` if every kernel wrote a fresh output (equal to it
+        when in-place reuse is off or found nothing).
     """
 
     device_index: int
@@ -102,6 +107,7 @@ class ArenaPlan:
     unaligned_lower_bound_bytes: int
     offsets: Dict[str, int]
     algorithm: str
+    lower_bound_without_inplace_bytes: int = 0
 
 
 @dataclass
@@ -126,6 +132,9 @@ class FunctionPlan:
     fallback_reason : str or None
         Why our plan was not used (``"TVM's plan is smaller (432 B vs our 528 B per call)"``);
         ``None`` when it is used or nothing was planned.
+    inplace_capable_kernels : int or None
+        Distinct kernels the function calls that may write an output over an input
+        (:mod:`relax_memplan.analysis.inplace`); ``None`` when in-place reuse is off.
     """
 
     name: str
@@ -135,6 +144,7 @@ class FunctionPlan:
     bytes_per_call: Optional[int] = None
     tvm_bytes_per_call: Optional[int] = None
     fallback_reason: Optional[str] = None
+    inplace_capable_kernels: Optional[int] = None
 
     @property
     def arena_bytes(self) -> int:
@@ -151,6 +161,11 @@ class FunctionPlan:
         """Sum over arenas of their peak live bytes with exact sizes."""
         return sum(a.unaligned_lower_bound_bytes for a in self.arenas)
 
+    @property
+    def lower_bound_without_inplace_bytes(self) -> int:
+        """Sum over arenas of their lower bounds with every kernel writing a fresh output."""
+        return sum(a.lower_bound_without_inplace_bytes for a in self.arenas)
+
 
 def _round_up(value: int, multiple: int) -> int:
     return (value + multiple - 1) // multiple * multiple
@@ -165,6 +180,7 @@ def _plan_function(
     groups: Dict[Tuple[int, str], List[TensorLiveness]] = {}
     for t in liveness.plannable:
         groups.setdefault((t.device_index, t.storage_scope), []).append(t)
+    sharing = liveness.sharing_groups()
     arenas = []
     for (dev, scope), tensors in sorted(groups.items()):
         buffers = [
@@ -177,8 +193,7 @@ def _plan_function(
             )
             for t in tensors
         ]
-        result = plan(buffers, algorithms=algorithms, time_limit_s=time_limit_s)
-        validate(buffers, result.offsets)
+        result, offsets = place_with_sharing(buffers, sharing, algorithms, time_limit_s)
         exact = [
             Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=max(t.size_bytes, 1))
             for t in tensors
@@ -189,9 +204,10 @@ def _plan_function(
                 storage_scope=scope,
                 arena_bytes=result.height_bytes,
                 lower_bound_bytes=result.lower_bound_bytes,
-                unaligned_lower_bound_bytes=peak_live_bytes(exact),
-                offsets=dict(result.offsets),
+                unaligned_lower_bound_bytes=peak_live_bytes(merged_buffers(exact, sharing)),
+                offsets=offsets,
                 algorithm=result.algorithm,
+                lower_bound_without_inplace_bytes=peak_live_bytes(buffers),
             )
         )
     return arenas
@@ -210,7 +226,7 @@ def _tvm_bytes_per_call(mod: tvm.IRModule) -> Dict[str, int]:
     return _bytes_per_call(mod)
 
 
-def _rewriter_for(fplan: FunctionPlan) -> ArenaRewriter:
+def _rewriter_for(fplan: FunctionPlan, calls: Optional[Dict] = None) -> ArenaRewriter:
     prologue, placement = [], {}
     by_uid = {t.uid: t for t in fplan.liveness.tensors}
     for arena in fplan.arenas:
@@ -219,7 +235,7 @@ def _rewriter_for(fplan: FunctionPlan) -> ArenaRewriter:
             arena.arena_bytes, arena.device_index, arena.storage_scope)))
         for uid, offset in arena.offsets.items():
             placement[by_uid[uid].var] = (arena_var, offset, by_uid[uid])
-    return ArenaRewriter(prologue, placement)
+    return ArenaRewriter(prologue, placement, calls)
 
 
 @tvm.transform.module_pass(opt_level=0, name="PlanStaticMemory")
@@ -245,6 +261,11 @@ class PlanStaticMemory:
         Budget in seconds for the offset search, per arena.
     func_names : sequence of str, optional
         Functions to plan; ``None`` plans every Relax function.
+    inplace : bool
+        Let a kernel write its output over an input that dies there when its TIR allows
+        it (:mod:`relax_memplan.analysis.inplace`): both tensors get one offset and the
+        call goes to the kernel's in-place variant (``<kernel>_inplace_o<k>_i<j>``, a new
+        PrimFunc of the module).
 
     Attributes
     ----------
@@ -275,9 +296,13 @@ class PlanStaticMemory:
         algorithms: Optional[Sequence[str]] = None,
         time_limit_s: float = 1.0,
         func_names: Optional[Sequence[str]] = None,
+        inplace: bool = False,
     ):
         self.alignment_bytes, self.algorithms, self.time_limit_s = check_planner_args(
             alignment_bytes, algorithms, time_limit_s)
+        if not isinstance(inplace, bool):
+            raise TypeError(f"inplace must be a bool, got {type(inplace).__name__}")
+        self.inplace = inplace
         self.func_names = tuple(func_names) if func_names is not None else None
         self.plans: Dict[str, FunctionPlan] = {}
 
@@ -289,21 +314,26 @@ class PlanStaticMemory:
                 "PlanStaticMemory after CallTIRRewrite (relax_memplan.get_pipeline places it "
                 "there)", stacklevel=2)
             return mod
-        updates = {}
+        original, updates, kernels = mod, {}, {}
+        table = kernel_table(mod) if self.inplace else None
+        builder = relax.BlockBuilder(mod)
         for gv, func in mod.functions_items():
             if not isinstance(func, relax.Function):
                 continue
             if self.func_names is not None and gv.name_hint not in self.func_names:
                 continue
-            liveness = analyze_liveness(mod, gv.name_hint)
+            liveness = analyze_liveness(mod, gv.name_hint, table)
             fplan = FunctionPlan(gv.name_hint, liveness)
+            if table is not None:
+                fplan.inplace_capable_kernels = count_capable(func, table)
             fplan.arenas = _plan_function(
                 liveness, self.alignment_bytes, self.algorithms, self.time_limit_s
             )
             self.plans[gv.name_hint] = fplan
             if not fplan.arenas:
                 continue
-            new_func = _rewriter_for(fplan).rewrite_function(func)
+            calls = inplace_calls(mod, fplan, kernels, builder) if table else {}
+            new_func = _rewriter_for(fplan, calls).rewrite_function(func)
             new_func = new_func.with_attrs(
                 {
                     "relax_memplan.arena_bytes": fplan.arena_bytes,
@@ -313,9 +343,11 @@ class PlanStaticMemory:
             updates[gv] = new_func
         if not updates:
             return mod
+        if kernels:
+            mod = builder.get()
         updates = self._keep_if_not_worse_than_tvm(mod, updates)
         if not updates:
-            return mod
+            return original
         return relax.transform.Normalize()(replace_functions(mod, updates))
 
     def _keep_if_not_worse_than_tvm(self, mod: tvm.IRModule, updates: Dict) -> Dict:

@@ -1,0 +1,78 @@
+"""Latency of our build with and without in-place reuse + ReorderForMemory, side by side.
+
+Decides whether ``planner.inplace`` / ``planner.reorder`` may be on by default: both builds
+use our pipeline (same kernels, no schedules), differ only in those two steps, and are timed
+in the same process in interleaved rounds (helpers of ``latency_bench.py``). The machine is
+shared: read the spread, not one number.
+
+Usage: TVM_NUM_THREADS=2 python benchmarks/inplace_latency_bench.py [--rounds 15]
+       [--only ultraface-320 bert-tiny ...] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # measure this checkout, not another installed copy
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from latency_bench import MODELS, MODELS_DIR, _build, _interleaved, _tvm_runner  # noqa: E402
+
+
+def bench_model(label, path, shapes, values, rounds) -> dict:
+    from relax_memplan.frontend import import_onnx, make_random_inputs
+    from relax_memplan.pipeline import get_pipeline
+    from relax_memplan.runtime import to_numpy_list
+    from relax_memplan.transform.plan_static_memory import PlanStaticMemory
+    from relax_memplan.transform.reorder_for_memory import ReorderForMemory
+
+    mod, info = import_onnx(path, shapes)
+    arrays = list(make_random_inputs(path, info, values=values).values())
+    plain = PlanStaticMemory()
+    vm_plain, _ = _build(mod, "llvm", get_pipeline("llvm", plan_pass=plain))
+    lowered = PlanStaticMemory(inplace=True)
+    vm_low, _ = _build(mod, "llvm", get_pipeline("llvm", plan_pass=lowered,
+                                                  reorder_pass=ReorderForMemory()))
+    run_plain, run_low = _tvm_runner(vm_plain, arrays), _tvm_runner(vm_low, arrays)
+    diff = max((float(np.abs(a.astype("float64") - b.astype("float64")).max()) if a.size else 0.0)
+               for a, b in zip(to_numpy_list(run_plain()), to_numpy_list(run_low())))
+    times = _interleaved({"plain": run_plain, "lowered": run_low}, rounds)
+    return {"model": label, "times": times, "max_abs_diff": diff,
+            "lower_bound_plain_bytes": plain.plans["main"].lower_bound_bytes,
+            "lower_bound_lowered_bytes": lowered.plans["main"].lower_bound_bytes,
+            "ratio": times["lowered"]["median_ms"] / times["plain"]["median_ms"]}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--only", nargs="*")
+    parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" /
+                                              "inplace_latency.json"))
+    args = parser.parse_args(argv)
+    print(f"{'model':<17}{'plain ms':>10}{'spread':>8}{'lowered ms':>11}{'spread':>8}"
+          f"{'ratio':>7}{'LB plain':>11}{'LB lowered':>11}{'max diff':>10}")
+    rows = []
+    for label, file, shapes, values in MODELS:
+        if args.only and label not in args.only:
+            continue
+        r = bench_model(label, MODELS_DIR / file, shapes, values, args.rounds)
+        rows.append(r)
+        p, q = r["times"]["plain"], r["times"]["lowered"]
+        print(f"{label:<17}{p['median_ms']:>10.2f}{p['spread_pct']:>7.0f}%{q['median_ms']:>11.2f}"
+              f"{q['spread_pct']:>7.0f}%{r['ratio']:>7.3f}{r['lower_bound_plain_bytes']:>11,}"
+              f"{r['lower_bound_lowered_bytes']:>11,}{r['max_abs_diff']:>10.2g}", flush=True)
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"models": rows}, indent=2) + "\n", encoding="utf-8")
+    print(f"\nwritten {out}")
+
+
+if __name__ == "__main__":
+    main()

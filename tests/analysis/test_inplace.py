@@ -1,0 +1,182 @@
+"""Memory-behaviour table: which kernels may write an output over an input."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+import pytest
+import tvm
+from tvm.script import tirx as T
+
+from relax_memplan.analysis.inplace import InplacePair, inplace_kernel, inplace_pairs, kernel_table
+
+
+@T.prim_func(private=True, s_tir=True)
+def add(a: T.Buffer((8, 4), "float32"), b: T.Buffer((8, 4), "float32"),
+        c: T.Buffer((8, 4), "float32")):
+    for i, j in T.grid(8, 4):
+        with T.sblock("c"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            c[vi, vj] = a[vi, vj] + b[vi, vj]
+
+
+@T.prim_func(private=True, s_tir=True)
+def transpose(a: T.Buffer((4, 4), "float32"), c: T.Buffer((4, 4), "float32")):
+    for i, j in T.grid(4, 4):
+        with T.sblock("c"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            c[vi, vj] = a[vj, vi]
+
+
+@T.prim_func(private=True, s_tir=True)
+def cumsum(a: T.Buffer((8,), "float32"), c: T.Buffer((8,), "float32")):
+    for i, k in T.grid(8, 8):
+        with T.sblock("c"):
+            vi, vk = T.axis.remap("SR", [i, k])
+            with T.init():
+                c[vi] = T.float32(0)
+            c[vi] = c[vi] + T.if_then_else(vk <= vi, a[vk], T.float32(0))
+
+
+@T.prim_func(private=True, s_tir=True)
+def matmul(a: T.Buffer((4, 4), "float32"), b: T.Buffer((4, 4), "float32"),
+           c: T.Buffer((4, 4), "float32")):
+    for i, j, k in T.grid(4, 4, 4):
+        with T.sblock("c"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                c[vi, vj] = T.float32(0)
+            c[vi, vj] = c[vi, vj] + a[vi, vk] * b[vk, vj]
+
+
+@T.prim_func(private=True, s_tir=True)
+def softmax(a: T.Buffer((4,), "float32"), c: T.Buffer((4,), "float32")):
+    s = T.sblock_alloc_buffer((1,))
+    for k in range(4):
+        with T.sblock("sum"):
+            vk = T.axis.remap("R", [k])
+            with T.init():
+                s[0] = T.float32(0)
+            s[0] = s[0] + T.exp(a[vk])
+    for i in range(4):
+        with T.sblock("div"):
+            vi = T.axis.remap("S", [i])
+            c[vi] = T.exp(a[vi]) / s[0]
+
+
+@T.prim_func(private=True, s_tir=True)
+def two_outputs_late_read(a: T.Buffer((4,), "float32"), c: T.Buffer((4,), "float32"),
+                          d: T.Buffer((4,), "float32")):
+    """c = a * 2 then d = a + 1: writing c over a would corrupt d."""
+    for i in range(4):
+        with T.sblock("c"):
+            vi = T.axis.remap("S", [i])
+            c[vi] = a[vi] * T.float32(2)
+    for i in range(4):
+        with T.sblock("d"):
+            vi = T.axis.remap("S", [i])
+            d[vi] = a[vi] + T.float32(1)
+
+
+def test_elementwise_add_may_write_over_either_input():
+    assert inplace_pairs(add) == [InplacePair(2, 0), InplacePair(2, 1)]
+
+
+@pytest.mark.parametrize("kernel", [transpose, cumsum, matmul, softmax],
+                         ids=["transpose", "cumsum", "matmul", "softmax"])
+def test_non_identity_kernels_need_fresh_memory(kernel):
+    assert inplace_pairs(kernel) == []
+    with pytest.raises(ValueError, match="not an identity-index"):
+        inplace_kernel(kernel, InplacePair(len(kernel.params) - 1, 0))
+
+
+def test_input_read_after_the_writer_is_refused():
+    # d may still be written over a (nothing reads a after block d), c may not
+    assert inplace_pairs(two_outputs_late_read) == [InplacePair(2, 0)]
+
+
+def _run(func, *arrays):
+    f = func.with_attr("global_symbol", "main")
+    ex = tvm.compile(tvm.IRModule({"main": f}), target="llvm")
+    tensors = [tvm.runtime.tensor(a) for a in arrays]
+    ex["main"](*tensors)
+    return [t.numpy() for t in tensors]
+
+
+def test_inplace_kernel_writes_the_input_and_matches_the_original():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(8, 4)).astype("float32"), rng.normal(size=(8, 4)).astype("float32")
+    new = inplace_kernel(add, InplacePair(2, 0))
+    assert len(new.params) == 2
+    got_a, _ = _run(new, a.copy(), b)
+    np.testing.assert_allclose(got_a, a + b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kernel,expect", [(transpose, lambda a: a.T),
+                                           (cumsum, np.cumsum)], ids=["transpose", "cumsum"])
+def test_refused_kernels_would_be_wrong_in_place(kernel, expect):
+    """What the table protects against: TVM's specialize does write these in place, and the
+    result is wrong (each output element overwrites an input element still to be read)."""
+    a = np.arange(16 if kernel is transpose else 8, dtype="float32")
+    a = a.reshape(4, 4) if kernel is transpose else a
+    params = list(kernel.params)
+    forced = kernel.specialize({params[-1]: params[0]})
+    (got,) = _run(forced, a.copy())
+    assert not np.allclose(got, expect(a))
+
+
+def test_kernel_table_names_every_prim_func():
+    mod = tvm.IRModule({"add": add, "transpose": transpose})
+    table = kernel_table(mod)
+    assert table == {"add": [InplacePair(2, 0), InplacePair(2, 1)], "transpose": []}
+
+
+# Index maps of a 4x4 input read by a one-block kernel: only the identity is in-place safe.
+_INDEX_MAPS = {
+    "identity": lambda i, j: (i, j),
+    "transpose": lambda i, j: (j, i),
+    "reverse_rows": lambda i, j: (3 - i, j),
+    "shift": lambda i, j: ((i + 1) % 4, j),
+    "broadcast_row": lambda i, j: (0, j),
+}
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_INDEX_MAPS)), min_size=1, max_size=2),
+       st.sampled_from(["add", "mul"]))
+def test_random_kernels_are_in_place_exactly_when_it_gives_the_same_result(maps, op):
+    """Random small TE kernels ``B[i, j] = f(A[m1(i, j)], A[m2(i, j)], ...)``: the table allows
+    writing B over A only if every read of A is the identity, and then the in-place kernel
+    computes what the original does."""
+    from tvm import te
+
+    a = te.placeholder((4, 4), name="A")
+
+    def body(i, j):
+        terms = [a[_INDEX_MAPS[m](i, j)] for m in maps]
+        out = terms[0]
+        for t in terms[1:]:
+            out = out + t if op == "add" else out * t
+        return out * 2.0
+
+    func = te.create_prim_func([a, te.compute((4, 4), body, name="B")])
+    allowed = InplacePair(1, 0) in inplace_pairs(func)
+    assert allowed == all(m == "identity" for m in maps)
+    x = np.random.default_rng(1).normal(size=(4, 4)).astype("float32")
+    _, expect = _run(func, x, np.zeros_like(x))
+    params = list(func.params)
+    (forced,) = _run(func.specialize({params[1]: params[0]}), x.copy())
+    if allowed:
+        np.testing.assert_allclose(forced, expect, rtol=1e-6)
+    elif any(m not in ("identity", "broadcast_row") for m in maps):
+        # a permuting read: writing in place reads elements already overwritten
+        assert not np.allclose(forced, expect)
+
+
+@T.prim_func(private=True)
+def no_blocks(a: T.Buffer((4,), "float32"), c: T.Buffer((4,), "float32")):
+    for i in range(4):
+        c[i] = a[i]
+
+
+def test_kernel_without_blocks_is_never_in_place():
+    assert inplace_pairs(no_blocks) == []
