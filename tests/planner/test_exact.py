@@ -2,12 +2,21 @@
 
 import time
 from itertools import product
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from relax_memplan.planner import Buffer, validate
-from relax_memplan.planner.exact import FOUND, INFEASIBLE, exact_offsets, solve_capacity
+from relax_memplan.planner import Buffer, read_csv, validate
+from relax_memplan.planner.exact import (FOUND, INFEASIBLE, exact_offsets, sections_of,
+                                         solve_capacity)
 from relax_memplan.planner.placement import Problem
+from relax_memplan.planner.validate import OverlapError
+
+from .strategies import buffer_lists
+
+SHARED_BENCH = Path(__file__).parents[2].parent / "shared" / "bench" / "minimalloc-challenging"
 
 
 def _brute_force_optimum(buffers):
@@ -63,3 +72,67 @@ def test_alignment_is_respected():
     validate(buffers, p.offsets_by_id(offsets))
     assert p.lower_bound == 9
     assert solve_capacity(p, 9, time.perf_counter() + 5)[0] == INFEASIBLE
+
+
+def _overlap(x, y):
+    return x.start < y.end and y.start < x.end
+
+
+@settings(max_examples=60, deadline=None)
+@given(buffer_lists(max_buffers=30))
+def test_sections_are_the_maximal_cliques(buffers):
+    """Two buffers overlap in time exactly when their section ranges intersect."""
+    first, stop, count = sections_of([b.start for b in buffers], [b.end for b in buffers])
+    for i, x in enumerate(buffers):
+        assert 0 <= first[i] < stop[i] <= count
+        for j, y in enumerate(buffers):
+            shared = first[i] < stop[j] and first[j] < stop[i]
+            assert shared == _overlap(x, y), (x, y)
+    # No more sections than deaths; each holds a live set that no other section contains.
+    assert count <= len(buffers)
+
+
+def test_sections_of_a_chain_and_a_long_buffer():
+    # a [0, 2), b [1, 3), c [2, 4), long [0, 4): cliques {a, b, long}, {b, c, long}.
+    first, stop, count = sections_of([0, 1, 2, 0], [2, 3, 4, 4])
+    assert count == 2
+    assert (first, stop) == ([0, 0, 1, 0], [1, 2, 2, 2])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(1, 3), st.integers(1, 3)),
+                min_size=1, max_size=4))
+def test_random_tiny_problems_match_brute_force(ranges):
+    """The optimum is found and one byte less is proven infeasible (pruning is sound)."""
+    buffers = [Buffer(f"b{i}", s, s + w, z) for i, (s, w, z) in enumerate(ranges)]
+    optimum = _brute_force_optimum(buffers)
+    p = Problem(buffers)
+    status, offsets = solve_capacity(p, optimum, time.perf_counter() + 30)
+    assert status == FOUND and p.height(offsets) <= optimum
+    validate(buffers, p.offsets_by_id(offsets))
+    if optimum > p.lower_bound:
+        assert solve_capacity(p, optimum - 1, time.perf_counter() + 30)[0] == INFEASIBLE
+
+
+def test_minimalloc_instance_c_reaches_the_lower_bound():
+    """A real hard instance (MiniMalloc's C, 203 buffers): the lower bound is reachable."""
+    path = SHARED_BENCH / "C.1048576.csv"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    buffers = read_csv(path)
+    p = Problem(buffers)
+    status, offsets = solve_capacity(p, p.lower_bound, time.perf_counter() + 60)
+    assert status == FOUND and p.height(offsets) == p.lower_bound == 1039360
+    validate(buffers, p.offsets_by_id(offsets))
+
+
+def test_a_wrong_exact_plan_fails_the_validator():
+    """The check used on exact plans is not vacuous: a planted overlap is rejected."""
+    buffers = [Buffer(f"b{i}", s, e, z) for i, (s, e, z) in enumerate(TIGHT)]
+    p = Problem(buffers)
+    status, offsets = solve_capacity(p, p.lower_bound, time.perf_counter() + 5)
+    assert status == FOUND
+    wrong = list(offsets)
+    wrong[1] = wrong[0]  # b0 and b1 overlap in time: same offset overlaps in memory
+    with pytest.raises(OverlapError, match="b0"):
+        validate(buffers, p.offsets_by_id(wrong))
