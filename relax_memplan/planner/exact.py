@@ -22,7 +22,13 @@ next section (``cuts``). Pruning:
   could reach is skipped (that buffer would fit in the gap below it);
 * **section inference**: in every section the floor (max of the last offset, the placed
   tops and the lowest ``min_offset`` of its unplaced buffers, one ``minimum.reduceat``)
-  plus the total size of its unplaced buffers must stay within ``capacity``;
+  plus the total size of its unplaced buffers must stay within ``capacity``; since a
+  placement at ``offset`` lifts every floor to ``offset`` at least, the buffers with
+  ``offset + max total > capacity`` are filtered out before any is placed (numpy, per
+  node), and a node where some unplaced buffer's lowest top exceeds ``capacity`` fails;
+* **failed states**: a state (unplaced buffers, section floors under them) that failed
+  under a looser canonical bound fails again (a 128-bit digest per state, per preorder,
+  kept across node-limit rounds);
 * **decomposition**: when no unplaced buffer crosses between two sections any more, the
   two sides are independent and are solved one after the other (a failure on one side
   never re-searches the other).
@@ -30,7 +36,8 @@ next section (``cuts``). Pruning:
 The preorder heuristics (``WAT``, ``TAW``, ``TWA``: sections spanned, area, section total)
 take turns with a node limit that doubles per round, as in MiniMalloc. :func:`exact_offsets`
 first asks for the lower bound, then bisects between the capacities proven infeasible and
-the best height known. Meant for hundreds of buffers (a few thousand nodes per second).
+the best height known. Meant for hundreds of buffers (about 15,000 nodes per CPU second on
+MiniMalloc's G, 308 buffers).
 """
 
 from __future__ import annotations
@@ -182,7 +189,8 @@ class _Search:
         # Dominance by state: the placed buffers matter only through the section floors
         # (the skyline) under the unplaced ones; a state that failed under a looser
         # canonical bound fails again.
-        key = _digest(bufs.tobytes(), self.floor[a:b].tobytes())
+        total = self.total[a:b]
+        key = _digest(bufs.tobytes(), np.where(total > 0, self.floor[a:b], 0).tobytes())
         seen = self.failed.get(key)
         if seen is not None and seen <= (last_offset, last_pidx):
             return False
@@ -197,37 +205,26 @@ class _Search:
                   ) -> bool:
         """Try every allowed placement of an unplaced buffer of ``bufs``, lowest first."""
         offs = self.min_offset[bufs]
-        tops = offs + self.size[bufs]
+        sizes = self.size[bufs]
+        tops = offs + sizes
         cap = self.capacity
         if int(tops.max()) > cap:
             return False  # inference: some buffer can no longer fit
         pidx = self.pidx[bufs]
-        order = np.argsort(offs * self.n + pidx)
-        min_height = int(tops.min())
-        total = self.total[a:b]
-        most = int(total.max())
-        hot_for = -1
-        offs, pidx, bufs_l = offs.tolist(), pidx.tolist(), bufs.tolist()
-        sizes, first, stop = self.size_l, self.first, self.stop
-        for q in order.tolist():
+        # Dominance (a lower top is left unfilled below) and canonical order.
+        keep = (offs < tops.min()) & ((offs > last_offset)
+                                      | ((offs == last_offset) & (pidx >= last_pidx)))
+        # Monotonic floor: a buffer placed at ``off`` lifts every section to ``off`` at
+        # least (the ones under it to its top, minus its own size from their totals).
+        keep &= offs <= cap - int(self.total[a:b].max())
+        idx = np.flatnonzero(keep)
+        if not idx.size:
+            return False
+        order = idx[np.argsort(offs[idx] * self.n + pidx[idx])].tolist()
+        offs, pidx, bufs_l, sizes = offs.tolist(), pidx.tolist(), bufs.tolist(), sizes.tolist()
+        for q in order:
             off = offs[q]
-            if off >= min_height:
-                break  # dominance: sorted by offset, so all later ones too
-            k = pidx[q]
-            if off < last_offset or (off == last_offset and k < last_pidx):
-                continue  # canonical order
-            i = bufs_l[q]
-            size = sizes[i]
-            if off + most > cap:
-                # Every section too full to start at ``off`` must lie under buffer i.
-                if most - size + off > cap:
-                    continue
-                if hot_for != off:
-                    hot = np.flatnonzero(total > cap - off)
-                    hot_lo, hot_hi, hot_for = a + int(hot[0]), a + int(hot[-1]), off
-                if first[i] > hot_lo or stop[i] <= hot_hi:
-                    continue
-            if self._place_and_go(a, b, bufs, i, off, off + size, k):
+            if self._place_and_go(a, b, bufs, bufs_l[q], off, off + sizes[q], pidx[q]):
                 return True
         return False
 
