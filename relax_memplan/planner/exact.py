@@ -45,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -102,8 +102,8 @@ def sections_of(start: Sequence[int], end: Sequence[int]) -> tuple[list[int], li
 class _Search:
     """Depth-first search of canonical placements below one capacity."""
 
-    def __init__(self, p, capacity: int, deadline: float):
-        self.capacity, self.deadline = capacity, deadline
+    def __init__(self, p, capacity: int, deadline: float, clock=time.perf_counter):
+        self.capacity, self.deadline, self.clock = capacity, deadline, clock
         self.n = n = p.n
         self.size = np.asarray(p.size, dtype=np.int64)
         self.size_l = list(p.size)
@@ -181,7 +181,7 @@ class _Search:
         self.nodes += 1
         if self.nodes > self.node_limit:
             raise _NodeLimit
-        if self.nodes % CLOCK_EVERY == 0 and time.perf_counter() > self.deadline:
+        if self.nodes % CLOCK_EVERY == 0 and self.clock() > self.deadline:
             raise _Deadline
         bufs = bufs[~self.placed[bufs]]
         if not bufs.size:
@@ -277,7 +277,8 @@ class _Search:
         return int(floor.max()) <= self.capacity
 
 
-def solve_capacity(p, capacity: int, deadline: float) -> tuple[str, Optional[list[int]]]:
+def solve_capacity(p, capacity: int, deadline: float, clock: Callable[[], float] = time.perf_counter
+                   ) -> tuple[str, Optional[list[int]]]:
     """Decide whether all buffers fit below ``capacity`` bytes, before ``deadline``.
 
     Parameters
@@ -287,7 +288,10 @@ def solve_capacity(p, capacity: int, deadline: float) -> tuple[str, Optional[lis
     capacity : int
         Arena size to fit in, bytes.
     deadline : float
-        ``time.perf_counter()`` value at which to give up.
+        ``clock()`` value at which to give up.
+    clock : callable, optional
+        The clock of ``deadline``: wall time by default; ``time.process_time`` gives a
+        CPU-time budget (benchmarks on a shared machine).
 
     Returns
     -------
@@ -300,7 +304,7 @@ def solve_capacity(p, capacity: int, deadline: float) -> tuple[str, Optional[lis
         return FOUND, []
     if p.lower_bound > capacity:
         return INFEASIBLE, None
-    search = _Search(p, capacity, deadline)
+    search = _Search(p, capacity, deadline, clock)
     old_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old_limit, 6 * p.n + 200))
     try:

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relax_memplan.planner import Buffer, read_csv, validate
-from relax_memplan.planner.exact import (FOUND, INFEASIBLE, exact_offsets, sections_of,
-                                         solve_capacity)
+from relax_memplan.planner.exact import (FOUND, INFEASIBLE, UNKNOWN, exact_offsets,
+                                         sections_of, solve_capacity)
 from relax_memplan.planner.placement import Problem
 from relax_memplan.planner.validate import OverlapError
 
@@ -135,3 +135,19 @@ def test_a_wrong_exact_plan_fails_the_validator():
     wrong[1] = wrong[0]  # b0 and b1 overlap in time: same offset overlaps in memory
     with pytest.raises(OverlapError, match="b0"):
         validate(buffers, p.offsets_by_id(wrong))
+
+
+def test_deadline_is_read_on_the_given_clock():
+    """A CPU-time budget (benchmarks) stops the search like a wall-clock one."""
+    path = SHARED_BENCH / "E.1048576.csv"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    p = Problem(read_csv(path))
+    reads = []
+
+    def late_clock():
+        reads.append(1)
+        return 1.0
+
+    assert solve_capacity(p, p.lower_bound, 0.0, clock=late_clock) == (UNKNOWN, None)
+    assert reads  # the given clock, not the wall clock, decided
