@@ -189,8 +189,7 @@ class _Search:
         # Dominance by state: the placed buffers matter only through the section floors
         # (the skyline) under the unplaced ones; a state that failed under a looser
         # canonical bound fails again.
-        total = self.total[a:b]
-        key = _digest(bufs.tobytes(), np.where(total > 0, self.floor[a:b], 0).tobytes())
+        key = self.state_key(a, b, bufs)
         seen = self.failed.get(key)
         if seen is not None and seen <= (last_offset, last_pidx):
             return False
@@ -200,6 +199,12 @@ class _Search:
             if len(self.failed) < self.max_states:
                 self.failed[key] = (last_offset, last_pidx)
         return False
+
+    def state_key(self, a: int, b: int, bufs: np.ndarray) -> bytes:
+        """Digest of what the rest of the search of sections ``[a, b)`` depends on: the
+        unplaced buffers ``bufs`` and the section floors (placed tops) where any is left."""
+        total = self.total[a:b]
+        return _digest(bufs.tobytes(), np.where(total > 0, self.floor[a:b], 0).tobytes())
 
     def _children(self, a: int, b: int, bufs: np.ndarray, last_offset: int, last_pidx: int
                   ) -> bool:

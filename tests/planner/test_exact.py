@@ -4,6 +4,7 @@ import time
 from itertools import product
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -151,3 +152,47 @@ def test_deadline_is_read_on_the_given_clock():
 
     assert solve_capacity(p, p.lower_bound, 0.0, clock=late_clock) == (UNKNOWN, None)
     assert reads  # the given clock, not the wall clock, decided
+
+
+@settings(max_examples=40, deadline=None)
+@given(buffer_lists(max_buffers=12, alignments=(1, 1, 2, 4)))
+def test_failed_state_memo_changes_no_verdict(buffers):
+    """With and without the memo of failed states, the search gives the same verdict at
+    the lower bound and one above (a wrong memo hit would turn FOUND into INFEASIBLE)."""
+    from relax_memplan.planner import exact
+
+    p = Problem(buffers)
+    for capacity in (p.lower_bound, p.lower_bound + 1):
+        with_memo = solve_capacity(p, capacity, time.perf_counter() + 30)
+        saved = exact.MAX_STATES
+        exact.MAX_STATES = 0
+        try:
+            without = solve_capacity(p, capacity, time.perf_counter() + 30)
+        finally:
+            exact.MAX_STATES = saved
+        assert with_memo[0] == without[0]
+        if with_memo[0] == FOUND:
+            validate(buffers, p.offsets_by_id(with_memo[1]))
+            assert p.height(with_memo[1]) <= capacity
+
+
+def test_state_key_tells_skylines_apart():
+    """Same unplaced buffers on another skyline is another state; an empty section's
+    floor does not matter."""
+    from relax_memplan.planner.exact import _Search
+
+    # a [0, 2) and b [2, 4) in two sections; c [0, 4) spans both.
+    p = Problem([Buffer("a", 0, 2, 2), Buffer("b", 2, 4, 2), Buffer("c", 0, 4, 1)])
+    search = _Search(p, capacity=3, deadline=time.perf_counter() + 5)
+    search.run("WAT", node_limit=100)  # sets up the state arrays
+    unplaced = np.array([0, 1], dtype=np.int64)
+    base = search.state_key(0, 2, unplaced)
+    search.floor[0] = 1
+    assert search.state_key(0, 2, unplaced) != base
+    search.floor[0] = 0
+    search.total[1] = 0  # nothing left in section 1: its floor is irrelevant
+    search.floor[1] = 5
+    high = search.state_key(0, 2, unplaced)
+    search.floor[1] = 0
+    assert high == search.state_key(0, 2, unplaced)
+    assert search.state_key(0, 2, unplaced) != search.state_key(0, 2, unplaced[:1])
