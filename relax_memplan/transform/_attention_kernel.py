@@ -66,6 +66,8 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
         ``(q, k, v[, mask], out)``, private, marked ``tirx.is_scheduled``.
     """
     H, D, BK, BQ = heads, head_dim, block_keys, block_queries
+    KU = next(u for u in (4, 2, 1) if BK % u == 0)  # keys per register tile (scores)
+    DU = next(u for u in (4, 2, 1) if D % u == 0)  # head-dim entries per register tile (P V)
     acc_t = "float32"
     scale_c = float(scale)
     lowest = float(np.finfo(np.float32).min)
@@ -80,26 +82,70 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                   one if mq else sq, sk)
 
     @T.macro
-    def scores(sc, qt, K, M, bi, hi, q0, kb):
+    def fast_exp(buf, i, j, t):
+        # buf[i, j] = exp(buf[i, j]) in vector-friendly form (LLVM turns a vector exp into one
+        # libm call per lane): 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 (ln 2 split in
+        # two for exactness), p Cephes' degree-7 polynomial for expf (S. Moshier, Cephes
+        # Mathematical Library, expf.c), relative error ~1e-7; x < -87 (exp underflows,
+        # also -inf) gives 0. n and r go through the scratch buffer t (2, BQ): a let binding
+        # inside a vectorized loop computes wrong values in TVM 0.27.
+        t[0, j] = T.floor(T.max(buf[i, j], T.float32(-87.0)) * T.float32(1.44269504088896341)
+                          + T.float32(0.5))
+        t[1, j] = (T.max(buf[i, j], T.float32(-87.0)) - t[0, j] * T.float32(0.693359375)
+                   + t[0, j] * T.float32(2.12194440e-4))
+        buf[i, j] = T.Select(
+            buf[i, j] < T.float32(-87.0), T.float32(0),
+            ((((((T.float32(1.9875691500e-4) * t[1, j] + T.float32(1.3981999507e-3)) * t[1, j]
+                 + T.float32(8.3334519073e-3)) * t[1, j] + T.float32(4.1665795894e-2)) * t[1, j]
+               + T.float32(1.6666665459e-1)) * t[1, j] + T.float32(5.0000001201e-1))
+             * t[1, j] * t[1, j] + t[1, j] + T.float32(1))
+            * T.reinterpret("float32", T.shift_left(T.Cast("int32", t[0, j]) + 127, 23)))
+
+    @T.macro
+    def scores(sc, qt, reg, K, M, bi, hi, q0, kb):
         # sc[j, :] = scale * q . k_j + mask for the block's BQ query rows (vector over rows),
-        # K read in its natural layout: one key row, contiguous over head_dim, per j
-        for j in range(BK):
-            for qi in T.vectorized(BQ):
-                sc[j, qi] = T.float32(0)
-            for d in range(D):
+        # K read in its natural layout (one key row, contiguous over head_dim); KU keys at a
+        # time accumulate in registers (reg: constant indices once unrolled)
+        for j0 in range(BK // KU):
+            for jj in T.unroll(KU):
                 for qi in T.vectorized(BQ):
-                    sc[j, qi] = sc[j, qi] + T.Cast(
-                        acc_t, K[bi, T.min(kb * BK + j, sk - 1), hi, d]) * qt[d, qi]
+                    reg[jj, qi] = T.float32(0)
+            for d in range(D):
+                for jj in T.unroll(KU):
+                    for qi in T.vectorized(BQ):
+                        reg[jj, qi] = reg[jj, qi] + T.Cast(
+                            acc_t, K[bi, T.min(kb * BK + j0 * KU + jj, sk - 1), hi, d]) * qt[d, qi]
             # keys past the end get -inf (weight 0 even when every real key is masked to lowest)
-            for qi in T.vectorized(BQ):
-                if has_mask:
-                    sc[j, qi] = T.Select(kb * BK + j < sk, sc[j, qi] * T.float32(scale_c) + T.Cast(
-                        acc_t, M[0 if mb else bi, 0 if mh else hi,
-                                 0 if mq else T.min(q0 + qi, sq - 1), T.min(kb * BK + j, sk - 1)]),
-                        T.float32(neg_inf))
-                else:
-                    sc[j, qi] = T.Select(kb * BK + j < sk, sc[j, qi] * T.float32(scale_c),
-                                         T.float32(neg_inf))
+            for jj in T.unroll(KU):
+                for qi in T.vectorized(BQ):
+                    if has_mask:
+                        sc[j0 * KU + jj, qi] = T.Select(
+                            kb * BK + j0 * KU + jj < sk, reg[jj, qi] * T.float32(scale_c) + T.Cast(
+                                acc_t, M[0 if mb else bi, 0 if mh else hi,
+                                         0 if mq else T.min(q0 + qi, sq - 1),
+                                         T.min(kb * BK + j0 * KU + jj, sk - 1)]),
+                            T.float32(neg_inf))
+                    else:
+                        sc[j0 * KU + jj, qi] = T.Select(kb * BK + j0 * KU + jj < sk,
+                                                        reg[jj, qi] * T.float32(scale_c),
+                                                        T.float32(neg_inf))
+
+    @T.macro
+    def update_output(acc, reg, sc, stat, V, bi, hi, kb):
+        # acc[d, :] = acc[d, :] * alpha + sum_j p_j v_j[d], DU head-dim entries at a time in
+        # registers; keys past the end have weight 0 and read the last key's (finite) values
+        for d0 in range(D // DU):
+            for dd in T.unroll(DU):
+                for qi in T.vectorized(BQ):
+                    reg[dd, qi] = acc[d0 * DU + dd, qi] * stat[3, qi]
+            for j in range(BK):
+                for dd in T.unroll(DU):
+                    for qi in T.vectorized(BQ):
+                        reg[dd, qi] = reg[dd, qi] + T.Cast(
+                            acc_t, V[bi, T.min(kb * BK + j, sk - 1), hi, d0 * DU + dd]) * sc[j, qi]
+            for dd in T.unroll(DU):
+                for qi in T.vectorized(BQ):
+                    acc[d0 * DU + dd, qi] = reg[dd, qi]
 
     @T.macro
     def body(Q, K, V, M, O):
@@ -111,6 +157,8 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                 sc = T.alloc_buffer((BK, BQ), acc_t, scope="local")  # scores of a block of keys
                 acc = T.alloc_buffer((D, BQ), acc_t, scope="local")  # unnormalised output
                 stat = T.alloc_buffer((4, BQ), acc_t, scope="local")  # m, l, new m, alpha
+                reg = T.alloc_buffer((max(KU, DU), BQ), acc_t, scope="local")  # register tile
+                tmp = T.alloc_buffer((2, BQ), acc_t, scope="local")  # scratch of fast_exp
                 bi = task // (H * T.ceildiv(sq, BQ))
                 hi = task // T.ceildiv(sq, BQ) % H
                 q0 = task % T.ceildiv(sq, BQ) * BQ
@@ -125,7 +173,7 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                     for qi in T.vectorized(BQ):
                         acc[d, qi] = T.float32(0)
                 for kb in range(T.ceildiv(sk, BK)):
-                    scores(sc, qt, K, M, bi, hi, q0, kb)
+                    scores(sc, qt, reg, K, M, bi, hi, q0, kb)
                     for qi in T.vectorized(BQ):
                         stat[2, qi] = stat[0, qi]
                     for j in range(BK):
@@ -133,9 +181,11 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                             stat[2, qi] = T.max(stat[2, qi], sc[j, qi])
                     for j in range(BK):
                         for qi in T.vectorized(BQ):
-                            sc[j, qi] = T.exp(sc[j, qi] - stat[2, qi])
+                            sc[j, qi] = sc[j, qi] - stat[2, qi]
+                            fast_exp(sc, j, qi, tmp)
                     for qi in T.vectorized(BQ):
-                        stat[3, qi] = T.exp(stat[0, qi] - stat[2, qi])
+                        stat[3, qi] = stat[0, qi] - stat[2, qi]
+                        fast_exp(stat, 3, qi, tmp)
                     for qi in T.vectorized(BQ):
                         stat[1, qi] = stat[1, qi] * stat[3, qi]
                     for qi in T.vectorized(BQ):
@@ -143,14 +193,7 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                     for j in range(BK):
                         for qi in T.vectorized(BQ):
                             stat[1, qi] = stat[1, qi] + sc[j, qi]
-                    # keys past the end have weight 0 and read the last key's (finite) values
-                    for d in range(D):
-                        for qi in T.vectorized(BQ):
-                            acc[d, qi] = acc[d, qi] * stat[3, qi]
-                        for j in range(BK):
-                            for qi in T.vectorized(BQ):
-                                acc[d, qi] = acc[d, qi] + T.Cast(
-                                    acc_t, V[bi, T.min(kb * BK + j, sk - 1), hi, d]) * sc[j, qi]
+                    update_output(acc, reg, sc, stat, V, bi, hi, kb)
                 for qi in range(BQ):
                     if q0 + qi < sq:
                         for d in range(D):
