@@ -130,7 +130,7 @@ def main(argv=None) -> None:
     print(f"batch {args.batch}, heads {args.heads}, head_dim {args.head_dim}; ms per call, "
           f"min over {args.repeats} interleaved rounds; host {host_target()}; "
           f"TVM threads {tvm.runtime.num_threads()}")
-    print(f"{'seq':>5}" + "".join(f"{b + ' fused':>16}{'three':>9}{'all':>9}{'ratio3':>8}"
+    print(f"{'seq':>5}" + "".join(f"{b + ' fused':>17}{'three':>11}{'all':>11}{'ratio3':>8}"
                                    f"{'r_all':>7}" for b in builds))
     for seq in (int(s) for s in args.seqs.split(",") if s):
         mod, arrays = attention_block(args.batch, seq, args.heads, args.head_dim, seed=seq)
@@ -138,8 +138,8 @@ def main(argv=None) -> None:
         for b in builds:
             row = dict(measure(mod, arrays, b, args.rounds, args.repeats), seq=seq)
             rows.append(row)
-            line += (f"{row['fused_ms']:>16.3f}{row['three_ms']:>9.3f}{row['all_replaced_ms']:>9.3f}"
-                     f"{row['ratio3']:>8.2f}{row['ratio_all']:>7.2f}")
+            line += (f"{row['fused_ms']:>17.3f}{row['three_ms']:>11.3f}"
+                     f"{row['all_replaced_ms']:>11.3f}{row['ratio3']:>8.2f}{row['ratio_all']:>7.2f}")
         print(line, flush=True)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
