@@ -69,14 +69,17 @@ def attention_block(batch: int, seq: int, heads: int, head_dim: int, seed: int =
     return mod, arrays
 
 
-def kernel_times(vm, args, rounds: int):
-    """Kernel name without digits -> seconds per ``main`` call (mean over ``rounds``)."""
+def kernel_times(vm, args, rounds: int, sync=None):
+    """Kernel name without digits -> seconds per ``main`` call (mean over ``rounds``);
+    ``sync`` (e.g. a GPU device's ``sync``) is called around every kernel."""
     total = collections.defaultdict(float)
     started = {}
 
     def hook(_func, name, before_run, _ret, *_args):
         if name.startswith("vm.builtin."):
             return 0
+        if sync is not None:
+            sync()
         if before_run:
             started[name] = time.perf_counter()
         else:
@@ -88,6 +91,21 @@ def kernel_times(vm, args, rounds: int):
         vm["main"](*args)
     vm.set_instrument(lambda *_a: 0)
     return {k: t / rounds for k, t in total.items()}
+
+
+def kernels_per_call(vm, args) -> int:
+    """Packed calls one ``main`` call makes that are not ``vm.builtin.*``."""
+    calls = []
+
+    def hook(_func, name, before_run, _ret, *_args):
+        if before_run and not name.startswith("vm.builtin."):
+            calls.append(name)
+        return 0
+
+    vm.set_instrument(hook)
+    vm["main"](*args)
+    vm.set_instrument(lambda *_a: 0)
+    return len(calls)
 
 
 def measure(mod, arrays, build_name: str, rounds: int, repeats: int) -> dict:

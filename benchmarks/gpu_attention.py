@@ -17,9 +17,7 @@ a ``FAILED`` line by gpu_check), the rest still runs.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +27,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from attention_bench import kernel_times, kernels_per_call  # benchmarks/, next to this file
 from relax_memplan import frontend
 from relax_memplan.compiler import build
 from relax_memplan.errors import RelaxMemplanError
@@ -69,27 +68,6 @@ def _dims(mod) -> Tuple[str, str]:
     """(batch dim, seq dim) names of the first input."""
     shape = mod["main"].params[0].ty.shape.values
     return str(shape[0]), str(shape[1])
-
-
-def _kernel_times(vm, args, dev, rounds: int) -> Dict[str, float]:
-    """Kernel name without digits -> seconds per ``main`` call (device synced per call)."""
-    total, started = collections.defaultdict(float), {}
-
-    def hook(_func, name, before_run, _ret, *_args):
-        if name.startswith("vm.builtin."):
-            return 0
-        dev.sync()
-        if before_run:
-            started[name] = time.perf_counter()
-        else:
-            total[re.sub(r"\d+", "", name)] += time.perf_counter() - started[name]
-        return 0
-
-    vm.set_instrument(hook)
-    for _ in range(rounds):
-        vm["main"](*args)
-    vm.set_instrument(lambda *_a: 0)
-    return {k: t / rounds for k, t in total.items()}
 
 
 def _errors(outputs, reference) -> Tuple[float, float]:
@@ -185,28 +163,15 @@ def _run_seq(name, onnx_model, builds, seq, dev, run, say, rounds, repeats) -> L
 def _time_pair(fused_row, plain_row, fused, plain, dev, rounds, repeats) -> None:
     fused_ms, replaced_ms = [], []
     for _ in range(repeats):  # interleaved; the min is the least disturbed round
-        ours = _kernel_times(*fused, dev, rounds)
-        theirs = _kernel_times(*plain, dev, rounds)
+        ours = kernel_times(*fused, rounds, sync=dev.sync)
+        theirs = kernel_times(*plain, rounds, sync=dev.sync)
         fused_ms.append(ours.get("fused_attention", float("nan")))
         replaced_ms.append(sum(t for k, t in theirs.items() if k not in ours))
     fused_row.fused_kernel_ms = round(1e3 * min(fused_ms), 4)
     fused_row.replaced_kernels_ms = round(1e3 * min(replaced_ms), 4)
     fused_row.kernels_per_call, plain_row.kernels_per_call = (
-        _kernels_per_call(*pair) for pair in (fused, plain))
+        kernels_per_call(*pair) for pair in (fused, plain))
 
-
-def _kernels_per_call(vm, args) -> int:
-    calls = []
-
-    def hook(_func, name, before_run, _ret, *_args):
-        if before_run and not name.startswith("vm.builtin."):
-            calls.append(name)
-        return 0
-
-    vm.set_instrument(hook)
-    vm["main"](*args)
-    vm.set_instrument(lambda *_a: 0)
-    return len(calls)
 
 
 def format_attention(rows: List[AttentionRow]) -> str:

@@ -260,6 +260,32 @@ def format_table(rows: List[Row]) -> str:
     return "\n".join(lines)
 
 
+def _run_cases(args, models_dir: Path, target, dev, run: bool, say, notes: List[str]):
+    """(rows of the model cases, rows of the attention case), each case in its own try."""
+    rows: List[Row] = []
+    attention_rows = []
+    for key in args.cases.split(","):
+        if key == ATTENTION:
+            try:
+                attention_rows = check_attention(models_dir, target, dev, run, say,
+                                                 models=args.attention_models.split(","))
+            except Exception as err:  # noqa: BLE001
+                attention_rows = [AttentionRow(ATTENTION, "-", 0,
+                                               error=f"{type(err).__name__}: {err}")]
+            continue
+        case = CASES[key]
+        if case.model_file is not None and not (models_dir / case.model_file).exists():
+            notes.append(f"{case.name}: skipped, {models_dir / case.model_file} not found")
+            say(notes[-1])
+            continue
+        try:
+            rows += check_case(case, models_dir, target, dev, run, args.number, args.repeat, say,
+                               cuda_graph=args.cuda_graph)
+        except Exception as err:  # noqa: BLE001 -- one case's failure must not stop the rest
+            rows += [Row(case.name, p, error=f"{type(err).__name__}: {err}") for p in PLANNERS]
+    return rows, attention_rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=str(REPO.parent / "shared" / "models"),
@@ -303,35 +329,14 @@ def main(argv=None) -> int:
             notes.append(note)
             say(note)
     target = _target(dev, args.arch)
-    models_dir = Path(args.models)
-    rows: List[Row] = []
-    attention_rows = []
-    for key in args.cases.split(","):
-        if key == ATTENTION:
-            try:
-                attention_rows = check_attention(models_dir, target, dev, run, say,
-                                                 models=args.attention_models.split(","))
-            except Exception as err:  # noqa: BLE001
-                attention_rows = [AttentionRow(ATTENTION, "-", 0,
-                                               error=f"{type(err).__name__}: {err}")]
-            continue
-        case = CASES[key]
-        if case.model_file is not None and not (models_dir / case.model_file).exists():
-            notes.append(f"{case.name}: skipped, {models_dir / case.model_file} not found")
-            say(notes[-1])
-            continue
-        try:
-            rows += check_case(case, models_dir, target, dev, run, args.number, args.repeat, say,
-                               cuda_graph=args.cuda_graph)
-        except Exception as err:  # noqa: BLE001 -- one case's failure must not stop the rest
-            rows += [Row(case.name, p, error=f"{type(err).__name__}: {err}") for p in PLANNERS]
+    rows, attention_rows = _run_cases(args, Path(args.models), target, dev, run, say, notes)
     print(f"device: {dev.device_name if dev.exist else 'none (build only)'}; "
           f"target {_arch(target)}; cuda graph {'on' if args.cuda_graph else 'off'}; "
           f"tolerance {RTOL} * max|ref| + {ATOL}")
     print(format_table(rows))
     if attention_rows:
-        print(f"\nfused attention (rel err = max|out - ref| / max|ref| <= 1e-4 for fused builds;"
-              f" ms per main call, kernels synced one by one)")
+        print("\nfused attention (rel err = max|out - ref| / max|ref| <= 1e-4 for fused builds;"
+              " ms per main call, kernels synced one by one)")
         print(format_attention(attention_rows))
     for note in notes:
         print(f"note: {note}")

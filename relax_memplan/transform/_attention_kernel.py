@@ -43,7 +43,7 @@ import numpy as np
 from tvm import tirx
 from tvm.script import tirx as T
 
-__all__ = ["attention_kernel"]
+__all__ = ["attention_kernel", "attention_prim_func"]
 
 
 def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
@@ -204,7 +204,21 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                         for d in range(D):
                             O[bi, q0 + qi, hi, d] = T.Cast(dtype, acc[d, qi] / stat[1, qi])
 
-    if has_mask:
+    return attention_prim_func(body, dtype, H, D, (b, sq, sk), mask_shape if has_mask else None)
+
+
+def attention_prim_func(body, dtype: str, heads: int, head_dim: int, dims,
+                        mask_shape) -> tirx.PrimFunc:
+    """The PrimFunc ``(q, k, v[, mask], out)`` around the macro ``body(Q, K, V, M, O)``.
+
+    Shared by the CPU and CUDA kernels: q and out are (batch, seq_q, heads, head_dim), k and
+    v (batch, seq_k, heads, head_dim) with ``dims = (batch, seq_q, seq_k)``; the mask argument
+    exists when ``mask_shape`` is given. Private, marked ``tirx.noalias`` and
+    ``tirx.is_scheduled``.
+    """
+    H, D = heads, head_dim
+    b, sq, sk = dims
+    if mask_shape is not None:
         @T.prim_func(private=True, s_tir=True)
         def attention(q: T.handle, k: T.handle, v: T.handle, mask: T.handle, out: T.handle):
             T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})

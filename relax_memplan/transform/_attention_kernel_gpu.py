@@ -30,6 +30,8 @@ import numpy as np
 from tvm import tirx
 from tvm.script import tirx as T
 
+from ._attention_kernel import attention_prim_func
+
 __all__ = ["attention_kernel_gpu"]
 
 
@@ -158,24 +160,4 @@ def attention_kernel_gpu(heads: int, head_dim: int, dtype: str, scale: float,
                         for d in T.unroll(D):
                             O[bi, q0 + tx, hi, d] = T.Cast(dtype, acc[d] / st[1])
 
-    if has_mask:
-        @T.prim_func(private=True, s_tir=True)
-        def attention(q: T.handle, k: T.handle, v: T.handle, mask: T.handle, out: T.handle):
-            T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
-            Q = T.match_buffer(q, (b, sq, H, D), dtype)
-            K = T.match_buffer(k, (b, sk, H, D), dtype)
-            V = T.match_buffer(v, (b, sk, H, D), dtype)
-            M = T.match_buffer(mask, mask_shape, dtype)
-            O = T.match_buffer(out, (b, sq, H, D), dtype)
-            body(Q, K, V, M, O)
-        return attention
-
-    @T.prim_func(private=True, s_tir=True)
-    def attention_nomask(q: T.handle, k: T.handle, v: T.handle, out: T.handle):
-        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
-        Q = T.match_buffer(q, (b, sq, H, D), dtype)
-        K = T.match_buffer(k, (b, sk, H, D), dtype)
-        V = T.match_buffer(v, (b, sk, H, D), dtype)
-        O = T.match_buffer(out, (b, sq, H, D), dtype)
-        body(Q, K, V, None, O)
-    return attention_nomask
+    return attention_prim_func(body, dtype, H, D, (b, sq, sk), mask_shape if has_mask else None)
