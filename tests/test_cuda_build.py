@@ -371,3 +371,18 @@ def test_gpu_check_attention_tolerance_fails_a_wrong_value():
     assert row_type("m", "unfused static", 77, max_rel_error=2e-4).verified is None
     text = fmt([row_type("m", "fused symbolic", 1, error="run failed: boom")])
     assert "FAILED: m fused symbolic seq 1: run failed: boom" in text
+
+
+def test_fused_attention_composes_with_dispatch_buckets_on_cuda():
+    # SpecializeKernels skips the fused kernel (already scheduled, stays symbolic) and
+    # specializes the rest; every kernel, the fused one included, stays a GPU kernel
+    from relax_memplan.transform.specialize_kernels import SpecializeKernels, backend_schedule
+
+    mod, _ = frontend.import_onnx(shared_model(BERT), keep_dynamic=True)
+    dispatch = SpecializeKernels({"seq": [32, 128]}, schedule=backend_schedule(CUDA_SM90))
+    with CUDA_SM90:
+        legal = _legalized(mod, dim_ranges={"batch": (1, 2), "seq": (1, 128)},
+                           dispatch_pass=dispatch, fusion=True)
+    working = _check_all_kernels_bound(legal)
+    assert "fused_attention" in working and "fused_attention" not in dispatch.specialized
+    assert dispatch.specialized and not any(k.startswith("softmax") for k in working)
