@@ -28,10 +28,11 @@ get score -inf (weight 0) and read the last key; query rows past the end repeat 
 and are not written.
 
 Speed (``benchmarks/attention_bench.py``, BERT-base shapes: batch 8, 12 heads, head_dim 64,
-mask (8, 1, 1, seq); shared 2-core znver4 machine, TVM on 1 thread, one run): fused kernel /
-the three kernels it replaces (QK^T matmul with scale and mask, softmax, PV matmul) = 0.74,
-0.45, 0.47, 0.39 at seq 32, 128, 256, 512 with ``schedule=True`` on the host target, and
-0.11, 0.14, 0.10, 0.04 with the default build (unscheduled matmuls). Before the register
+mask (8, 1, 1, seq); shared 2-core znver4 machine, TVM on 1 thread): fused kernel / the
+three kernels it replaces (QK^T matmul with scale and mask, softmax, PV matmul) = 0.70-0.74,
+0.40-0.48, 0.41-0.47, 0.39 at seq 32, 128, 256, 512 with ``schedule=True`` on the host target
+(2-5 runs; 512 one run; one outlier of 3.6 at seq 32 under heavy load), and 0.04-0.25 with
+the default build (unscheduled matmuls). Before the register
 tiles and the polynomial exp the same kernel took 1.06-1.27x at seq 32-128 (scheduled).
 """
 
