@@ -12,7 +12,9 @@ Each case is built twice for CUDA (our pipeline, and the same pipeline with TVM'
 
 Cases: the built-in example CNN, bert-tiny at batch 1 seq 16, and bert-tiny compiled once
 with ``batch`` in [1, 4] and ``seq`` in [1, 128] symbolic (our ``exact`` plan against TVM's
-planner given the same ranges), run at two shapes. Prints a table and writes JSON to
+planner given the same ranges), run at two shapes; ``attention``: our fused attention kernel
+on bert-tiny and gpt2-tiny, fused against unfused against onnxruntime, relative error
+<= 1e-4 (see ``benchmarks/gpu_attention.py``). Prints a table and writes JSON to
 ``benchmarks/results/gpu_check.json``. A few minutes on a GPU host.
 
 Without a GPU (``tvm.cuda(0).exist`` is False) it prints a message and exits 0;
@@ -25,9 +27,14 @@ nvcc with ``TVM_CUDA_COMPILE_MODE=nvcc``; this script picks nvcc when the bindin
 missing and nvcc is on the PATH.
 
 Usage: python benchmarks/gpu_check.py [--models DIR] [--json PATH] [--arch sm_90]
-       [--cases example,bert,bert-dynamic] [--cuda-graph] [--build-only]
+       [--cases example,bert,bert-dynamic,attention] [--cuda-graph] [--build-only]
+       [--attention-models bert-tiny,gpt2-tiny]
 
-Exit status: 0 done (or no GPU), 1 a build or run failed, 3 an error above tolerance.
+Each case runs in its own ``try``: a failure is printed as a ``FAILED`` line and the other
+cases still run.
+
+Exit status: 0 done (or no GPU); 3 an error above tolerance (whatever else happened);
+else 1 a build or run failed.
 """
 
 from __future__ import annotations
@@ -58,6 +65,9 @@ from relax_memplan.transform.plan_static_memory import PlanStaticMemory
 from relax_memplan.transform.record_storage import RecordStorage
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_attention, next to this file
+from gpu_attention import MODELS as ATTENTION_MODELS  # noqa: E402
+from gpu_attention import AttentionRow, check_attention, format_attention  # noqa: E402
 DEFAULT_JSON = REPO / "benchmarks" / "results" / "gpu_check.json"
 BERT_FILE = "bert-tiny-randw.onnx"
 BERT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -93,6 +103,7 @@ CASES = {
                          dim_ranges={"batch": (1, 4), "seq": (1, 128)},
                          run_dims=({"batch": 1, "seq": 16}, {"batch": 4, "seq": 128})),
 }
+ATTENTION = "attention"  # its own rows (benchmarks/gpu_attention.py)
 
 
 @dataclass
@@ -230,8 +241,34 @@ def format_table(rows: List[Row]) -> str:
                      f"{_fmt(r.runtime_num_allocs, 'd'):>7}{_fmt(r.median_ms, '.3f'):>9}"
                      f"{_fmt(r.max_abs_error, '.2g'):>10}  {ok}")
         if r.error:
-            lines.append(f"    {r.error}")
+            lines.append(f"    FAILED: {r.case} {r.planner}: {r.error}")
     return "\n".join(lines)
+
+
+def _run_cases(args, models_dir: Path, target, dev, run: bool, say, notes: List[str]):
+    """(rows of the model cases, rows of the attention case), each case in its own try."""
+    rows: List[Row] = []
+    attention_rows = []
+    for key in args.cases.split(","):
+        if key == ATTENTION:
+            try:
+                attention_rows = check_attention(models_dir, target, dev, run, say,
+                                                 models=args.attention_models.split(","))
+            except Exception as err:  # noqa: BLE001
+                attention_rows = [AttentionRow(ATTENTION, "-", 0,
+                                               error=f"{type(err).__name__}: {err}")]
+            continue
+        case = CASES[key]
+        if case.model_file is not None and not (models_dir / case.model_file).exists():
+            notes.append(f"{case.name}: skipped, {models_dir / case.model_file} not found")
+            say(notes[-1])
+            continue
+        try:
+            rows += check_case(case, models_dir, target, dev, run, args.number, args.repeat, say,
+                               cuda_graph=args.cuda_graph)
+        except Exception as err:  # noqa: BLE001 -- one case's failure must not stop the rest
+            rows += [Row(case.name, p, error=f"{type(err).__name__}: {err}") for p in PLANNERS]
+    return rows, attention_rows
 
 
 def main(argv=None) -> int:
@@ -242,8 +279,10 @@ def main(argv=None) -> int:
                         "after a GPU run; --build-only writes only when this is given)")
     parser.add_argument("--arch", help="CUDA arch, e.g. sm_90 (default: GPU 0's, or sm_80 "
                         "with --build-only and no GPU)")
-    parser.add_argument("--cases", default=",".join(CASES),
-                        help=f"comma-separated, from {', '.join(CASES)}")
+    parser.add_argument("--cases", default=",".join(list(CASES) + [ATTENTION]),
+                        help=f"comma-separated, from {', '.join(CASES)}, {ATTENTION}")
+    parser.add_argument("--attention-models", default=",".join(ATTENTION_MODELS),
+                        help="models of the attention case")
     parser.add_argument("--build-only", action="store_true",
                         help="build every case but run nothing (works without a GPU)")
     parser.add_argument("--cuda-graph", action="store_true",
@@ -252,9 +291,11 @@ def main(argv=None) -> int:
     parser.add_argument("--number", type=int, default=20, help="calls per timed repeat")
     parser.add_argument("--repeat", type=int, default=5, help="timed repeats (median taken)")
     args = parser.parse_args(argv)
-    unknown = [c for c in args.cases.split(",") if c not in CASES]
+    unknown = [c for c in args.cases.split(",") if c not in CASES and c != ATTENTION]
+    unknown += [m for m in args.attention_models.split(",") if m not in ATTENTION_MODELS]
     if unknown:
-        parser.error(f"unknown case(s) {unknown}; choose from {list(CASES)}")
+        parser.error(f"unknown case(s) or model(s) {unknown}; choose cases from "
+                     f"{list(CASES) + [ATTENTION]}, models from {list(ATTENTION_MODELS)}")
     dev = tvm.cuda(0)
     run = not args.build_only
     if run and not dev.exist:
@@ -273,20 +314,15 @@ def main(argv=None) -> int:
             notes.append(note)
             say(note)
     target = _target(dev, args.arch)
-    models_dir = Path(args.models)
-    rows: List[Row] = []
-    for key in args.cases.split(","):
-        case = CASES[key]
-        if case.model_file is not None and not (models_dir / case.model_file).exists():
-            notes.append(f"{case.name}: skipped, {models_dir / case.model_file} not found")
-            say(notes[-1])
-            continue
-        rows += check_case(case, models_dir, target, dev, run, args.number, args.repeat, say,
-                           cuda_graph=args.cuda_graph)
+    rows, attention_rows = _run_cases(args, Path(args.models), target, dev, run, say, notes)
     print(f"device: {dev.device_name if dev.exist else 'none (build only)'}; "
           f"target {_arch(target)}; cuda graph {'on' if args.cuda_graph else 'off'}; "
           f"tolerance {RTOL} * max|ref| + {ATOL}")
     print(format_table(rows))
+    if attention_rows:
+        print("\nfused attention (rel err = max|out - ref| / max|ref| <= 1e-4 for fused builds;"
+              " ms per main call, kernels synced one by one)")
+        print(format_attention(attention_rows))
     for note in notes:
         print(f"note: {note}")
     out = Path(args.json) if args.json else (DEFAULT_JSON if run else None)
@@ -302,13 +338,15 @@ def main(argv=None) -> int:
             "atol": ATOL,
             "notes": notes,
             "rows": [dict(dataclasses.asdict(r), verified=r.verified) for r in rows],
+            "attention_rows": [dict(dataclasses.asdict(r), verified=r.verified)
+                               for r in attention_rows],
         }
         out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         print(f"written {out}")
-    if any(r.error for r in rows):
-        return EXIT_FAILED
-    if any(r.verified is False for r in rows):
+    if any(r.verified is False for r in rows + attention_rows):
         return EXIT_ABOVE_TOLERANCE
+    if any(r.error for r in rows + attention_rows):
+        return EXIT_FAILED
     return 0
 
 

@@ -108,8 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="apply relax_memplan's CPU matmul schedules (llvm)")
     c.add_argument("--fusion", action=argparse.BooleanOptionalAction, default=None,
                    help="our graph-level fusion before TVM's FuseOps: attention as one kernel "
-                   "(llvm), dropout removed; in both builds, like --schedule (default from "
-                   "config: off)")
+                   "(llvm and cuda), dropout removed; in both builds, like --schedule (default "
+                   "from config: on)")
     c.add_argument("--no-index-checks", action="store_true",
                    help="do not check index values (Gather ids, ...) at run time; an index "
                    "out of range then reads or writes outside its tensor")

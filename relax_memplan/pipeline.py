@@ -75,21 +75,18 @@ def _as_target(target: Union[str, dict, tvm.target.Target, None]) -> tvm.target.
 def fusion_passes(target: tvm.target.Target) -> list:
     """Our graph-level fusion passes, in the order they run (before ``LegalizeOps``).
 
-    :class:`~relax_memplan.transform.remove_dropout.RemoveDropout` on every target;
-    :class:`~relax_memplan.transform.fuse_attention.FuseAttention`, which emits our own CPU
-    kernel, only for ``llvm`` (it has no GPU schedule). Give the list to ``get_pipeline(...,
-    fusion_pass_list=...)`` and read :func:`fusion_counts` after the build.
+    :class:`~relax_memplan.transform.remove_dropout.RemoveDropout` and
+    :class:`~relax_memplan.transform.fuse_attention.FuseAttention` (its kernel scheduled for
+    ``target``: CPU for llvm, CUDA for cuda) on every target. Give the list to
+    ``get_pipeline(..., fusion_pass_list=...)`` and read :func:`fusion_counts` after the build.
     """
-    passes = [RemoveDropout()]
-    if target.kind.name in ("llvm", "c"):
-        passes.append(FuseAttention())
-    return passes
+    return [RemoveDropout(), FuseAttention(target=target)]
 
 
 def fusion_counts(passes) -> dict:
     """What the fusion passes of one build did: pattern -> count (``attention``: attention
     blocks fused into one kernel, ``dropout``: dropouts removed); a pattern whose pass did not
-    run (``attention`` on cuda) is absent."""
+    run is absent."""
     by_name = {p.info.name: p for p in passes}
     counts = {}
     if "FuseAttention" in by_name:

@@ -40,3 +40,14 @@ def test_config_fusion_is_honoured_and_no_fusion_overrides_it(tmp_path, capsys):
                      "--time-limit", "0.2", "--report", str(report_path)] + extra) == 0
         assert json.loads(report_path.read_text())["fusion"]["enabled"] is enabled
     assert "fusion: off" in capsys.readouterr().out
+
+
+def test_fusion_is_on_by_default_in_config_options_and_cli(tmp_path):
+    from relax_memplan.compile import BuildOptions
+    from relax_memplan.config import load_config
+
+    assert load_config(None).fusion is True and BuildOptions().fusion is True
+    report_path = tmp_path / "r.json"
+    assert main(["compile", "-q", "--no-measure", "--time-limit", "0.2",
+                 "--report", str(report_path)]) == 0
+    assert json.loads(report_path.read_text())["fusion"]["enabled"] is True

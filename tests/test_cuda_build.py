@@ -296,3 +296,93 @@ def test_source_scan_sees_every_kernel():
     assert set(_GLOBAL_FUNC.findall(text)) == {"fused_add_kernel", "mean_kernel_1"}
     assert all(_BINDING_TAG.match(t) for t in ("blockIdx.x", "threadIdx.z"))
     assert not _BINDING_TAG.match("vthread.x")
+
+
+# -- the fused attention kernel (FuseAttention with its CUDA schedule)
+CUDA_SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+_SM90_LIMITS = {"max_shared_memory_per_block": 49152, "max_threads_per_block": 1024,
+                "max_thread_x": 1024, "max_thread_y": 1024, "max_thread_z": 64,
+                "max_local_memory_per_block": 2**31 - 1}
+
+
+@pytest.mark.parametrize("model, full_build", [("bert-tiny-randw.onnx", True),
+                                               ("gpt2-tiny-randw.onnx", False)])
+def test_fused_attention_is_a_global_kernel_with_thread_bindings(model, full_build):
+    mod, _ = frontend.import_onnx(shared_model(model), keep_dynamic=True)
+    with CUDA_SM90:
+        legal = _legalized(mod, fusion=True)
+    attention = [f for gv, f in legal.functions_items() if gv.name_hint == "fused_attention"]
+    assert len(attention) == 1 and attention[0].attrs["tirx.is_scheduled"]
+    assert "softmax" not in str([gv.name_hint for gv in legal.get_global_vars()])
+    _check_all_kernels_bound(legal)  # also the fused kernel: no host-side stores
+    assert legal.script().count("R.call_tir(cls.fused_attention") == 2  # 2 layers each
+    if not full_build:  # the same kernel builder; one full CUDA build is enough
+        return
+    batch, seq = (str(d) for d in mod["main"].params[0].ty.shape.values)
+    executable = build(mod, CUDA_SM90, "relax_memplan", _plan_pass(), None, fusion=True,
+                       dim_ranges={batch: (1, 2), seq: (1, 128)})
+    _check_global_kernels(executable, ["fused_attention"])
+    source = _cuda_source(executable)
+    kernel = source[source.rindex("fused_attention_kernel("):]
+    assert "threadIdx.x" in kernel and "blockIdx.x" in kernel and "__shared__" in kernel
+    assert "__syncthreads()" in kernel
+
+
+@pytest.mark.parametrize("mask", [None, (False, True, True), (True, True, False)])
+def test_fused_attention_kernel_passes_verify_gpu_code(mask):
+    from tvm.s_tir.analysis import verify_gpu_code, verify_well_formed
+    from tvm.s_tir.pipeline import default_s_tir_pipeline
+
+    from relax_memplan.transform._attention_kernel_gpu import attention_kernel_gpu
+
+    func = attention_kernel_gpu(12, 64, "float32", 0.125, mask, extents=(8, 77, 77))
+    assert verify_well_formed(func)
+    mod = tvm.IRModule({"main": func.with_attr("target", CUDA_SM90)
+                        .with_attr("global_symbol", "main")})
+    with CUDA_SM90:
+        lowered = default_s_tir_pipeline()[0](mod)["main"]
+    assert verify_gpu_code(lowered, _SM90_LIMITS)
+    # the verifier can fail: 8 KB of K/V tiles, 32 threads per block
+    assert not verify_gpu_code(lowered, {**_SM90_LIMITS, "max_shared_memory_per_block": 4096})
+    assert not verify_gpu_code(lowered, {**_SM90_LIMITS, "max_threads_per_block": 16})
+
+
+def test_gpu_check_attention_builds_fused_and_unfused_without_a_gpu(tmp_path):
+    shared_model(BERT)
+    out = tmp_path / "gpu_check.json"
+    assert _gpu_check().main(["--build-only", "--cases", "attention", "--arch", "sm_90",
+                              "--attention-models", "bert-tiny",
+                              "--models", str(REPO_ROOT.parent / "shared" / "models"),
+                              "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["attention_rows"]
+    assert {(r["build"], r["seq"]) for r in rows} == {
+        ("fused static", 77), ("unfused static", 77)} | {
+        (f"{f} symbolic", s) for f in ("fused", "unfused") for s in (1, 77, 128)}
+    assert not any(r["error"] for r in rows)
+    assert all(r["max_rel_error"] is None for r in rows)  # nothing ran
+
+
+def test_gpu_check_attention_tolerance_fails_a_wrong_value():
+    gpu_attention = _gpu_check().check_attention.__module__
+    row_type = sys.modules[gpu_attention].AttentionRow
+    fmt = sys.modules[gpu_attention].format_attention
+    assert row_type("m", "fused static", 77, max_rel_error=9e-5).verified is True
+    assert row_type("m", "fused static", 77, max_rel_error=2e-4).verified is False
+    assert row_type("m", "unfused static", 77, max_rel_error=2e-4).verified is None
+    text = fmt([row_type("m", "fused symbolic", 1, error="run failed: boom")])
+    assert "FAILED: m fused symbolic seq 1: run failed: boom" in text
+
+
+def test_fused_attention_composes_with_dispatch_buckets_on_cuda():
+    # SpecializeKernels skips the fused kernel (already scheduled, stays symbolic) and
+    # specializes the rest; every kernel, the fused one included, stays a GPU kernel
+    from relax_memplan.transform.specialize_kernels import SpecializeKernels, backend_schedule
+
+    mod, _ = frontend.import_onnx(shared_model(BERT), keep_dynamic=True)
+    dispatch = SpecializeKernels({"seq": [32, 128]}, schedule=backend_schedule(CUDA_SM90))
+    with CUDA_SM90:
+        legal = _legalized(mod, dim_ranges={"batch": (1, 2), "seq": (1, 128)},
+                           dispatch_pass=dispatch, fusion=True)
+    working = _check_all_kernels_bound(legal)
+    assert "fused_attention" in working and "fused_attention" not in dispatch.specialized
+    assert dispatch.specialized and not any(k.startswith("softmax") for k in working)

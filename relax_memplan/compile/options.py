@@ -52,7 +52,8 @@ class BuildOptions:
     fusion : bool
         Our graph-level fusion before ``LegalizeOps`` (attention as one kernel, dropout
         removed: :func:`~relax_memplan.pipeline.fusion_passes`), in every build like the other
-        kernel options, TVM's comparison build included; the report counts what fused.
+        kernel options, TVM's comparison build included; the report counts what fused. On by
+        default.
     prepare : bool
         Run the ONNX preparation steps before TVM's importer.
     compare_with_tvm : bool
@@ -75,7 +76,7 @@ class BuildOptions:
     dispatch: Mapping[str, Sequence[int]] = field(default_factory=dict)
     schedule: bool = False
     check_indices: bool = True
-    fusion: bool = False
+    fusion: bool = True
     prepare: bool = True
     compare_with_tvm: bool = True
     dump_dir: Optional[object] = None

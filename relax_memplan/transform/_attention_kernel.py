@@ -17,17 +17,23 @@ sequence lengths are symbolic; heads and head_dim are static.
 Schedule (written in the TIR itself, the function is marked ``tirx.is_scheduled``): parallel
 over batch x heads x blocks of ``block_queries`` query rows. A task copies its query rows once,
 transposed to (head_dim, block_queries), and keeps the state of the recurrence the same way, so
-every step is vectorized over the task's query rows: the scores of a block of keys (each key read
-once per task in its natural layout, contiguous over head_dim; no transposed copy of K or V), the
-running maximum, the exponentials, the sums and the output update. Keys past the end of the last
-block get score -inf (weight 0) and read the last key; query rows past the end repeat the last
-row and are not written.
+every step is vectorized over the task's query rows. Each key is read once per task in its
+natural layout (contiguous over head_dim; no transposed copy of K or V). Register tiles: the
+scores of 4 keys x the task's rows accumulate over head_dim in a small local buffer with
+constant indices once unrolled (LLVM keeps it in vector registers: 8 independent FMA chains
+with 2 AVX-512 vectors per key), and the P V update runs 4 head-dim entries x the rows at a
+time the same way. ``exp`` is a polynomial written in the TIR (:func:`fast_exp` below): LLVM
+turns a vector ``llvm.exp`` into one libm call per lane. Keys past the end of the last block
+get score -inf (weight 0) and read the last key; query rows past the end repeat the last row
+and are not written.
 
-Speed (benchmarks/fusion_bench.py, per kernel, CPU schedules on, shared 2-core machine): about
-0.85x the time of the kernels it replaces (QK^T matmul with scale and mask, softmax, PV matmul,
-transposes) at seq 128 and 256, 1x at seq 32. The previous layout, which transposed every block
-of keys in each task (8 times per head at seq 128), took 1.2-1.5x. Larger query blocks fill more
-vector registers per key (32 rows: 8 SSE vectors); larger key blocks only add score storage.
+Speed (``benchmarks/attention_bench.py``, BERT-base shapes: batch 8, 12 heads, head_dim 64,
+mask (8, 1, 1, seq); shared 2-core znver4 machine, TVM on 1 thread): fused kernel / the
+three kernels it replaces (QK^T matmul with scale and mask, softmax, PV matmul) = 0.70-0.74,
+0.40-0.48, 0.41-0.47, 0.39 at seq 32, 128, 256, 512 with ``schedule=True`` on the host target
+(2-5 runs; 512 one run; one outlier of 3.6 at seq 32 under heavy load), and 0.04-0.25 with
+the default build (unscheduled matmuls). Before the register
+tiles and the polynomial exp the same kernel took 1.06-1.27x at seq 32-128 (scheduled).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import numpy as np
 from tvm import tirx
 from tvm.script import tirx as T
 
-__all__ = ["attention_kernel"]
+__all__ = ["attention_kernel", "attention_prim_func"]
 
 
 def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
@@ -66,6 +72,8 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
         ``(q, k, v[, mask], out)``, private, marked ``tirx.is_scheduled``.
     """
     H, D, BK, BQ = heads, head_dim, block_keys, block_queries
+    KU = next(u for u in (4, 2, 1) if BK % u == 0)  # keys per register tile (scores)
+    DU = next(u for u in (4, 2, 1) if D % u == 0)  # head-dim entries per register tile (P V)
     acc_t = "float32"
     scale_c = float(scale)
     lowest = float(np.finfo(np.float32).min)
@@ -80,26 +88,70 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                   one if mq else sq, sk)
 
     @T.macro
-    def scores(sc, qt, K, M, bi, hi, q0, kb):
+    def fast_exp(buf, i, j, t):
+        # buf[i, j] = exp(buf[i, j]) in vector-friendly form (LLVM turns a vector exp into one
+        # libm call per lane): 2^n * p(r), n = round(x / ln 2), r = x - n ln 2 (ln 2 split in
+        # two for exactness), p Cephes' degree-7 polynomial for expf (S. Moshier, Cephes
+        # Mathematical Library, expf.c), relative error ~1e-7; x < -87 (exp underflows,
+        # also -inf) gives 0. n and r go through the scratch buffer t (2, BQ): a let binding
+        # inside a vectorized loop computes wrong values in TVM 0.27.
+        t[0, j] = T.floor(T.max(buf[i, j], T.float32(-87.0)) * T.float32(1.44269504088896341)
+                          + T.float32(0.5))
+        t[1, j] = (T.max(buf[i, j], T.float32(-87.0)) - t[0, j] * T.float32(0.693359375)
+                   + t[0, j] * T.float32(2.12194440e-4))
+        buf[i, j] = T.Select(
+            buf[i, j] < T.float32(-87.0), T.float32(0),
+            ((((((T.float32(1.9875691500e-4) * t[1, j] + T.float32(1.3981999507e-3)) * t[1, j]
+                 + T.float32(8.3334519073e-3)) * t[1, j] + T.float32(4.1665795894e-2)) * t[1, j]
+               + T.float32(1.6666665459e-1)) * t[1, j] + T.float32(5.0000001201e-1))
+             * t[1, j] * t[1, j] + t[1, j] + T.float32(1))
+            * T.reinterpret("float32", T.shift_left(T.Cast("int32", t[0, j]) + 127, 23)))
+
+    @T.macro
+    def scores(sc, qt, reg, K, M, bi, hi, q0, kb):
         # sc[j, :] = scale * q . k_j + mask for the block's BQ query rows (vector over rows),
-        # K read in its natural layout: one key row, contiguous over head_dim, per j
-        for j in range(BK):
-            for qi in T.vectorized(BQ):
-                sc[j, qi] = T.float32(0)
-            for d in range(D):
+        # K read in its natural layout (one key row, contiguous over head_dim); KU keys at a
+        # time accumulate in registers (reg: constant indices once unrolled)
+        for j0 in range(BK // KU):
+            for jj in T.unroll(KU):
                 for qi in T.vectorized(BQ):
-                    sc[j, qi] = sc[j, qi] + T.Cast(
-                        acc_t, K[bi, T.min(kb * BK + j, sk - 1), hi, d]) * qt[d, qi]
+                    reg[jj, qi] = T.float32(0)
+            for d in range(D):
+                for jj in T.unroll(KU):
+                    for qi in T.vectorized(BQ):
+                        reg[jj, qi] = reg[jj, qi] + T.Cast(
+                            acc_t, K[bi, T.min(kb * BK + j0 * KU + jj, sk - 1), hi, d]) * qt[d, qi]
             # keys past the end get -inf (weight 0 even when every real key is masked to lowest)
-            for qi in T.vectorized(BQ):
-                if has_mask:
-                    sc[j, qi] = T.Select(kb * BK + j < sk, sc[j, qi] * T.float32(scale_c) + T.Cast(
-                        acc_t, M[0 if mb else bi, 0 if mh else hi,
-                                 0 if mq else T.min(q0 + qi, sq - 1), T.min(kb * BK + j, sk - 1)]),
-                        T.float32(neg_inf))
-                else:
-                    sc[j, qi] = T.Select(kb * BK + j < sk, sc[j, qi] * T.float32(scale_c),
-                                         T.float32(neg_inf))
+            for jj in T.unroll(KU):
+                for qi in T.vectorized(BQ):
+                    if has_mask:
+                        sc[j0 * KU + jj, qi] = T.Select(
+                            kb * BK + j0 * KU + jj < sk, reg[jj, qi] * T.float32(scale_c) + T.Cast(
+                                acc_t, M[0 if mb else bi, 0 if mh else hi,
+                                         0 if mq else T.min(q0 + qi, sq - 1),
+                                         T.min(kb * BK + j0 * KU + jj, sk - 1)]),
+                            T.float32(neg_inf))
+                    else:
+                        sc[j0 * KU + jj, qi] = T.Select(kb * BK + j0 * KU + jj < sk,
+                                                        reg[jj, qi] * T.float32(scale_c),
+                                                        T.float32(neg_inf))
+
+    @T.macro
+    def update_output(acc, reg, sc, stat, V, bi, hi, kb):
+        # acc[d, :] = acc[d, :] * alpha + sum_j p_j v_j[d], DU head-dim entries at a time in
+        # registers; keys past the end have weight 0 and read the last key's (finite) values
+        for d0 in range(D // DU):
+            for dd in T.unroll(DU):
+                for qi in T.vectorized(BQ):
+                    reg[dd, qi] = acc[d0 * DU + dd, qi] * stat[3, qi]
+            for j in range(BK):
+                for dd in T.unroll(DU):
+                    for qi in T.vectorized(BQ):
+                        reg[dd, qi] = reg[dd, qi] + T.Cast(
+                            acc_t, V[bi, T.min(kb * BK + j, sk - 1), hi, d0 * DU + dd]) * sc[j, qi]
+            for dd in T.unroll(DU):
+                for qi in T.vectorized(BQ):
+                    acc[d0 * DU + dd, qi] = reg[dd, qi]
 
     @T.macro
     def body(Q, K, V, M, O):
@@ -111,6 +163,8 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                 sc = T.alloc_buffer((BK, BQ), acc_t, scope="local")  # scores of a block of keys
                 acc = T.alloc_buffer((D, BQ), acc_t, scope="local")  # unnormalised output
                 stat = T.alloc_buffer((4, BQ), acc_t, scope="local")  # m, l, new m, alpha
+                reg = T.alloc_buffer((max(KU, DU), BQ), acc_t, scope="local")  # register tile
+                tmp = T.alloc_buffer((2, BQ), acc_t, scope="local")  # scratch of fast_exp
                 bi = task // (H * T.ceildiv(sq, BQ))
                 hi = task // T.ceildiv(sq, BQ) % H
                 q0 = task % T.ceildiv(sq, BQ) * BQ
@@ -125,7 +179,7 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                     for qi in T.vectorized(BQ):
                         acc[d, qi] = T.float32(0)
                 for kb in range(T.ceildiv(sk, BK)):
-                    scores(sc, qt, K, M, bi, hi, q0, kb)
+                    scores(sc, qt, reg, K, M, bi, hi, q0, kb)
                     for qi in T.vectorized(BQ):
                         stat[2, qi] = stat[0, qi]
                     for j in range(BK):
@@ -133,9 +187,11 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                             stat[2, qi] = T.max(stat[2, qi], sc[j, qi])
                     for j in range(BK):
                         for qi in T.vectorized(BQ):
-                            sc[j, qi] = T.exp(sc[j, qi] - stat[2, qi])
+                            sc[j, qi] = sc[j, qi] - stat[2, qi]
+                            fast_exp(sc, j, qi, tmp)
                     for qi in T.vectorized(BQ):
-                        stat[3, qi] = T.exp(stat[0, qi] - stat[2, qi])
+                        stat[3, qi] = stat[0, qi] - stat[2, qi]
+                        fast_exp(stat, 3, qi, tmp)
                     for qi in T.vectorized(BQ):
                         stat[1, qi] = stat[1, qi] * stat[3, qi]
                     for qi in T.vectorized(BQ):
@@ -143,20 +199,27 @@ def attention_kernel(heads: int, head_dim: int, dtype: str, scale: float,
                     for j in range(BK):
                         for qi in T.vectorized(BQ):
                             stat[1, qi] = stat[1, qi] + sc[j, qi]
-                    # keys past the end have weight 0 and read the last key's (finite) values
-                    for d in range(D):
-                        for qi in T.vectorized(BQ):
-                            acc[d, qi] = acc[d, qi] * stat[3, qi]
-                        for j in range(BK):
-                            for qi in T.vectorized(BQ):
-                                acc[d, qi] = acc[d, qi] + T.Cast(
-                                    acc_t, V[bi, T.min(kb * BK + j, sk - 1), hi, d]) * sc[j, qi]
+                    update_output(acc, reg, sc, stat, V, bi, hi, kb)
                 for qi in range(BQ):
                     if q0 + qi < sq:
                         for d in range(D):
                             O[bi, q0 + qi, hi, d] = T.Cast(dtype, acc[d, qi] / stat[1, qi])
 
-    if has_mask:
+    return attention_prim_func(body, dtype, H, D, (b, sq, sk), mask_shape if has_mask else None)
+
+
+def attention_prim_func(body, dtype: str, heads: int, head_dim: int, dims,
+                        mask_shape) -> tirx.PrimFunc:
+    """The PrimFunc ``(q, k, v[, mask], out)`` around the macro ``body(Q, K, V, M, O)``.
+
+    Shared by the CPU and CUDA kernels: q and out are (batch, seq_q, heads, head_dim), k and
+    v (batch, seq_k, heads, head_dim) with ``dims = (batch, seq_q, seq_k)``; the mask argument
+    exists when ``mask_shape`` is given. Private, marked ``tirx.noalias`` and
+    ``tirx.is_scheduled``.
+    """
+    H, D = heads, head_dim
+    b, sq, sk = dims
+    if mask_shape is not None:
         @T.prim_func(private=True, s_tir=True)
         def attention(q: T.handle, k: T.handle, v: T.handle, mask: T.handle, out: T.handle):
             T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})

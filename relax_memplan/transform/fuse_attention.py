@@ -1,8 +1,9 @@
 """FuseAttention: scaled dot-product attention as one kernel, without the score matrix.
 
 Where it runs: on the high-level Relax graph, before ``LegalizeOps`` (our pipeline runs it in
-the ``legalize`` phase with ``fusion=True``, llvm targets only: the kernel has a CPU schedule
-and no GPU one). Reads no attributes.
+the ``legalize`` phase with ``fusion=True``, llvm and cuda targets: the emitted kernel carries
+its own CPU or CUDA schedule and is marked ``tirx.is_scheduled``, so dlight, our CPU schedules
+and ``SpecializeKernels`` leave it alone). Reads no attributes.
 
 What it matches (the form TVM's ONNX importer gives BERT's and GPT-2's attention)::
 
@@ -28,14 +29,16 @@ transposes: the function's peak live bytes cannot rise.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm.target import Target
 
 from ._attention_kernel import attention_kernel
+from ._attention_kernel_gpu import attention_kernel_gpu
 from ._module_util import replace_functions
 
 __all__ = ["FuseAttention"]
@@ -50,18 +53,33 @@ class FuseAttention:
 
     Parameters
     ----------
-    block_keys : int
-        Keys per block of the streaming softmax (scores held per thread at a time).
-    block_queries : int
-        Query rows per parallel task.
+    block_keys : int, optional
+        Keys per block of the streaming softmax (CPU: scores held per task at a time; CUDA:
+        keys per shared-memory tile). Default 32 on CPU, 16 on CUDA.
+    block_queries : int, optional
+        Query rows per parallel task (CPU) or per thread block (CUDA). Default 32.
+    target : str, dict or tvm.target.Target, optional
+        Whose kernel to emit: ``cuda`` gets the CUDA kernel
+        (:mod:`~relax_memplan.transform._attention_kernel_gpu`), any other kind (default
+        ``llvm``) the CPU one (:mod:`~relax_memplan.transform._attention_kernel`).
 
     Attributes
     ----------
     fused : int
         Attention blocks rewritten by the last run.
+
+    Raises
+    ------
+    ValueError
+        A block size below 1.
     """
 
-    def __init__(self, block_keys: int = 32, block_queries: int = 32):
+    def __init__(self, block_keys: Optional[int] = None, block_queries: Optional[int] = None,
+                 target: Union[str, dict, Target, None] = None):
+        tgt = target if isinstance(target, Target) else Target(target or "llvm")
+        self.gpu = tgt.kind.name == "cuda"
+        block_keys = block_keys if block_keys is not None else (16 if self.gpu else 32)
+        block_queries = block_queries if block_queries is not None else 32
         if block_keys < 1 or block_queries < 1:
             raise ValueError(f"block sizes must be >= 1, got block_keys={block_keys}, "
                              f"block_queries={block_queries}")
@@ -71,7 +89,8 @@ class FuseAttention:
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         self.fused = 0
-        rewriter = _Rewriter(mod, self.block_keys, self.block_queries)
+        kernel = attention_kernel_gpu if self.gpu else attention_kernel
+        rewriter = _Rewriter(mod, kernel, self.block_keys, self.block_queries)
         updates = {}
         for gv, func in mod.functions_items():
             if not isinstance(func, relax.Function):
@@ -137,8 +156,9 @@ def _same(a, b) -> bool:
 
 @mutator
 class _Rewriter(PyExprMutator):
-    def __init__(self, mod, block_keys, block_queries):
+    def __init__(self, mod, kernel, block_keys, block_queries):
         super().__init__(mod)
+        self.kernel = kernel
         self.block_keys = block_keys
         self.block_queries = block_queries
         self.uses: Dict[relax.Var, int] = {}
@@ -257,7 +277,7 @@ class _Rewriter(PyExprMutator):
             broadcast = tuple(broadcast)
         key = (int(h), int(d), dtype, float(np.float32(scale)), broadcast)
         if key not in self.kernels:
-            func = attention_kernel(int(h), int(d), dtype, key[3], broadcast,
+            func = self.kernel(int(h), int(d), dtype, key[3], broadcast,
                                     self.block_keys, self.block_queries)
             self.kernels[key] = self.builder_.add_func(func, "fused_attention")
         args = [q4, k4, v4] + ([mask] if mask is not None else [])
