@@ -60,6 +60,7 @@ from tvm.target import Target
 from tvm.target.codegen import llvm_cpu_has_features
 
 from .analysis import MatmulAxes, match_matmul
+from .prepack import prepack_constant_b
 
 __all__ = ["TileConfig", "StaticMatmul", "GenericMatmul", "simd_lanes"]
 
@@ -176,7 +177,14 @@ def _out_dtype(sch: s_tir.Schedule, block) -> str:
 
 
 class _CPUMatmulBase(ScheduleRule):
-    """Shared skeleton of the two rules; subclasses pick the tiles."""
+    """Shared skeleton of the two rules; subclasses pick the tiles.
+
+    ``prepack_weights``: a constant ``B`` (``layout_free_buffers``) is given the panel
+    layout at compile time (:mod:`relax_memplan.schedules.prepack`) instead of packed on
+    every call.
+    """
+
+    prepack_weights: bool = True
 
     def is_target_available(self, target: Target) -> bool:
         return target is not None and target.kind.name == "llvm"
@@ -198,7 +206,7 @@ class _CPUMatmulBase(ScheduleRule):
             return None
         try:
             _inline_neighbours(sch, axes)
-            _schedule_tiles(sch, axes, cfg, lanes)
+            _schedule_tiles(sch, axes, cfg, lanes, func if self.prepack_weights else None)
         except _ScheduleError:
             # a primitive's precondition failed on an unusual variant: leave it unscheduled
             return None
@@ -278,12 +286,19 @@ def _split_fusable(sch: s_tir.Schedule, loops: List):
     return list(loops[:t]), list(loops[t:])
 
 
-def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lanes: int) -> None:
-    """The BLIS-style loop nest on the (already analysed) matmul block."""
+def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lanes: int,
+                    func: Optional[tirx.PrimFunc] = None) -> None:
+    """The BLIS-style loop nest on the (already analysed) matmul block.
+
+    With ``func`` (the unscheduled function), a constant ``B`` is packed at compile time
+    (:func:`~relax_memplan.schedules.prepack.prepack_constant_b`), not per call.
+    """
     block = axes.block
     nr = cfg.columns(lanes)
     if cfg.pad_remainders:
         _pad_remainders(sch, axes, cfg.mr, nr)
+    prepacked = (func is not None and cfg.pack_b and not cfg.nr_columns
+                 and prepack_constant_b(sch, func, axes, nr))
     padded = [p for p in sch.get_producers(block) if sch.get(p).name_hint.endswith("_pad")]
     groups = _loops_by_role(sch, axes)
     # Several row (or column) loops are fused into one M (N) axis only where the
@@ -321,7 +336,7 @@ def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lane
         sch.parallel(par)
     tile = io if io is not None else par
 
-    if cfg.pack_b:
+    if cfg.pack_b and not prepacked:
         packed = sch.cache_read(block, axes.b_read_index, "global")
         sch.compute_at(packed, par, preserve_unit_loops=True)
         _vectorize_columns(sch, packed, lanes, cfg.nr_columns)
