@@ -11,7 +11,7 @@ import tvm
 from tvm import relax, te, tirx
 
 from relax_memplan.schedules import DirectConv, DotProductGEMV, StaticMatmul, host_target
-from relax_memplan.schedules.cpu_conv import _column_tile
+from relax_memplan.schedules.cpu_conv import _column_tile, _tail_vectors
 from relax_memplan.schedules.cpu_matmul import _box_aligned, _row_tile
 from tests.conftest import shared_model
 from tests.schedules.conv_checks import CASES, conv_module
@@ -71,9 +71,25 @@ def test_width_without_vector_divisor_gets_full_vector_tiles_and_a_tail(target):
 def test_column_tile_prefers_whole_vectors():
     # mobilenetv2-tiny's 48-wide stem: 24 columns (1.5 AVX-512 vectors) was 8x slower than 16
     assert _column_tile(48, 16, 2) == 16
-    assert _column_tile(54, 16, 2) == 27  # no whole-vector divisor: the largest that fits
-    assert _column_tile(20, 16, 2) == 20  # fits in the tile as is
+    assert _column_tile(32, 16, 2) == 32 and _column_tile(13, 16, 2) == 13  # fit as they are
+    assert _column_tile(80, 16, 2) == 16
     assert _column_tile(109, 16, 2) == 1  # the loop_partition path takes it
+
+
+def test_column_tile_is_never_an_odd_width_above_one_vector():
+    """Regression: 54-wide rows got 27-column tiles and 20-wide rows 20 (16 + 4 lanes); LLVM
+    spilled those accumulators through the stack (yolov8n's 3x3 conv on a 40-wide map, 1
+    thread: 16 -> 5.3 ms with whole-vector tiles). Such widths now take the tail path."""
+    assert _column_tile(54, 16, 2) == 9 and _tail_vectors(54, 16, 2) == 1  # 3 x 16 + 6
+    assert _column_tile(20, 16, 2) == 10 and _tail_vectors(20, 16, 2) == 1  # 16 + 4
+    assert _column_tile(40, 16, 2) == 10 and _tail_vectors(40, 16, 2) == 2  # 32 + 8
+    assert _tail_vectors(109, 16, 2) == 2  # 3 x 32 + 13
+    for width in range(1, 200):
+        xt = _column_tile(width, 16, 2)
+        assert xt <= 16 or xt % 16 == 0, width
+        if xt < 16 < width:
+            v = _tail_vectors(width, 16, 2)
+            assert width % (16 * v) < 16 and 16 * v <= width, width
 
 
 def test_direct_conv_leaves_symbolic_and_non_conv_kernels_alone():
