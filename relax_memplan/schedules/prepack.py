@@ -127,10 +127,12 @@ _PACKER_SUFFIX = "_weight_prepack"
 
 
 def _has_preproc_block(func: tirx.PrimFunc) -> bool:
+    if func.attrs is None or LAYOUT_FREE_ATTR not in func.attrs:
+        return False  # only marked functions are prepacked
     sch = s_tir.Schedule(func)
     try:
         root = get_root_block(sch)
-    except ValueError:  # body is not a root block
+    except (ValueError, s_tir.ScheduleError):  # no root block, or several (SpecializeKernels)
         return False
     return any(PREPROC_ANNOTATION in sch.get(b).annotations for b in sch.get_child_blocks(root))
 
