@@ -13,7 +13,9 @@ rounds, with the same thread count (``TVM_NUM_THREADS`` and onnxruntime's
 Reports median latency and spread (10th-90th percentile, in % of the median), the
 compile time of each build, the largest difference of our outputs from onnxruntime's, and,
 for the model with the worst ours/ort ratio, the top kernels of our build by time (the VM's
-instrument hook, ``vm.set_instrument``). Prints a table and writes JSON.
+instrument hook, ``vm.set_instrument``). For every model, its top-5 kernels by time beside the
+same kernel (by name) in TVM's default build, flagged where ours is slower. Prints the tables
+and writes JSON.
 
 Usage: TVM_NUM_THREADS=2 python benchmarks/latency_bench.py [--threads 2] [--rounds 15]
        [--only squeezenet1.0 silero ...] [--json PATH]
@@ -125,6 +127,25 @@ def top_kernels(vm, arrays, count=5, repeats=5) -> list:
              "calls_per_run": calls[k] // repeats} for k, v in ranked]
 
 
+def kernel_ratios(ours_vm, tvm_vm, arrays, count=5, repeats=5) -> list:
+    """Our top-``count`` compiled kernels by time beside the same kernel in TVM's default build.
+
+    Kernels are matched by name (our ``*_prepacked`` kernels by the name before the suffix);
+    ``tvm_ms`` is ``None`` where TVM's build has no kernel of that name (another fusion).
+    """
+    ours = [k for k in top_kernels(ours_vm, arrays, count=10 ** 6, repeats=repeats)
+            if not k["kernel"].startswith("vm.")][:count]  # compiled kernels, not VM builtins
+    base = {k["kernel"]: k for k in top_kernels(tvm_vm, arrays, count=10 ** 6, repeats=repeats)}
+    rows = []
+    for k in ours:
+        name = k["kernel"].removesuffix("_prepacked")
+        other = base.get(name)
+        tvm_ms = other["ms_per_run"] if other else None
+        rows.append({**k, "tvm_ms_per_run": tvm_ms,
+                     "ours_over_tvm": k["ms_per_run"] / tvm_ms if tvm_ms else None})
+    return rows
+
+
 def bench_model(label, path, shapes, values, threads, rounds) -> dict:
     import tvm
 
@@ -149,7 +170,20 @@ def bench_model(label, path, shapes, values, threads, rounds) -> dict:
     timing = _interleaved({"ours": ours_run, "tvm": base_run, "ort": ort_run}, rounds)
     return {"model": label, "shapes": {k: list(v.shape) for k, v in feeds.items()},
             "compile_s": {"ours": ours_s, "tvm": base_s}, "max_abs_err_vs_ort": err,
-            **{k: v for k, v in timing.items()}, "_vm": ours, "_arrays": arrays}
+            **{k: v for k, v in timing.items()},
+            "top_kernels_vs_tvm": kernel_ratios(ours, base, arrays),
+            "_vm": ours, "_arrays": arrays}
+
+
+def _print_kernel_ratios(rows) -> None:
+    """Per model, the top-5 kernels of ours against TVM's default build (slower ones flagged)."""
+    print("\ntop-5 kernels of ours vs the same kernel in TVM's default build (ms per run):")
+    for r in rows:
+        for k in r.get("top_kernels_vs_tvm", []):
+            tvm_ms, ratio = k["tvm_ms_per_run"], k["ours_over_tvm"]
+            shown = f"{tvm_ms:>9.2f}{ratio:>7.2f}" if ratio else f"{'-':>9}{'-':>7}"
+            flag = "  SLOWER" if ratio and ratio > 1.0 else ""
+            print(f"  {r['model']:<17}{k['kernel'][:52]:<53}{k['ms_per_run']:>8.2f}{shown}{flag}")
 
 
 def _row(r) -> str:
@@ -192,6 +226,7 @@ def main(argv=None) -> None:
         print(_row(row), flush=True)
         rows.append(row)
     timed = [r for r in rows if "ours" in r]
+    _print_kernel_ratios(timed)
     if timed:
         worst = max(timed, key=lambda r: r["ours"]["median_ms"] / r["ort"]["median_ms"])
         worst["top_kernels_ours"] = top_kernels(worst["_vm"], worst["_arrays"])

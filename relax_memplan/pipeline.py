@@ -39,6 +39,7 @@ from typing import Mapping, Optional, Sequence, Tuple, Union
 import tvm
 from tvm import relax
 
+from .schedules.prepack import mark_constant_weights, split_prepacked_weights
 from .transform.annotate_dim_ranges import AnnotateDimRanges
 from .transform.annotate_no_alias import AnnotateNoAlias
 from .transform.check_index_bounds import CheckIndexBounds
@@ -199,7 +200,11 @@ def backend_phases(
         fuse_tir = [i for i, p in enumerate(legalize) if p.info.name == "FuseTIR"]
         legalize.insert(fuse_tir[-1] + 1 if fuse_tir else len(legalize), dispatch_pass)
     if schedule and kind == "llvm":
-        legalize.append(cpu_schedule_pass(target))
+        # constant weights get the kernels' packed layout at compile time: we mark them
+        # (layout_free_buffers), our rules add the layout-rewrite block, TVM splits it into
+        # its own PrimFunc and FoldConstant runs it on the constant (schedules/prepack.py)
+        legalize += [mark_constant_weights(), cpu_schedule_pass(target),
+                     split_prepacked_weights()]
     return [
         ("library_dispatch", annotate + backend.library_dispatch_passes(target)),
         ("legalize", legalize),

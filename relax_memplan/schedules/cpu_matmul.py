@@ -60,6 +60,7 @@ from tvm.target import Target
 from tvm.target.codegen import llvm_cpu_has_features
 
 from .analysis import MatmulAxes, match_matmul
+from .prepack import prepack_constant_b
 
 __all__ = ["TileConfig", "StaticMatmul", "GenericMatmul", "simd_lanes"]
 
@@ -90,6 +91,14 @@ class TileConfig:
     parallel : bool
         Parallelise the panel loop (and the copies outside the tile); ``False``
         for matmuls too small to pay for a parallel launch.
+    nr_columns : int
+        Columns of the register tile in elements when they are not whole vectors
+        (``0``: ``nr_vectors * lanes``). Set by :class:`StaticMatmul` for a
+        column axis made of several loops whose innermost extent has no divisor of
+        one vector (a 1x1 convolution's ``(y, x)`` on a 14-wide map): the tile is
+        ``t`` whole rows (``nr_columns = t * W``, ``t`` dividing the next loop's
+        extent), a box of the output that is also contiguous, vectorised as whole
+        vectors (or one vector narrower than ``lanes``) instead of padding each row.
     """
 
     mr: int = 4
@@ -99,6 +108,11 @@ class TileConfig:
     unroll_max_step: int = 64
     pad_remainders: bool = True
     parallel: bool = True
+    nr_columns: int = 0
+
+    def columns(self, lanes: int) -> int:
+        """Columns of the register tile in elements (``nr``)."""
+        return self.nr_columns or self.nr_vectors * lanes
 
 
 def simd_lanes(target: Target, dtype: str = "float32") -> int:
@@ -163,7 +177,14 @@ def _out_dtype(sch: s_tir.Schedule, block) -> str:
 
 
 class _CPUMatmulBase(ScheduleRule):
-    """Shared skeleton of the two rules; subclasses pick the tiles."""
+    """Shared skeleton of the two rules; subclasses pick the tiles.
+
+    ``prepack_weights``: a constant ``B`` (``layout_free_buffers``) is given the panel
+    layout at compile time (:mod:`relax_memplan.schedules.prepack`) instead of packed on
+    every call.
+    """
+
+    prepack_weights: bool = True
 
     def is_target_available(self, target: Target) -> bool:
         return target is not None and target.kind.name == "llvm"
@@ -185,7 +206,7 @@ class _CPUMatmulBase(ScheduleRule):
             return None
         try:
             _inline_neighbours(sch, axes)
-            _schedule_tiles(sch, axes, cfg, lanes)
+            _schedule_tiles(sch, axes, cfg, lanes, func if self.prepack_weights else None)
         except _ScheduleError:
             # a primitive's precondition failed on an unusual variant: leave it unscheduled
             return None
@@ -222,8 +243,11 @@ def _pad_remainders(sch: s_tir.Schedule, axes: MatmulAxes, mr: int, nr: int) -> 
     for role, tile in (("I", mr), ("J", nr)):
         if role not in axes.roles:
             continue
-        total = getattr(axes, f"{role.lower()}_extents")[-1]
-        if isinstance(total, int):
+        extents = getattr(axes, f"{role.lower()}_extents")
+        total = extents[-1]
+        if role == "J" and _box_aligned(extents, tile):
+            divisible = True
+        elif isinstance(total, int):
             divisible = total % tile == 0
         else:
             divisible = analyzer.can_prove_equal(tirx.floormod(total, tile), 0)
@@ -231,6 +255,19 @@ def _pad_remainders(sch: s_tir.Schedule, axes: MatmulAxes, mr: int, nr: int) -> 
             padding[axes.roles.rindex(role)] = tile
     if any(p != 1 for p in padding):
         sch.pad_einsum(axes.block, padding)
+
+
+def _box_aligned(extents, tile: int) -> bool:
+    """Whether ``tile`` consecutive elements of the fused loops ``extents`` are always a box:
+    ``tile`` divides the innermost extent ``W``, or is ``t * W`` with ``t`` dividing the
+    next extent (whole rows)."""
+    if not extents or not all(isinstance(e, int) for e in extents[-2:]):
+        return False
+    inner = extents[-1]
+    if inner % tile == 0:
+        return True
+    return (len(extents) >= 2 and tile % inner == 0
+            and extents[-2] % (tile // inner) == 0)
 
 
 def _split_fusable(sch: s_tir.Schedule, loops: List):
@@ -249,12 +286,19 @@ def _split_fusable(sch: s_tir.Schedule, loops: List):
     return list(loops[:t]), list(loops[t:])
 
 
-def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lanes: int) -> None:
-    """The BLIS-style loop nest on the (already analysed) matmul block."""
+def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lanes: int,
+                    func: Optional[tirx.PrimFunc] = None) -> None:
+    """The BLIS-style loop nest on the (already analysed) matmul block.
+
+    With ``func`` (the unscheduled function), a constant ``B`` is packed at compile time
+    (:func:`~relax_memplan.schedules.prepack.prepack_constant_b`), not per call.
+    """
     block = axes.block
-    nr = cfg.nr_vectors * lanes
+    nr = cfg.columns(lanes)
     if cfg.pad_remainders:
         _pad_remainders(sch, axes, cfg.mr, nr)
+    prepacked = (func is not None and cfg.pack_b and not cfg.nr_columns
+                 and prepack_constant_b(sch, func, axes, nr))
     padded = [p for p in sch.get_producers(block) if sch.get(p).name_hint.endswith("_pad")]
     groups = _loops_by_role(sch, axes)
     # Several row (or column) loops are fused into one M (N) axis only where the
@@ -271,7 +315,11 @@ def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lane
     j = _fuse(sch, j_fused)
     k = _fuse(sch, groups["K"])
 
-    jo, jv, jl = sch.split(j, factors=[None, cfg.nr_vectors, lanes])
+    if cfg.nr_columns % lanes:  # rows of a box-aligned tile: one vector of nr_columns lanes
+        jo, jl = sch.split(j, factors=[None, nr])
+        jv = None
+    else:
+        jo, jv, jl = sch.split(j, factors=[None, nr // lanes, lanes])
     outer = [lp for lp in (s,) if lp is not None] + j_sep
     if i is None:  # one row: the tile is 1 x nr
         io = ii = None
@@ -282,16 +330,16 @@ def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lane
         io, ii = sch.split(i, factors=[None, cfg.mr])
     outer.append(jo)
     # separate row loops run serially inside a task, reusing its packed B panel
-    sch.reorder(*outer, *i_sep, *[lp for lp in (io, k, ii) if lp is not None], jv, jl)
+    sch.reorder(*outer, *i_sep, *[lp for lp in (io, k, ii, jv) if lp is not None], jl)
     par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     if cfg.parallel:
         sch.parallel(par)
     tile = io if io is not None else par
 
-    if cfg.pack_b:
+    if cfg.pack_b and not prepacked:
         packed = sch.cache_read(block, axes.b_read_index, "global")
         sch.compute_at(packed, par, preserve_unit_loops=True)
-        _vectorize_inner(sch, packed, lanes)
+        _vectorize_columns(sch, packed, lanes, cfg.nr_columns)
     for pad in padded:
         # zero-padded copies of A / B: inline into the packing or keep as a parallel copy
         if not _try(sch.compute_inline, pad):
@@ -300,7 +348,7 @@ def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lane
     # register tile: accumulate in a local mr x nr buffer, write back once
     write_back = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(write_back, tile, preserve_unit_loops=True)
-    _vectorize_inner(sch, write_back, lanes)
+    _vectorize_columns(sch, write_back, lanes, cfg.nr_columns)
     tail = write_back
     pending = sch.get_consumers(tail)
     while pending:
@@ -314,13 +362,14 @@ def _schedule_tiles(sch: s_tir.Schedule, axes: MatmulAxes, cfg: TileConfig, lane
         except _ScheduleError:
             _parallel_copy(sch, consumer, lanes, cfg.parallel)
             continue
-        _vectorize_inner(sch, consumer, lanes)
+        _vectorize_columns(sch, consumer, lanes, cfg.nr_columns)
         tail = consumer
         pending = sch.get_consumers(tail)
 
     if ii is not None:
         sch.unroll(ii)
-    sch.unroll(jv)
+    if jv is not None:
+        sch.unroll(jv)
     sch.vectorize(jl)
     init = sch.decompose_reduction(block, k)
     sch.vectorize(sch.get_loops(init)[-1])
@@ -333,6 +382,29 @@ def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
     inner = sch.get_loops(block)[-1]
     _, vec = sch.split(inner, factors=[None, lanes])
     sch.vectorize(vec)
+
+
+def _vectorize_columns(sch: s_tir.Schedule, block, lanes: int, nr_columns: int) -> None:
+    """Vectorise the whole rows of a box-aligned tile as one ``nr_columns``-wide loop.
+
+    The innermost loops of ``block`` whose extents multiply to ``nr_columns`` (rows x
+    width of the tile, contiguous in memory) are fused and vectorised; without
+    ``nr_columns``, or when they do not multiply to it, as :func:`_vectorize_inner`
+    (a 12-wide row split by 16 lanes is a predicated, scalarised loop).
+    """
+    loops = sch.get_loops(block)
+    if nr_columns:
+        width, first = 1, len(loops)
+        while first > 0 and width < nr_columns:
+            extent = sch.get(loops[first - 1]).extent
+            if not isinstance(extent, tirx.IntImm):
+                break
+            width *= int(extent.value)
+            first -= 1
+        if width == nr_columns:
+            sch.vectorize(_fuse(sch, loops[first:]))
+            return
+    _vectorize_inner(sch, block, lanes)
 
 
 def _parallel_copy(sch: s_tir.Schedule, block, lanes: int, parallel: bool = True) -> None:
@@ -384,11 +456,44 @@ class StaticMatmul(_CPUMatmulBase):
         tiles = self.tiles_fma if _has_fma(target) else self.tiles_no_fma
         best = next(((mr, v) for mr, v in tiles if m % mr == 0 and n % (v * lanes) == 0), None)
         if best is None:
-            best = next(((mr, v) for mr, v in tiles if n % (v * lanes) == 0), tiles[0])
-        mr, vecs = best
+            best = next(((mr, v) for mr, v in tiles if n % (v * lanes) == 0), None)
         macs = _product(axes.s_extents + axes.i_extents + axes.j_extents + axes.k_extents)
+        parallel = macs >= self.min_parallel_macs
+        budget = max(mr * v for mr, v in tiles)
+        rows = _row_tile(axes.j_extents, lanes, budget // 2) if best is None else 0
+        if rows:
+            vecs = -(-rows // lanes)
+            fits = [mr for mr, _ in tiles if mr * vecs <= budget] or [1]
+            mr = max((r for r in fits if m % r == 0), default=max(fits))
+            return TileConfig(mr=min(mr, m), nr_vectors=vecs, mc=0, pack_b=True,
+                              unroll_max_step=256, parallel=parallel, nr_columns=rows)
+        if best is None:  # pad the columns: the tile wasting the fewest (55 wide: 64, not 96)
+            best = min(tiles, key=lambda t: (-(-n // (t[1] * lanes)) * t[1], m % t[0] != 0))
+        mr, vecs = best
         return TileConfig(mr=min(mr, m), nr_vectors=vecs, mc=0, pack_b=True,
-                          unroll_max_step=256, parallel=macs >= self.min_parallel_macs)
+                          unroll_max_step=256, parallel=parallel)
+
+
+def _row_tile(j_extents, lanes: int, max_vectors: int) -> int:
+    """Columns of a box-aligned register tile over several constant column loops, or 0.
+
+    For ``J = (.., H, W)`` (a 1x1 convolution's output map) with ``W`` not a multiple of
+    one vector: ``t * W`` whole rows (``t`` dividing ``H``) with the best lane use, the
+    widest among equals (12-wide rows on 16 lanes: 48 = 4 rows in 3 full vectors, instead
+    of each row padded to 48). The width is whole vectors, or less than one vector: LLVM
+    scalarises a loop-carried accumulator of a wider odd width through the stack
+    (``<27 x float>``, ``<48 x float>``: 10-20x slower, measured on znver4).
+    Returns 0 when ``J`` is one loop or nothing fits.
+    """
+    if len(j_extents) < 2 or not all(isinstance(e, int) for e in j_extents[-2:]):
+        return 0
+    height, width = j_extents[-2], j_extents[-1]
+    options = [t * width for t in range(1, height + 1)
+               if height % t == 0 and t * width <= max_vectors * lanes
+               and (t * width % lanes == 0 or t * width < lanes)]
+    if not options:
+        return 0
+    return max(options, key=lambda nr: (nr / (-(-nr // lanes) * lanes), nr))
 
 
 class GenericMatmul(_CPUMatmulBase):

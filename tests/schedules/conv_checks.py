@@ -31,6 +31,18 @@ CASES = [
     ("conv1d k3 s2 p1 53 outputs", (1, 4, 105), 6, 3, 2, 1, 1, 1, "bias"),
     ("squeeze-excitation 1x1 output times a 10x10 map", (1, 48, 1, 1), 192, 1, 1, 0, 1, 1,
      "se"),
+    # 1x1 convolutions on maps whose width is no vector multiple: StaticMatmul's tile of whole
+    # rows (12 wide: 48 = 4 rows on 16 lanes), one vector narrower than a register (14, 7),
+    # or padded columns (27 wide)
+    ("1x1 12x12 map whole-row tiles clip", (1, 20, 12, 12), 24, 1, 1, 0, 1, 1, "clip"),
+    ("1x1 batch 2 14x14 map silu", (2, 16, 14, 14), 10, 1, 1, 0, 1, 1, "silu"),
+    ("1x1 7x7 map odd channels", (1, 9, 7, 7), 13, 1, 1, 0, 1, 1, "relu"),
+    ("1x1 27x27 map padded columns", (1, 8, 27, 27), 6, 1, 1, 0, 1, 1, "bias"),
+    ("1x1 3x10 map rows of 10", (1, 12, 6, 10), 20, 1, 1, 0, 1, 1, "relu"),
+    # widths whose tile would be an odd width above one vector: whole vectors plus a tail
+    ("3x3 s1 p1 20-wide silu", (1, 8, 5, 20), 12, 3, 1, 1, 1, 1, "silu"),
+    ("3x3 s2 p1 40 outputs, 24 channels", (1, 4, 6, 80), 24, 3, 2, 1, 1, 1, "relu"),
+    ("3x3 s1 p1 54-wide", (1, 6, 4, 54), 16, 3, 1, 1, 1, 1, "clip"),
 ]
 
 

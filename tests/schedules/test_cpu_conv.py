@@ -10,8 +10,9 @@ import pytest
 import tvm
 from tvm import relax, te, tirx
 
-from relax_memplan.schedules import DirectConv, DotProductGEMV, host_target
-from relax_memplan.schedules.cpu_conv import _column_tile
+from relax_memplan.schedules import DirectConv, DotProductGEMV, StaticMatmul, host_target
+from relax_memplan.schedules.cpu_conv import _column_tile, _tail_vectors
+from relax_memplan.schedules.cpu_matmul import _box_aligned, _row_tile
 from tests.conftest import shared_model
 from tests.schedules.conv_checks import CASES, conv_module
 
@@ -70,9 +71,25 @@ def test_width_without_vector_divisor_gets_full_vector_tiles_and_a_tail(target):
 def test_column_tile_prefers_whole_vectors():
     # mobilenetv2-tiny's 48-wide stem: 24 columns (1.5 AVX-512 vectors) was 8x slower than 16
     assert _column_tile(48, 16, 2) == 16
-    assert _column_tile(54, 16, 2) == 27  # no whole-vector divisor: the largest that fits
-    assert _column_tile(20, 16, 2) == 20  # fits in the tile as is
+    assert _column_tile(32, 16, 2) == 32 and _column_tile(13, 16, 2) == 13  # fit as they are
+    assert _column_tile(80, 16, 2) == 16
     assert _column_tile(109, 16, 2) == 1  # the loop_partition path takes it
+
+
+def test_column_tile_is_never_an_odd_width_above_one_vector():
+    """Regression: 54-wide rows got 27-column tiles and 20-wide rows 20 (16 + 4 lanes); LLVM
+    spilled those accumulators through the stack (yolov8n's 3x3 conv on a 40-wide map, 1
+    thread: 16 -> 5.3 ms with whole-vector tiles). Such widths now take the tail path."""
+    assert _column_tile(54, 16, 2) == 9 and _tail_vectors(54, 16, 2) == 1  # 3 x 16 + 6
+    assert _column_tile(20, 16, 2) == 10 and _tail_vectors(20, 16, 2) == 1  # 16 + 4
+    assert _column_tile(40, 16, 2) == 10 and _tail_vectors(40, 16, 2) == 2  # 32 + 8
+    assert _tail_vectors(109, 16, 2) == 2  # 3 x 32 + 13
+    for width in range(1, 200):
+        xt = _column_tile(width, 16, 2)
+        assert xt <= 16 or xt % 16 == 0, width
+        if xt < 16 < width:
+            v = _tail_vectors(width, 16, 2)
+            assert width % (16 * v) < 16 and 16 * v <= width, width
 
 
 def test_direct_conv_leaves_symbolic_and_non_conv_kernels_alone():
@@ -122,3 +139,34 @@ def test_small_convolution_runs_serially():
     assert "T.parallel(" not in text and "T.vectorized(" in text
     (large,) = _fused_kernels(conv_module((1, 32, 28, 28), 32, 3, 1, 1, 1, 1, "relu"))
     assert "T.parallel(" in DirectConv().apply(large, host_target(), False).mod["main"].script()
+
+
+def test_row_tile_takes_whole_rows_in_whole_vectors_or_less_than_one():
+    assert _row_tile([12, 12], 16, 6) == 48  # 4 rows, 3 full vectors
+    assert _row_tile([20, 20], 16, 6) == 80  # 4 rows, 5 full vectors
+    assert _row_tile([14, 14], 16, 6) == 14  # 28 / 42 would be odd-width accumulators
+    assert _row_tile([3, 3], 16, 6) == 9
+    assert _row_tile([27, 27], 16, 6) == 0  # nothing fits: the columns are padded instead
+    assert _row_tile([2, 14], 16, 6) == 14  # t must divide the height
+    assert _row_tile([14], 16, 6) == 0  # one column loop: a plain matmul
+
+
+def test_box_aligned_rejects_tiles_that_straddle_rows():
+    assert _box_aligned([12, 12], 48) and _box_aligned([12, 12], 36)
+    assert _box_aligned([4, 32], 16)
+    assert not _box_aligned([14, 14], 32)  # 32 columns: two rows and a piece of a third
+    assert not _box_aligned([10, 12], 48)  # 4 rows do not divide 10
+    assert not _box_aligned([tirx.Var("h", "int64"), 12], 48)
+
+
+@pytest.mark.parametrize("shape, filters", [((1, 20, 12, 12), 24), ((2, 16, 14, 14), 10),
+                                            ((1, 12, 3, 3), 64)])
+def test_1x1_conv_gets_the_matmul_tile_without_padded_columns(shape, filters):
+    """A 1x1 conv is (Cout x Cin) . (Cin x HW): StaticMatmul tiles whole output rows instead of
+    padding each row to a vector multiple (mobilenetv2's 12-wide map padded to 48: 4x work)."""
+    (func,) = _fused_kernels(conv_module(shape, filters, 1, 1, 0, 1, 1, "clip"))
+    avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})  # 16 lanes, FMA
+    sch = StaticMatmul(min_parallel_macs=0).apply(func, avx512, False)
+    assert sch is not None
+    text = sch.mod["main"].script()
+    assert "_pad" not in text and "T.vectorized(" in text and "_local" in text

@@ -1,0 +1,227 @@
+"""Constant matmul weights laid out for the register tile once, at compile time.
+
+Where it runs
+-------------
+Inside :class:`~relax_memplan.schedules.cpu_matmul.StaticMatmul` (after ``FuseTIR``), on a
+PrimFunc whose ``B`` operand (the one carrying the column axis ``J``) is a function
+parameter that :func:`mark_constant_weights` listed in the function attribute
+``layout_free_buffers`` (the Relax argument is a constant: a model weight; TVM's
+``AttachAttrLayoutFreeBuffers`` writes the same attribute). The pipeline
+(``get_pipeline(..., schedule=True)``) runs that pass before the
+schedules and :func:`split_prepacked_weights` (which also folds) after them.
+
+What it does
+------------
+Without it, the kernel copies each ``K x nr`` panel of ``B`` into a contiguous buffer on
+every call (BLIS's packed ``B`` micro-panel): one whole copy of the weight per call,
+9.4 MB for BERT-base's 768 x 3072 feed-forward weight. Here the whole ``B`` is read
+through a ``cache_read`` at the root whose buffer is given the panel layout
+``(N / nr, K, nr)`` (``transform_layout``), and that copy block is annotated
+``meta_schedule.layout_rewrite_preproc`` -- MetaSchedule's convention for layout-free
+weights (its ``RewriteLayout`` postprocessor). :func:`split_prepacked_weights` (TVM's
+``SplitLayoutRewritePreproc`` on the PrimFuncs concerned) then moves
+the copy into its own PrimFunc called from Relax on the constant, and ``FoldConstant``
+evaluates that call when compiling (the packing PrimFunc stays in the module, unused): the kernel receives the packed weight and its
+micro-kernel reads each panel contiguously, with no copy at run time.
+
+Only plain 2-D weights whose column count is a multiple of ``nr`` are packed (no
+padding of ``J``); anything else keeps the per-call panel packing.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import tvm
+from tvm import relax, s_tir, tirx
+from tvm.s_tir.dlight.analysis import get_root_block
+
+from .analysis import MatmulAxes
+
+__all__ = ["LAYOUT_FREE_ATTR", "PREPROC_ANNOTATION", "mark_constant_weights",
+           "split_prepacked_weights",
+           "prepack_constant_b"]
+
+LAYOUT_FREE_ATTR = "layout_free_buffers"
+"""PrimFunc attribute (TVM's name, see ``relax.transform.AttachAttrLayoutFreeBuffers``):
+indices of the parameters whose Relax arguments are constants."""
+
+PREPROC_ANNOTATION = "meta_schedule.layout_rewrite_preproc"
+"""Block annotation ``relax.transform.SplitLayoutRewritePreproc`` looks for."""
+
+
+def _b_dims(sch: s_tir.Schedule, axes: MatmulAxes) -> Optional[tuple]:
+    """``(j_dim, k_dim)`` of a 2-D ``B`` read at ``B[.., k, j]`` / ``B[j, k]`` by bare
+    iter vars of role ``J`` and ``K``, else ``None``."""
+    block = sch.get(axes.block)
+    region = block.reads[axes.b_read_index].region
+    if len(region) != 2:
+        return None
+    role_of = {iv.var: role for iv, role in zip(block.iter_vars, axes.roles)}
+    roles = [role_of.get(rng.min) if isinstance(rng.min, tirx.Var) else None
+             for rng in region]
+    if sorted(r for r in roles if r) != ["J", "K"]:
+        return None
+    return roles.index("J"), roles.index("K")
+
+
+def _is_layout_free_param(func: tirx.PrimFunc, buffer) -> bool:
+    attrs = func.attrs
+    if attrs is None or LAYOUT_FREE_ATTR not in attrs:
+        return False
+    for index in attrs[LAYOUT_FREE_ATTR]:
+        param = func.params[int(index)]
+        if param.same_as(buffer) or getattr(param, "data", None) is not None and \
+                param.data.same_as(buffer.data):
+            return True
+    return False
+
+
+def prepack_constant_b(sch: s_tir.Schedule, func: tirx.PrimFunc, axes: MatmulAxes,
+                       nr: int) -> bool:
+    """Give a constant ``B`` the panel layout ``(N / nr, K, nr)`` in a preprocessing block.
+
+    Call it after the producers of ``B`` are inlined and before the tiles are split.
+
+    Parameters
+    ----------
+    sch : tvm.s_tir.Schedule
+        The schedule of ``func`` being built.
+    func : tvm.tirx.PrimFunc
+        The unscheduled function (its ``layout_free_buffers`` attribute is read).
+    axes : MatmulAxes
+        The analysed matmul block.
+    nr : int
+        Columns of the register tile (elements).
+
+    Returns
+    -------
+    bool
+        ``True`` when ``B`` now reads the packed buffer (the caller then skips the
+        per-call panel packing), ``False`` when left as is (not a constant parameter,
+        not 2-D, ``N`` not a multiple of ``nr``).
+    """
+    dims = _b_dims(sch, axes)
+    if dims is None:
+        return False
+    j_dim, k_dim = dims
+    buffer = sch.get(axes.block).reads[axes.b_read_index].source
+    if not _is_layout_free_param(func, buffer):
+        return False
+    n = buffer.shape[j_dim]
+    if not isinstance(n, tirx.IntImm) or n.value % nr != 0:
+        return False
+    packed = sch.cache_read(axes.block, axes.b_read_index, "global")
+    sch.annotate(packed, PREPROC_ANNOTATION, 1)
+
+    def _panels(*index):
+        return index[j_dim] // nr, index[k_dim], index[j_dim] % nr
+
+    sch.transform_layout(axes.block, ("read", axes.b_read_index),
+                         tirx.IndexMap.from_func(_panels, ndim=2))
+    return True
+
+
+_PACKER_SUFFIX = "_weight_prepack"
+"""Name suffix SplitLayoutRewritePreproc gives the packing PrimFunc it splits off."""
+
+
+def _has_preproc_block(func: tirx.PrimFunc) -> bool:
+    if func.attrs is None or LAYOUT_FREE_ATTR not in func.attrs:
+        return False  # only marked functions are prepacked
+    sch = s_tir.Schedule(func)
+    try:
+        root = get_root_block(sch)
+    except (ValueError, s_tir.ScheduleError):  # no root block, or several (SpecializeKernels)
+        return False
+    return any(PREPROC_ANNOTATION in sch.get(b).annotations for b in sch.get_child_blocks(root))
+
+
+def mark_constant_weights() -> tvm.transform.Pass:
+    """Write ``layout_free_buffers`` on each PrimFunc: the parameters that receive a Relax
+    constant at every ``call_tir`` site.
+
+    Our replacement for ``relax.transform.AttachAttrLayoutFreeBuffers``, which breaks
+    PrimFuncs with symbolic buffer shapes (our index checks then fail to build: "variables
+    (d0, d1, n0, n1) are used, but are not passed in as API arguments"). Runs after
+    ``FuseTIR``, before the CPU schedules; the attribute is read by
+    :func:`prepack_constant_b` and removed again by :func:`split_prepacked_weights`.
+
+    Returns
+    -------
+    tvm.transform.Pass
+        Module pass ``MarkConstantWeights``.
+    """
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    @tvm.transform.module_pass(opt_level=0, name="MarkConstantWeights")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        constant = {}
+
+        def _visit(node):
+            if not (isinstance(node, relax.Call) and node.op.same_as(call_tir)):
+                return
+            args = node.args[1].fields if hasattr(node.args[1], "fields") else [node.args[1]]
+            found = {k for k, arg in enumerate(args) if isinstance(arg, tvm.ir.GenericConst)}
+            gv = node.args[0]
+            constant[gv] = constant[gv] & found if gv in constant else found
+
+        for _, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                relax.analysis.post_order_visit(func.body, _visit)
+        for gv, indices in constant.items():
+            func = mod[gv] if gv in mod.get_global_vars() else None
+            if isinstance(func, tirx.PrimFunc) and indices:
+                mod.update_func(gv, func.with_attr(LAYOUT_FREE_ATTR, sorted(indices)))
+        return mod
+
+    return _pass
+
+
+def split_prepacked_weights() -> tvm.transform.Pass:
+    """Move the weight-packing blocks into their own PrimFuncs, called on the constants.
+
+    TVM's ``relax.transform.SplitLayoutRewritePreproc`` restricted to the PrimFuncs that
+    have a ``meta_schedule.layout_rewrite_preproc`` block (and the Relax functions calling
+    them): on the whole module it fails on a PrimFunc whose root holds no compute block
+    (our index checks: "There should be a compute block if there is only one subtree
+    under the root"). ``layout_free_buffers`` is removed from the other PrimFuncs. The
+    packing calls are then folded (``FoldConstant`` on the callers and packing PrimFuncs
+    only: on the whole module it would also build our index-check kernels standalone,
+    which fails on their symbolic buffer shapes). Runs after the CPU schedules.
+
+    Returns
+    -------
+    tvm.transform.Pass
+        Module pass ``SplitPrepackedWeights``.
+    """
+
+    @tvm.transform.module_pass(opt_level=0, name="SplitPrepackedWeights")
+    def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        funcs, marked = {}, {}
+        for gv, func in mod.functions_items():
+            if isinstance(func, tirx.PrimFunc) and _has_preproc_block(func):
+                marked[gv] = func
+            elif (isinstance(func, tirx.PrimFunc) and func.attrs is not None
+                  and LAYOUT_FREE_ATTR in func.attrs):
+                func = func.without_attr(LAYOUT_FREE_ATTR)
+            funcs[gv] = func
+        if not marked:
+            return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
+        callers = {gv: f for gv, f in funcs.items() if not isinstance(f, tirx.PrimFunc)}
+        split = dict(relax.transform.SplitLayoutRewritePreproc()(
+            tvm.IRModule({**callers, **marked}, attrs=mod.attrs)).functions_items())
+        # fold the packing calls on the constants; FoldConstant sees only these PrimFuncs
+        packers = {gv: f for gv, f in split.items()
+                   if gv.name_hint.endswith(_PACKER_SUFFIX) and isinstance(f, tirx.PrimFunc)}
+        folded = relax.transform.FoldConstant()(tvm.IRModule(
+            {**{gv: f for gv, f in split.items() if not isinstance(f, tirx.PrimFunc)},
+             **packers}, attrs=mod.attrs))
+        for gv in marked:
+            funcs.pop(gv)
+        funcs.update(split)
+        funcs.update({gv: f for gv, f in folded.functions_items()
+                      if not isinstance(f, tirx.PrimFunc)})
+        return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
+
+    return _pass

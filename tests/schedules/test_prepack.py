@@ -1,0 +1,121 @@
+"""Constant matmul weights packed at compile time (relax_memplan.schedules.prepack)."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, tirx
+
+from relax_memplan.pipeline import get_pipeline
+from relax_memplan.schedules import cpu_schedule_pass
+from relax_memplan.schedules.prepack import (LAYOUT_FREE_ATTR, mark_constant_weights,
+                                             split_prepacked_weights)
+
+AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})  # 16 lanes, FMA
+RNG = np.random.default_rng(0)
+
+
+def _dense(m, k, n, weight_is_param=False, transposed=False):
+    """``relu(x @ W + b)`` with ``W`` a constant (or a parameter); ``transposed``: ``x @ Wt.T``."""
+    w_np = RNG.standard_normal((n, k) if transposed else (k, n)).astype("float32")
+    b_np = RNG.standard_normal(n).astype("float32")
+    x = relax.Var("x", relax.TensorType([m, k], "float32"))
+    params = [x]
+    if weight_is_param:
+        w = relax.Var("w", relax.TensorType(list(w_np.shape), "float32"))
+        params.append(w)
+    else:
+        w = relax.const(w_np)
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            rhs = relax.op.permute_dims(w) if transposed else w
+            y = bb.emit(relax.op.add(relax.op.matmul(x, rhs), relax.const(b_np)))
+            out = bb.emit_output(bb.emit(relax.op.nn.relu(y)))
+        bb.emit_func_output(out)
+    return bb.get(), (w_np.T if transposed else w_np), b_np
+
+
+def _scheduled(mod, target=AVX512):
+    seq = tvm.transform.Sequential([
+        relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),
+        mark_constant_weights(), cpu_schedule_pass(target), split_prepacked_weights()])
+    with target:
+        return seq(mod)
+
+
+def _main_constants(mod):
+    found = []
+
+    def _visit(node):
+        if isinstance(node, tvm.ir.GenericConst):
+            found.append(node.value.numpy())
+
+    relax.analysis.post_order_visit(mod["main"].body, _visit)
+    return found
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["NN", "NT"])
+def test_constant_weight_is_passed_in_panel_layout(transposed):
+    """The kernel receives W as (N / nr, K, nr) panels, computed when compiling."""
+    mod, w, _ = _dense(7, 33, 96, transposed=transposed)
+    out = _scheduled(mod)
+    kernels = {gv.name_hint: f for gv, f in out.functions_items() if isinstance(f, tirx.PrimFunc)}
+    assert any(name.endswith("_prepacked") for name in kernels), sorted(kernels)
+    packed = [c for c in _main_constants(out) if c.ndim == 3]
+    assert len(packed) == 1
+    panels, k, nr = packed[0].shape
+    assert k == 33 and panels * nr == 96
+    np.testing.assert_array_equal(packed[0], w.reshape(33, panels, nr).transpose(1, 0, 2))
+    assert all(LAYOUT_FREE_ATTR not in (f.attrs or {}) for f in kernels.values())
+
+
+def test_weight_given_at_run_time_is_packed_per_call():
+    mod, _, _ = _dense(7, 33, 96, weight_is_param=True)
+    out = _scheduled(mod)
+    names = [gv.name_hint for gv, f in out.functions_items() if isinstance(f, tirx.PrimFunc)]
+    assert not any(n.endswith("_prepacked") for n in names)
+    assert all(c.ndim < 3 for c in _main_constants(out))
+
+
+def test_mark_constant_weights_needs_a_constant_at_every_call_site():
+    """A kernel called once with a constant and once with a variable keeps per-call packing."""
+    w_np = RNG.standard_normal((16, 32)).astype("float32")
+    x = relax.Var("x", relax.TensorType([4, 16], "float32"))
+    v = relax.Var("v", relax.TensorType([16, 32], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, v]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.matmul(x, relax.const(w_np)))
+            b = bb.emit(relax.op.matmul(x, v))
+            out = bb.emit_output(bb.emit(relax.op.add(a, b)))
+        bb.emit_func_output(out)
+    seq = tvm.transform.Sequential([relax.transform.LegalizeOps(), mark_constant_weights()])
+    marked = seq(bb.get())
+    attrs = [f.attrs for gv, f in marked.functions_items()
+             if isinstance(f, tirx.PrimFunc) and "matmul" in gv.name_hint]
+    assert len(attrs) == 1  # one matmul PrimFunc, shared by both calls
+    assert LAYOUT_FREE_ATTR not in attrs[0]
+    # the same module with the constant at both call sites is marked
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.matmul(x, relax.const(w_np)))
+            b = bb.emit(relax.op.matmul(x, relax.const(-w_np)))
+            out = bb.emit_output(bb.emit(relax.op.add(a, b)))
+        bb.emit_func_output(out)
+    marked = seq(bb.get())
+    assert [list(f.attrs[LAYOUT_FREE_ATTR]) for gv, f in marked.functions_items()
+            if isinstance(f, tirx.PrimFunc) and "matmul" in gv.name_hint] == [[1]]
+
+
+@pytest.mark.parametrize("m, k, n, transposed", [(7, 33, 96, False), (64, 128, 512, True),
+                                                 (1, 768, 3072, False)])
+def test_prepacked_build_matches_numpy(m, k, n, transposed):
+    mod, w, b = _dense(m, k, n, transposed=transposed)
+    target = tvm.target.Target("llvm")
+    ex = tvm.compile(mod, target, relax_pipeline=get_pipeline(target, schedule=True))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    x = RNG.standard_normal((m, k)).astype("float32")
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-3)

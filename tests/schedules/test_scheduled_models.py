@@ -1,0 +1,31 @@
+"""Shared ONNX models built with our CPU schedules for the host CPU (``schedule=True``): the
+outputs stay within ``1e-4 * max|ref| + 1e-5`` of onnxruntime. Covers the 1x1 convolutions as
+matmul tiles (mobilenetv2, squeezenet, yolov8n) and the weights packed at compile time (bert,
+gpt2)."""
+
+import pytest
+
+from relax_memplan.compiler import compile_onnx
+from relax_memplan.schedules import host_target
+from tests.conftest import shared_model
+
+CASES = [
+    # ~10-15 s of CPU each (build for the host CPU): slow, except bert-tiny
+    pytest.param("mobilenetv2-tiny.onnx", {"x": (1, 3, 96, 96)}, id="mobilenetv2",
+                 marks=pytest.mark.slow),
+    pytest.param("bert-tiny-randw.onnx", {"input_ids": (1, 32), "attention_mask": (1, 32),
+                                          "token_type_ids": (1, 32)}, id="bert-tiny"),
+    pytest.param("gpt2-tiny-randw.onnx", {"input_ids": (1, 16)}, id="gpt2-tiny",
+                 marks=pytest.mark.slow),
+    pytest.param("squeezenet1.0-randw.onnx", None, id="squeezenet1.0", marks=pytest.mark.slow),
+    pytest.param("yolov8n-nudenet-320n.onnx", {"images": (1, 3, 320, 320)}, id="yolov8n",
+                 marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("name, shapes", CASES)
+def test_scheduled_model_matches_onnxruntime(name, shapes):
+    result = compile_onnx(shared_model(name), shapes, target=host_target(), schedule=True,
+                          verify=True, measure=False)
+    main = result.report.main
+    assert main.verified, f"max abs error {main.max_abs_error} > {main.error_tolerance}"
