@@ -24,6 +24,7 @@ from typing import List, Optional
 from .cli_args import (check_environment, check_output_path, int_at_least, parse_inputs,
                        parse_repeated, positive_seconds)
 from .errors import RelaxMemplanError, summarize_error
+from .targets import DEFAULT_CUDA_ARCH
 from .tools.console import native_log
 
 __all__ = ["main", "build_parser"]
@@ -78,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use this value for an input instead of random data, e.g. sr=16000")
     c.add_argument("--config", metavar="YAML", help="configuration file (see configs/default.yaml)")
     c.add_argument("--target", choices=("llvm", "cuda"), help="compilation target (default from config: llvm)")
+    c.add_argument("--cuda-arch", metavar="sm_XX",
+                   help="CUDA arch of a --target cuda build, e.g. sm_90 (default from config, "
+                   f"else the installed GPU's, else {DEFAULT_CUDA_ARCH}); cuda builds are "
+                   "compiled and reported, not run")
     c.add_argument("--verify", action="store_true",
                    help="compare outputs with onnxruntime on the same random inputs")
     c.add_argument("--no-measure", action="store_true",
@@ -208,7 +213,8 @@ def _build_options(args, config):
     plan_pass = PlanStaticMemory(
         alignment_bytes=planner.alignment_bytes, algorithms=planner.algorithms,
         time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s)
-    common = dict(target=args.target, plan_pass=plan_pass, dump_dir=args.dump_ir,
+    common = dict(target=args.target, cuda_arch=args.cuda_arch or config.cuda_arch,
+                  plan_pass=plan_pass, dump_dir=args.dump_ir,
                   prepare=not args.no_prepare, schedule=args.schedule or config.schedule,
                   check_indices=config.check_indices and not args.no_index_checks,
                   fusion=config.fusion if args.fusion is None else args.fusion,

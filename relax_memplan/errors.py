@@ -208,3 +208,11 @@ class RunError(RelaxMemplanError):
 
 
 __all__ += ["PrepareStepError", "ReferenceRunError", "RunError"]
+
+
+class TargetError(RelaxMemplanError, ValueError):
+    """A compilation target option is not valid, e.g. a CUDA arch that is not ``sm_XX``
+    (``--cuda-arch``, config ``cuda_arch``); the message names the option and the value."""
+
+
+__all__ += ["TargetError"]

@@ -258,6 +258,8 @@ class CompileReport:
     Attributes
     ----------
     model, target : str
+    arch : str, optional
+        The CUDA arch of a ``cuda`` build (``sm_80``); None for other targets.
     inputs : dict
         Input name -> ``{"shape": [...], "dtype": str}`` (fixed-shape builds).
     functions : dict of str to FunctionMemoryReport
@@ -298,6 +300,7 @@ class CompileReport:
     specialized: Dict[str, Dict[str, List[int]]] = field(default_factory=dict)
     buckets: Dict[str, List[int]] = field(default_factory=dict)
     fusion: Optional[Dict[str, int]] = None
+    arch: Optional[str] = None
 
     @property
     def is_static(self) -> bool:
@@ -321,7 +324,8 @@ class CompileReport:
         """JSON-ready dict. Fixed shape: ``main``'s fields at top level, every function under
         ``functions``; symbolic dims: ``strategy``, ``dims``, ``ratio_check``, ... Both have
         ``shapes`` (the rows) and ``verified``."""
-        out = {"model": self.model, "target": self.target, "inputs": self.inputs,
+        out = {"model": self.model, "target": self.target, "arch": self.arch,
+               "inputs": self.inputs,
                "notes": self.notes, "strategy": self.strategy,
                "dims": {n: list(r) for n, r in self.dims.items()}}
         if self.is_static and self.functions:

@@ -24,7 +24,7 @@ def format_report(report: CompileReport) -> str:
 def _static_text(report: CompileReport) -> List[str]:
     shapes = ", ".join(f"{n}{list(v['shape'])}:{v['dtype']}" for n, v in report.inputs.items())
     lines = [f"relax-memplan memory report: {report.model}",
-             f"  target {report.target}; inputs {shapes}"]
+             f"  target {_target_text(report)}; inputs {shapes}"]
     for f in report.functions.values():
         lines += _format_function(f)
     lines.append(_fusion_line(report))
@@ -32,6 +32,11 @@ def _static_text(report: CompileReport) -> List[str]:
         lines.append("notes:")
         lines += [f"  - {n}" for n in report.notes]
     return lines
+
+
+def _target_text(report: CompileReport) -> str:
+    """``llvm`` or ``cuda (sm_80)``."""
+    return report.target + (f" ({report.arch})" if report.arch else "")
 
 
 def _fmt_bytes(n: Optional[int]) -> str:
@@ -124,8 +129,8 @@ def _ranges_text(report: CompileReport) -> str:
 def _table_text(report: CompileReport) -> List[str]:
     """One row per sampled shape: LB, arena, ratio, bytes of both builds, error, verdict."""
     lines = [f"relax-memplan dynamic report: {report.model}",
-             f"  strategy {report.strategy}; {_ranges_text(report)}; {report.planned_tensors} "
-             f"tensors in the arena",
+             f"  target {_target_text(report)}; strategy {report.strategy}; "
+             f"{_ranges_text(report)}; {report.planned_tensors} tensors in the arena",
              f"  {'dims':<28}{'LB':>12}{'arena':>12}{'x LB':>9}{'run ours':>12}{'run TVM':>12}"
              f"{'max err':>10}"]
     compared = report.verified is not None

@@ -219,7 +219,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
         dump_dir = f"{dump_dir}/{strategy}"
     if not dims:
         b.record = RecordStorage()
-        say(f"building with relax_memplan's planner for {options.tvm_target.kind.name}")
+        say(f"building with relax_memplan's planner for {_target_words(options)}")
         b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, b.record,
                              dump_dir, **kernel_options)
     else:
@@ -230,7 +230,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
             size_class_growth=options.size_class_growth)
         b.kernels = (SpecializeKernels(dict(options.dispatch), schedule=_dispatch_schedule(
             options.schedule)) if options.dispatch else None)
-        say(f"building once with relax_memplan's {strategy} plan")
+        say(f"building once with relax_memplan's {strategy} plan for {_target_words(options)}")
         b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, None, dump_dir,
                              dynamic_pass=b.dyn, dim_ranges=dims, dispatch_pass=b.kernels,
                              **kernel_options)
@@ -243,7 +243,9 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
 def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOptions,
                   tvm_rec) -> None:
     """The report of a build before any run: the plan's summary."""
+    arch = options.cuda_arch_used
     b.report = CompileReport(model=source.name, target=str(options.tvm_target.kind.name),
+                             arch=arch.arch if arch else None,
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
                              fusion=fusion_counts(b.fusion) if b.fusion is not None else None)
     if not dims:
@@ -257,18 +259,24 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
 
 def _runnable(builds, options: BuildOptions, check: CheckOptions) -> bool:
     """Whether the builds can run here (CPU targets, a ``main``); a note when not."""
+    if options.tvm_target.kind.name not in ("llvm", "c"):
+        for b in builds:
+            b.report.notes.append(f"built for {_target_words(options)}, not run: run-time "
+                                  f"bytes and verification need a CPU (llvm) build")
+        return False
     if not (check.measure or check.verify):
         if builds[0].report.dims:
             for b in builds:
                 b.report.notes.append("not run (--no-measure): arena and lower bound from the "
                                       "plan only")
         return False
-    if options.tvm_target.kind.name not in ("llvm", "c"):
-        for b in builds:
-            b.report.notes.append(f"built for {options.tvm_target.kind.name} only: run-time "
-                                  f"bytes and verification need a CPU (llvm) build")
-        return False
     return all(not b.report.is_static or "main" in b.report.functions for b in builds)
+
+
+def _target_words(options: BuildOptions) -> str:
+    """``llvm``, or ``cuda sm_80 (the default: no CUDA GPU here; set --cuda-arch)``."""
+    arch = options.cuda_arch_used
+    return options.tvm_target.kind.name + (f" {arch.describe()}" if arch else "")
 
 
 def _dispatch_schedule(schedule: bool):
