@@ -14,10 +14,12 @@ NaN/Inf not matched by the reference (at any sampled shape with ``--dim``),
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import List, Optional
 
@@ -354,6 +356,26 @@ def _bench(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _warnings_as_lines():
+    """Our warnings (:class:`~relax_memplan.errors.UndeclaredDimWarning`) printed at once as
+    ``relax-memplan: warning: ...``, one line, no source location; others as Python shows them."""
+    from .errors import UndeclaredDimWarning
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message, category, *rest, **kwargs):
+            if issubclass(category, UndeclaredDimWarning):
+                print(f"relax-memplan: warning: {message}", file=sys.stderr, flush=True)
+            else:
+                shown(message, category, *rest, **kwargs)
+
+        warnings.simplefilter("always", UndeclaredDimWarning)
+        warnings.showwarning = show
+        yield
+
+
 _COMMANDS = {"compile": _compile, "run": _run, "inspect": _inspect, "bench": _bench}
 
 
@@ -370,7 +392,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     from .runtime import recording_interrupts
 
-    with recording_interrupts() as interrupted:
+    with recording_interrupts() as interrupted, _warnings_as_lines():
         try:
             try:
                 status = _COMMANDS[args.command](args)

@@ -216,3 +216,11 @@ class TargetError(RelaxMemplanError, ValueError):
 
 
 __all__ += ["TargetError"]
+
+
+class UndeclaredDimWarning(UserWarning):
+    """A symbolic dim of the model has neither a ``--dim`` range nor a ``--shape`` value and
+    is compiled at 1; the message gives the flags that declare it. Issued before the import."""
+
+
+__all__ += ["UndeclaredDimWarning"]

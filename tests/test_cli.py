@@ -430,3 +430,42 @@ def test_a_failed_run_at_a_sampled_shape_keeps_no_library(capsys, tmp_path):
                                     "seq=8..8", "--input", f"input_ids={ids}", "-o", str(lib)])
     assert line.endswith(f"valid [-1000, 999]; {lib} not kept")
     assert not lib.exists()
+
+
+def _no_import(monkeypatch):
+    """Make TVM's import (and so any build) fail loudly: the checks must come before it."""
+    from relax_memplan import frontend
+    from relax_memplan.errors import RelaxMemplanError
+
+    def refuse(*_args, **_kwargs):
+        raise RelaxMemplanError("import started")
+
+    monkeypatch.setattr(frontend, "import_onnx", refuse)
+
+
+@pytest.mark.parametrize("model, dim, missing, flag", [
+    ("gpt2-tiny-randw.onnx", "s27=1..64", "s77", "--dim s77=1..64"),
+    ("bert-tiny-randw.onnx", "seq=1..64", "batch", "--dim batch=1..8"),
+])
+def test_an_undeclared_dim_is_refused_before_the_import(capsys, monkeypatch, model, dim, missing,
+                                                        flag):
+    """Regression: a --dim naming one of two symbolic dims was refused after TVM's import."""
+    _no_import(monkeypatch)
+    line = _one_line_error(capsys, ["compile", str(shared_model(model)), "--dim", dim])
+    assert f"missing --dim for {missing} (add {flag}, with your own ranges" in line
+
+
+def test_dims_left_to_1_are_a_warning_before_the_import(capsys, monkeypatch):
+    _no_import(monkeypatch)
+    assert main(["compile", str(shared_model("gpt2-tiny-randw.onnx"))]) == EXIT_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == ("relax-memplan: warning: symbolic dim(s) s77, s27 not declared: compiled at "
+                      "1 (compile once for a range with --dim s77=1..64 --dim s27=1..64, or fix "
+                      "them with --shape input_ids=1,1)")
+    assert err[-1] == "relax-memplan: error: import started"
+
+
+def test_fixed_dims_give_no_warning(capsys, monkeypatch):
+    _no_import(monkeypatch)
+    main(["compile", str(shared_model("gpt2-tiny-randw.onnx")), "--shape", "input_ids=1,8"])
+    assert "warning" not in capsys.readouterr().err

@@ -27,7 +27,7 @@ from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .options import BuildOptions, CheckOptions, library_path_for
-from .shapes import fit_values, sample_dims, shapes_at, symbolic_dims
+from .shapes import check_dims_up_front, fit_values, sample_dims, shapes_at, symbolic_dims
 from .summary import static_functions, summarize_dynamic
 
 __all__ = ["CompileResult", "compile_model", "compile_strategies", "compile_and_measure"]
@@ -137,6 +137,7 @@ def _import(model, shapes, dims, prepare: bool, say):
     name = EXAMPLE_NAME if model is None else str(model)
     onnx_model = (example_cnn() if model is None else model if hasattr(model, "graph")
                   else frontend.load_onnx(model))
+    check_dims_up_front(onnx_model, shapes, dims)  # before any import or build
     say(f"importing {name} " + ("with symbolic dims" if dims else "with TVM's ONNX frontend"))
     mod, info = frontend.import_onnx(onnx_model, dict(shapes or {}), keep_dynamic=bool(dims),
                                      prepare_steps=STEP_NAMES if prepare else ())
