@@ -247,9 +247,6 @@ def _dynamic_specs(args, config):
     if args.model is None:
         raise RelaxMemplanError("--dim needs a model with symbolic dims (the built-in example "
                                 "has none)")
-    if args.plot or args.target == "cuda":
-        raise RelaxMemplanError("--dim (or config dims) cannot be combined with --plot "
-                                "or --target cuda yet")
     if args.sample_shapes < 2:
         raise RelaxMemplanError("--sample-shapes must be >= 2 (the range ends)")
     ranges = dict(config.dims)
@@ -292,11 +289,8 @@ def _write_outputs(args, results, plan_pass) -> None:
             if result.library_path:
                 which = f" ({name})" if len(results) > 1 else ""
                 print(f"library{which} written to {result.library_path}")
-        if args.plot and "static" in results:
-            from .plot import plot_plan
-
-            plot_plan(plan_pass.plans["main"], args.plot, title=results["static"].report.model)
-            print(f"plan drawn to {args.plot}")
+        if args.plot:
+            _plot(args.plot, results, plan_pass)
         if args.report:
             data = ({"strategies": {n: r.report.to_dict() for n, r in results.items()}}
                     if len(results) > 1 else next(iter(results.values())).report.to_dict())
@@ -306,6 +300,19 @@ def _write_outputs(args, results, plan_pass) -> None:
             print(f"report written to {args.report}")
     except (OSError, RuntimeError) as err:
         raise RelaxMemplanError(f"cannot write output: {summarize_error(err)}") from None
+
+
+def _plot(path, results, plan_pass) -> None:
+    """The arena plan (fixed shapes) or the per-shape bytes chart (symbolic dims)."""
+    from .plot import plot_plan, plot_shapes
+
+    if "static" in results:
+        plot_plan(plan_pass.plans["main"], path, title=results["static"].report.model)
+        print(f"plan drawn to {path}")
+        return
+    reports = {name: result.report for name, result in results.items()}
+    plot_shapes(reports, path, title=next(iter(reports.values())).model)
+    print(f"bytes per sampled shape drawn to {path}")
 
 
 def _run(args) -> int:

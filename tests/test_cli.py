@@ -226,9 +226,12 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
     report = tmp_path / "all.json"
     status = main(["compile", str(shared_model("mobilenetv2-tiny.onnx")), "--dim", "batch=1..4",
                    "--strategy", "all", "--bucket", "batch=2", "--size-classes", "--sample-shapes", "3",
-                   "-q", "--report", str(report), "--time-limit", "0.2", "-o", str(tmp_path / "m.so")])
+                   "-q", "--report", str(report), "--time-limit", "0.2", "-o", str(tmp_path / "m.so"),
+                   "--plot", str(tmp_path / "shapes.png")])
     assert status == 0
     out = capsys.readouterr().out
+    assert f"bytes per sampled shape drawn to {tmp_path / 'shapes.png'}" in out
+    assert (tmp_path / "shapes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # one table, a column group per strategy, the bucket values in its header
     assert out.count("relax-memplan dynamic report") == 1 and "strategies side by side" in out
     assert "batch in [1, 4]; buckets batch=2" in out
@@ -469,3 +472,21 @@ def test_fixed_dims_give_no_warning(capsys, monkeypatch):
     _no_import(monkeypatch)
     main(["compile", str(shared_model("gpt2-tiny-randw.onnx")), "--shape", "input_ids=1,8"])
     assert "warning" not in capsys.readouterr().err
+
+
+def test_dim_with_target_cuda_builds_and_reports_the_plan_without_run_rows(tmp_path, capsys):
+    report = tmp_path / "cuda.json"
+    status = main(["compile", _two_input_model(tmp_path / "two.onnx"), "--target", "cuda",
+                   "--cuda-arch", "sm_90", "--dim", "h=1..4", "--dim", "w=1..6", "-q",
+                   "--sample-shapes", "2", "--report", str(report), "--plot",
+                   str(tmp_path / "shapes.png"), "--time-limit", "0.2"])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "target cuda (sm_90); strategy exact; h in [1, 4], w in [1, 6]" in out
+    assert "note: built for cuda sm_90, not run: run-time bytes and verification need a CPU" in out
+    data = json.loads(report.read_text())
+    assert (data["target"], data["arch"]) == ("cuda", "sm_90")
+    assert [s["dims"] for s in data["shapes"]] == [{"h": 1, "w": 1}, {"h": 4, "w": 6}]
+    for s in data["shapes"]:
+        assert s["runtime_alloc_bytes"] is None and s["tvm_default_runtime_alloc_bytes"] is None
+    assert (tmp_path / "shapes.png").exists()

@@ -255,7 +255,7 @@ def test_cuda_yaml_is_a_cuda_config():
     config = load_config(REPO_ROOT / "configs" / "cuda.yaml")
     assert config.target == "cuda"
     assert config.planner.alignment_bytes == 256
-    assert config.dims == {}  # the CLI refuses --dim with --target cuda
+    assert config.dims == {}
 
 
 def test_cli_refuses_verify_for_cuda(capsys):

@@ -230,7 +230,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
             buckets=dict(options.buckets) or None, size_classes=options.size_classes,
             size_class_growth=options.size_class_growth)
         b.kernels = (SpecializeKernels(dict(options.dispatch), schedule=_dispatch_schedule(
-            options.schedule)) if options.dispatch else None)
+            options)) if options.dispatch else None)
         say(f"building once with relax_memplan's {strategy} plan for {_target_words(options)}")
         b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, None, dump_dir,
                              dynamic_pass=b.dyn, dim_ranges=dims, dispatch_pass=b.kernels,
@@ -280,12 +280,15 @@ def _target_words(options: BuildOptions) -> str:
     return options.tvm_target.kind.name + (f" {arch.describe()}" if arch else "")
 
 
-def _dispatch_schedule(schedule: bool):
-    if schedule:
+def _dispatch_schedule(options: BuildOptions):
+    """The schedule of specialized kernels: ours (``schedule`` on llvm), else the target's
+    (dlight's GPU rules for cuda: a specialized kernel must stay a GPU kernel)."""
+    target = options.tvm_target
+    if options.schedule and target.kind.name == "llvm":
         from ..schedules import schedule_prim_func
 
         return schedule_prim_func
-    return backend_schedule(tvm.target.Target("llvm"))
+    return backend_schedule(target)
 
 
 def _replace(options: BuildOptions, **changes) -> BuildOptions:
