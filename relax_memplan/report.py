@@ -210,7 +210,9 @@ _MEASURED = ("runtime_alloc_bytes", "runtime_num_allocs", "tvm_default_runtime_a
 class ShapeMeasurement:
     """Bytes at one shape (all sizes in bytes), and the check against onnxruntime there
     (``max_abs_error`` and the other fields of :class:`~relax_memplan.verify.Comparison`,
-    ``input_sensitivity``). ``dims`` is ``{}`` for a fixed-shape build."""
+    ``input_sensitivity``). ``dims`` is ``{}`` for a fixed-shape build. With a dynamic plan,
+    ``peak_step`` and ``live_at_peak`` (names, largest first) say where the arena's tensors'
+    live bytes peak at this shape (see :attr:`CompileReport.tensors`)."""
 
     dims: Dict[str, int]
     runtime_alloc_bytes: Optional[int]
@@ -226,6 +228,8 @@ class ShapeMeasurement:
     runtime_num_allocs: Optional[int] = None
     tvm_default_runtime_num_allocs: Optional[int] = None
     max_abs_diff_vs_tvm_default: Optional[float] = None
+    peak_step: Optional[int] = None
+    live_at_peak: Optional[List[str]] = None
 
     def record_comparison(self, comparison) -> None:
         """Keep a :class:`relax_memplan.verify.Comparison` with the reference at this shape."""
@@ -281,6 +285,13 @@ class CompileReport:
         Kernels specialized per dim value (``--dispatch``).
     buckets : dict of str to list of int
         Bucket values of the ``buckets`` strategy.
+    tensors : list of dict
+        Symbolic dims: each tensor of the dynamic arena, ``name``, ``producer`` (kernel),
+        ``shape`` (each dim an expression string, ``"seq"``, ``"seq * 2"``), ``dtype``,
+        ``size_bytes_expr`` (bytes as an expression of the dims), ``live_range`` (half-open,
+        program steps), and per row of :attr:`shapes` ``size_bytes_at_shapes`` and
+        ``offset_bytes_at_shapes`` (bytes). Fixed shapes: per function, in
+        :attr:`FunctionMemoryReport.tensors`.
     fusion : dict of str to int, optional
         ``None`` when our fusion did not run; else pattern -> times fused in this build
         (``attention``: attention blocks made one kernel, ``dropout``: dropouts removed).
@@ -301,6 +312,7 @@ class CompileReport:
     buckets: Dict[str, List[int]] = field(default_factory=dict)
     fusion: Optional[Dict[str, int]] = None
     arch: Optional[str] = None
+    tensors: List[Dict] = field(default_factory=list)
 
     @property
     def is_static(self) -> bool:
@@ -335,7 +347,8 @@ class CompileReport:
         else:
             out.update({"planned_tensors": self.planned_tensors, "left_to_tvm": self.left_to_tvm,
                         "ratio_check": self.checked, "specialized_kernels": self.specialized,
-                        "buckets": {n: list(v) for n, v in self.buckets.items()}})
+                        "buckets": {n: list(v) for n, v in self.buckets.items()},
+                        "tensors": self.tensors})
         out["fusion"] = {"enabled": self.fusion is not None, "fused": dict(self.fusion or {})}
         out["verified"] = self.verified
         out["shapes"] = [s.to_dict() for s in self.shapes]

@@ -207,6 +207,22 @@ def test_dynamic_dims_measured_at_range_ends(tmp_path):
         assert s["arena_over_lower_bound"] <= 1.02
         assert s["runtime_alloc_bytes"] < s["tvm_default_runtime_alloc_bytes"]
         assert s["max_abs_error"] < 1e-4
+    _check_dynamic_tensors(data)
+
+
+def _check_dynamic_tensors(data):
+    """The per-tensor table of a dynamic report: at each shape the tensors live at the peak
+    are live at its step, lie apart in the arena and fit under the lower bound."""
+    tensors = {t["name"]: t for t in data["tensors"]}
+    assert len(tensors) == data["planned_tensors"] > 0
+    for k, s in enumerate(data["shapes"]):
+        live = [tensors[n] for n in s["live_at_peak"]]
+        assert live and all(t["live_range"][0] <= s["peak_step"] < t["live_range"][1] for t in live)
+        spans = sorted((t["offset_bytes_at_shapes"][k],
+                        t["offset_bytes_at_shapes"][k] + t["size_bytes_at_shapes"][k]) for t in live)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+        assert spans[-1][1] <= s["arena_bytes"]
+        assert sum(t["size_bytes_at_shapes"][k] for t in live) <= s["lower_bound_bytes"]
 
 
 @pytest.mark.parametrize(
@@ -280,6 +296,7 @@ def test_stepped_dim_without_running_reports_the_plan(tmp_path):
     assert all(s["dims"]["batch"] in (1, 4, 7) for s in data["shapes"])
     assert all(s["runtime_alloc_bytes"] is None for s in data["shapes"])  # --no-measure: not run
     assert data["ratio_check"] == {"shapes": 3, "enumerated": True, "max_ratio": 1.0, "pinned": 0}
+    _check_dynamic_tensors(data)
 
 
 def test_every_symbolic_dim_needs_a_range(capsys):

@@ -21,7 +21,7 @@ from ..transform.specialize_kernels import dispatch_path
 from ..verify import compare_outputs, input_sensitivity
 from .options import CheckOptions
 from .shapes import fit_values, shapes_at, with_shapes
-from .summary import arena_at
+from .summary import arena_at, tensors_at
 
 __all__ = ["ModelSource", "StrategyBuild", "add_rows", "measure_point", "max_abs_error", "reference_sensitivity",
            "physical_memory_bytes"]
@@ -133,6 +133,7 @@ def add_rows(builds: Sequence[StrategyBuild], dims: Mapping[str, int]) -> None:
         if b.kernels is not None:
             row.kernel_paths = sorted(set(dispatch_path(b.kernels.specialized, dims).values()))
         b.report.shapes.append(row)
+        tensors_at(b.report, b.dyn, dims, row)
 
 
 def measure_point(dims: Mapping[str, int], builds: Sequence[StrategyBuild], ex_tvm,

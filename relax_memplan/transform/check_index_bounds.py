@@ -37,13 +37,12 @@ The check kernels have no GPU schedule: build for ``cuda`` with ``runtime_checks
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List, Optional
 
 import tvm
 from tvm import relax, tirx
 
-from ..analysis.dims import DimRange, declared_ranges, evaluate_int, signature_dims
+from ..analysis.dims import DimRange, declared_ranges, evaluate_int, expr_text, signature_dims
 from ..analysis.onnx_nodes import onnx_node_label
 from ..errors import IndexBoundsError
 from ._index_bounds import ValueRange, ValueRanges, _i64, _prim
@@ -52,7 +51,6 @@ from ._module_util import replace_functions
 
 __all__ = ["CheckIndexBounds"]
 
-_INT_LITERAL = re.compile(r"T\.int(?:64|32)\((-?\d+)\)")
 _UNBOUNDED_PROBE = 2**31 - 1
 """Value tried for a dim declared without an upper bound."""
 
@@ -260,7 +258,7 @@ def _check_slice(var, call, analyzer, refusal, node) -> None:
 
 def _fmt(expr) -> str:
     """``seq - 1`` rather than TVMScript's ``seq - T.int64(1)``."""
-    return _INT_LITERAL.sub(r"\1", str(expr))
+    return expr_text(expr)
 
 
 def _value(x):
