@@ -101,6 +101,11 @@ def plot_plan(function_plan, path, title: str = "") -> Path:
         unit, scale = byte_unit(arena.arena_bytes)
         for t, offset in placed[:LABELLED_TENSORS]:
             _label(axes[2 * k, 0], t, offset, unit, scale)
+    return _save(plt, fig, path)
+
+
+def _save(plt, fig, path) -> Path:
+    """Write ``fig`` to ``path`` (parent folders created, 100 dpi) and close it."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
@@ -173,12 +178,12 @@ def plot_shapes(reports: Mapping[str, object], path, title: str = "") -> Path:
     Returns
     -------
     Path
-        The written file.
+        The image written.
 
     Raises
     ------
     RelaxMemplanError
-        If matplotlib is not installed.
+        matplotlib is missing (``pip install relax_memplan[plot]``).
     """
     plt = _pyplot()
     dims, series = shape_series(reports)
@@ -200,11 +205,7 @@ def plot_shapes(reports: Mapping[str, object], path, title: str = "") -> Path:
                  fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
 
 
 def _bound_lines(ax, arena, unit: str, scale: int):
