@@ -78,22 +78,29 @@ import numpy as np
 import tvm
 from tvm import relax
 vm = relax.VirtualMachine(tvm.runtime.load_module(sys.argv[1]), tvm.cpu())
-print(vm["main"](tvm.runtime.tensor(np.zeros((1, 3, 96, 96), "float32"))).numpy().shape)
+shape = tuple(int(d) for d in sys.argv[2].split(",")) if len(sys.argv) > 2 else (1, 3, 96, 96)
+print(vm["main"](tvm.runtime.tensor(np.zeros(shape, "float32"))).numpy().shape)
 """
+
+
+def _load_and_run(library, *args):
+    """Load ``library`` and run it in a fresh process: (stdout, stderr)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _LOAD_AND_RUN, str(library), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip(), proc.stderr
 
 
 def test_library_written_before_the_run_loads_without_warnings(example_run):
     """A library exported after a VM ran the executable printed one ``Scope Loaded`` warning
     per constant on every load; ours is written before the measurement run."""
-    import subprocess
-    import sys
-
     _, out = example_run
-    proc = subprocess.run([sys.executable, "-c", _LOAD_AND_RUN, str(out / "lib.so")],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "(1, 10)"
-    assert proc.stderr == "", proc.stderr
+    stdout, stderr = _load_and_run(out / "lib.so")
+    assert stdout == "(1, 10)"
+    assert stderr == "", stderr
 
 
 def test_example_plot_is_a_png(example_run):
@@ -257,6 +264,8 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
     for name in ("upper_bound", "exact", "buckets"):  # -o: one library per strategy, each named
         assert (tmp_path / f"m.{name}.so").exists()
         assert f"library ({name}) written to {tmp_path / f'm.{name}.so'}" in out
+    # written before the runs at the sampled shapes: loads without a warning, runs in range
+    assert _load_and_run(tmp_path / "m.exact.so", "3,3,96,96") == ("(3, 100)", "")
     data = json.loads(report.read_text())["strategies"]
     assert data["buckets"]["buckets"] == {"batch": [2]}
     tvm_bytes = {n: [s["tvm_default_runtime_alloc_bytes"] for s in d["shapes"]] for n, d in data.items()}
