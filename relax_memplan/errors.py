@@ -224,3 +224,18 @@ class UndeclaredDimWarning(UserWarning):
 
 
 __all__ += ["UndeclaredDimWarning"]
+
+
+INDEX_CHECK_MESSAGE = "relax_memplan: index out of range in"
+"""How the message of each run-time index check starts (the asserts
+:class:`~relax_memplan.transform.check_index_bounds.CheckIndexBounds` inserts); TVM passes
+it on as the text of its error, where :func:`relax_memplan.runtime.run_checked` finds it."""
+
+
+class IndexValueError(RunError):
+    """A run stopped at one of our index checks: an index value (a Gather id, ...) is outside
+    its tensor. The input's value is at fault, not its shape; the message names the ONNX
+    node and the valid range."""
+
+
+__all__ += ["INDEX_CHECK_MESSAGE", "IndexValueError"]

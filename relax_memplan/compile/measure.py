@@ -14,7 +14,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..errors import RelaxMemplanError, RunError
+from ..errors import RelaxMemplanError
 from ..report import CompileReport, ShapeMeasurement
 from ..runtime import run_checked
 from ..transform.specialize_kernels import dispatch_path
@@ -176,16 +176,11 @@ _SHAPE_HINT = " (does the model accept this shape? narrow --dim or give a :STEP)
 
 
 def _run(ex, arrays, dims, build_name):
-    """run_checked; with symbolic dims, a hint about the shape (the likeliest cause), except
-    for an index value out of range (the input's value is at fault, not its shape)."""
+    """run_checked; with symbolic dims, a hint about the shape (the likeliest cause), which
+    run_checked leaves out for an index value out of range (:class:`IndexValueError`)."""
     if not dims:
         return run_checked(ex, arrays, build_name)
-    try:
-        return run_checked(ex, arrays, build_name, dims=dims, hint=_SHAPE_HINT)
-    except RunError as err:
-        if "index out of range in" in str(err):
-            raise RunError(str(err).replace(_SHAPE_HINT, "")) from None
-        raise
+    return run_checked(ex, arrays, build_name, dims=dims, hint=_SHAPE_HINT)
 
 
 def _check_fits_in_memory(builds: Sequence[StrategyBuild], arrays) -> None:

@@ -44,7 +44,7 @@ from tvm import relax, tirx
 
 from ..analysis.dims import DimRange, declared_ranges, evaluate_int, expr_text, signature_dims
 from ..analysis.onnx_nodes import onnx_node_label
-from ..errors import IndexBoundsError
+from ..errors import INDEX_CHECK_MESSAGE, IndexBoundsError
 from ._index_bounds import ValueRange, ValueRanges, _i64, _prim
 from ._index_kernels import GUARDED_OPS, check_kernel, dtype_name, index_axes
 from ._module_util import replace_functions
@@ -275,4 +275,4 @@ def _message(node, spec, call, axes, indices_value) -> str:
         lo = f"-{_fmt(s)}" if spec.wraps_negative or mapped else "0"
         hi = _fmt(tvm.sym.Analyzer().simplify(s - 1)) if shape is not None else f"{s}-1"
         ranges.append(f"[{lo}, {hi}]")
-    return f"relax_memplan: index out of range in {node}: valid {', '.join(ranges)}"
+    return f"{INDEX_CHECK_MESSAGE} {node}: valid {', '.join(ranges)}"
