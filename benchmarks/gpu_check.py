@@ -50,7 +50,8 @@ from tvm import relax
 
 from relax_memplan import frontend
 from relax_memplan.analysis.dims import evaluate_int
-from relax_memplan.compiler import build, max_abs_error
+from relax_memplan.compile import build, max_abs_error
+from relax_memplan.targets import make_target
 from relax_memplan.errors import RelaxMemplanError
 from relax_memplan.examples import example_cnn
 from relax_memplan.onnx_prepare import STEP_NAMES
@@ -132,12 +133,6 @@ def _choose_cuda_compiler() -> Optional[str]:
         return "cuda-bindings not installed: compiling kernels with nvcc (TVM_CUDA_COMPILE_MODE=nvcc)"
     raise RelaxMemplanError("cannot compile CUDA kernels: neither cuda-bindings (pip install "
                             "cuda-bindings, for NVRTC) nor nvcc on the PATH")
-
-
-def _target(dev: tvm.runtime.Device, arch: Optional[str]) -> tvm.target.Target:
-    if arch is None:
-        arch = "sm_" + dev.compute_version.replace(".", "") if dev.exist else "sm_80"
-    return tvm.target.Target({"kind": "cuda", "arch": arch})
 
 
 def _arch(target: tvm.target.Target) -> str:
@@ -287,7 +282,11 @@ def main(argv=None) -> int:
         if note:
             notes.append(note)
             say(note)
-    target = _target(dev, args.arch)
+    try:
+        target = make_target("cuda", args.arch)  # given, else GPU 0's, else sm_80
+    except RelaxMemplanError as err:
+        print(f"gpu_check: error: {err}", file=sys.stderr)
+        return EXIT_FAILED
     models_dir = Path(args.models)
     rows: List[Row] = []
     for key in args.cases.split(","):
