@@ -364,9 +364,10 @@ def _bench(args) -> int:
 
 
 @contextlib.contextmanager
-def _warnings_as_lines():
+def _warnings_as_lines(quiet: bool):
     """Our warnings (:class:`~relax_memplan.errors.UndeclaredDimWarning`) printed at once as
-    ``relax-memplan: warning: ...``, one line, no source location; others as Python shows them."""
+    ``relax-memplan: warning: ...``, one line, no source location (none with -q: the report's
+    notes keep them); others as Python shows them."""
     from .errors import UndeclaredDimWarning
 
     with warnings.catch_warnings():
@@ -378,7 +379,7 @@ def _warnings_as_lines():
             else:
                 shown(message, category, *rest, **kwargs)
 
-        warnings.simplefilter("always", UndeclaredDimWarning)
+        warnings.simplefilter("ignore" if quiet else "always", UndeclaredDimWarning)
         warnings.showwarning = show
         yield
 
@@ -399,7 +400,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     from .runtime import recording_interrupts
 
-    with recording_interrupts() as interrupted, _warnings_as_lines():
+    with recording_interrupts() as interrupted, _warnings_as_lines(getattr(args, "quiet", False)):
         try:
             try:
                 status = _COMMANDS[args.command](args)
