@@ -15,6 +15,7 @@ import numpy as np
 
 from ..analysis.dims import DimRange, evaluate_int
 from ..errors import ShapeSpecError, UndeclaredDimWarning
+from ..input_shapes import plan_inputs
 from ..transform._dynamic_plan import sample_points
 
 __all__ = ["parse_dim_spec", "parse_values_spec", "sample_dims", "symbolic_dims", "shapes_at",
@@ -164,9 +165,7 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
     ShapeSpecError
         A bad ``--shape`` (unknown input, wrong rank, ...) or a dim range that does not fit.
     """
-    from ..frontend import _plan_inputs
-
-    plan = _plan_inputs(onnx_model, dict(shapes or {}), keep_dynamic=True)
+    plan = plan_inputs(onnx_model, dict(shapes or {}), keep_dynamic=True)
     symbolic = list(dict.fromkeys(d for dims in plan.input_dims.values() for d in dims
                                   if isinstance(d, str)))
     if dim_ranges:
