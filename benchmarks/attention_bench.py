@@ -34,7 +34,7 @@ from tvm import relax
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # measure this checkout, not another installed copy
 
-from relax_memplan.compiler import build  # noqa: E402
+from relax_memplan.compile import build  # noqa: E402
 from relax_memplan.schedules import host_target  # noqa: E402
 
 BUILDS = {"default": ("llvm", False), "schedule": (None, True)}  # None: host_target()

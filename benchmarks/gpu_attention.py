@@ -29,7 +29,7 @@ from tvm import relax
 
 from attention_bench import kernel_times, kernels_per_call  # benchmarks/, next to this file
 from relax_memplan import frontend
-from relax_memplan.compiler import build
+from relax_memplan.compile import build
 from relax_memplan.errors import RelaxMemplanError
 
 REL_TOL = 1e-4

@@ -54,8 +54,9 @@ from tvm import relax
 
 from relax_memplan import frontend
 from relax_memplan.analysis.dims import evaluate_int
+from relax_memplan.compile import build, max_abs_error
 from relax_memplan.compile.build import choose_cuda_compiler
-from relax_memplan.compiler import build, max_abs_error
+from relax_memplan.targets import make_target
 from relax_memplan.errors import RelaxMemplanError
 from relax_memplan.examples import example_cnn
 from relax_memplan.onnx_prepare import STEP_NAMES
@@ -130,10 +131,6 @@ class Row:
         return self.max_abs_error <= self.error_tolerance
 
 
-def _target(dev: tvm.runtime.Device, arch: Optional[str]) -> tvm.target.Target:
-    if arch is None:
-        arch = "sm_" + dev.compute_version.replace(".", "") if dev.exist else "sm_80"
-    return tvm.target.Target({"kind": "cuda", "arch": arch})
 
 
 def _arch(target: tvm.target.Target) -> str:
@@ -313,7 +310,11 @@ def main(argv=None) -> int:
         if note:
             notes.append(note)
             say(note)
-    target = _target(dev, args.arch)
+    try:
+        target = make_target("cuda", args.arch)  # given, else GPU 0's, else sm_80
+    except RelaxMemplanError as err:
+        print(f"gpu_check: error: {err}", file=sys.stderr)
+        return EXIT_FAILED
     rows, attention_rows = _run_cases(args, Path(args.models), target, dev, run, say, notes)
     print(f"device: {dev.device_name if dev.exist else 'none (build only)'}; "
           f"target {_arch(target)}; cuda graph {'on' if args.cuda_graph else 'off'}; "

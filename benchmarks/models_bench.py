@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from relax_memplan.compiler import compile_onnx
+from relax_memplan.compile import CheckOptions, compile_model
 from relax_memplan.examples import example_tiny_matmuls
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,7 +59,8 @@ def main(argv=None) -> None:
             continue
         t0 = time.perf_counter()
         model = path() if callable(path) else path
-        result = compile_onnx(model, shapes, verify=True, input_values=values)
+        result = compile_model(model, shapes, check=CheckOptions(verify=True),
+                               input_values=values)
         seconds = time.perf_counter() - t0
         m = result.report.main
         never_worse = {name: f.arena_bytes <= f.tvm_default_bytes

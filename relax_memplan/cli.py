@@ -14,16 +14,19 @@ NaN/Inf not matched by the reference (at any sampled shape with ``--dim``),
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import List, Optional
 
 from .cli_args import (check_environment, check_output_path, int_at_least, parse_inputs,
                        parse_repeated, positive_seconds)
 from .errors import RelaxMemplanError, summarize_error
+from .targets import DEFAULT_CUDA_ARCH
 from .tools.console import native_log
 
 __all__ = ["main", "build_parser"]
@@ -78,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="use this value for an input instead of random data, e.g. sr=16000")
     c.add_argument("--config", metavar="YAML", help="configuration file (see configs/default.yaml)")
     c.add_argument("--target", choices=("llvm", "cuda"), help="compilation target (default from config: llvm)")
+    c.add_argument("--cuda-arch", metavar="sm_XX",
+                   help="CUDA arch of a --target cuda build, e.g. sm_90 (default from config, "
+                   f"else the installed GPU's, else {DEFAULT_CUDA_ARCH}); cuda builds are "
+                   "compiled and reported, not run")
     c.add_argument("--verify", action="store_true",
                    help="compare outputs with onnxruntime on the same random inputs")
     c.add_argument("--no-measure", action="store_true",
@@ -211,8 +218,8 @@ def _build_options(args, config):
         time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s,
         inplace=planner.inplace)
     reorder_pass = ReorderForMemory() if planner.reorder else None
-    common = dict(target=args.target, plan_pass=plan_pass, reorder_pass=reorder_pass,
-                  dump_dir=args.dump_ir,
+    common = dict(target=args.target, cuda_arch=args.cuda_arch or config.cuda_arch,
+                  plan_pass=plan_pass, reorder_pass=reorder_pass, dump_dir=args.dump_ir,
                   prepare=not args.no_prepare, schedule=args.schedule or config.schedule,
                   check_indices=config.check_indices and not args.no_index_checks,
                   fusion=config.fusion if args.fusion is None else args.fusion,
@@ -243,9 +250,6 @@ def _dynamic_specs(args, config):
     if args.model is None:
         raise RelaxMemplanError("--dim needs a model with symbolic dims (the built-in example "
                                 "has none)")
-    if args.plot or args.target == "cuda":
-        raise RelaxMemplanError("--dim (or config dims) cannot be combined with --plot "
-                                "or --target cuda yet")
     if args.sample_shapes < 2:
         raise RelaxMemplanError("--sample-shapes must be >= 2 (the range ends)")
     ranges = dict(config.dims)
@@ -288,11 +292,8 @@ def _write_outputs(args, results, plan_pass) -> None:
             if result.library_path:
                 which = f" ({name})" if len(results) > 1 else ""
                 print(f"library{which} written to {result.library_path}")
-        if args.plot and "static" in results:
-            from .plot import plot_plan
-
-            plot_plan(plan_pass.plans["main"], args.plot, title=results["static"].report.model)
-            print(f"plan drawn to {args.plot}")
+        if args.plot:
+            _plot(args.plot, results, plan_pass)
         if args.report:
             data = ({"strategies": {n: r.report.to_dict() for n, r in results.items()}}
                     if len(results) > 1 else next(iter(results.values())).report.to_dict())
@@ -302,6 +303,19 @@ def _write_outputs(args, results, plan_pass) -> None:
             print(f"report written to {args.report}")
     except (OSError, RuntimeError) as err:
         raise RelaxMemplanError(f"cannot write output: {summarize_error(err)}") from None
+
+
+def _plot(path, results, plan_pass) -> None:
+    """The arena plan (fixed shapes) or the per-shape bytes chart (symbolic dims)."""
+    from .plot import plot_plan, plot_shapes
+
+    if "static" in results:
+        plot_plan(plan_pass.plans["main"], path, title=results["static"].report.model)
+        print(f"plan drawn to {path}")
+        return
+    reports = {name: result.report for name, result in results.items()}
+    plot_shapes(reports, path, title=next(iter(reports.values())).model)
+    print(f"bytes per sampled shape drawn to {path}")
 
 
 def _run(args) -> int:
@@ -352,6 +366,27 @@ def _bench(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _warnings_as_lines(quiet: bool):
+    """Our warnings (:class:`~relax_memplan.errors.UndeclaredDimWarning`) printed at once as
+    ``relax-memplan: warning: ...``, one line, no source location (none with -q: the report's
+    notes keep them); others as Python shows them."""
+    from .errors import UndeclaredDimWarning
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message, category, *rest, **kwargs):
+            if issubclass(category, UndeclaredDimWarning):
+                print(f"relax-memplan: warning: {message}", file=sys.stderr, flush=True)
+            else:
+                shown(message, category, *rest, **kwargs)
+
+        warnings.simplefilter("ignore" if quiet else "always", UndeclaredDimWarning)
+        warnings.showwarning = show
+        yield
+
+
 _COMMANDS = {"compile": _compile, "run": _run, "inspect": _inspect, "bench": _bench}
 
 
@@ -368,7 +403,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     from .runtime import recording_interrupts
 
-    with recording_interrupts() as interrupted:
+    with recording_interrupts() as interrupted, _warnings_as_lines(getattr(args, "quiet", False)):
         try:
             try:
                 status = _COMMANDS[args.command](args)

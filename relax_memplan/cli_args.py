@@ -11,6 +11,7 @@ from typing import Dict, List
 import numpy as np
 
 from .errors import RelaxMemplanError, ShapeSpecError
+from .targets import check_cuda_arch
 
 __all__ = ["check_environment", "positive_seconds", "int_at_least", "check_output_path", "parse_inputs",
            "parse_repeated"]
@@ -113,6 +114,11 @@ LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")
 def check_environment(args) -> None:
     """Check optional dependencies and output paths before any work."""
     target = args.target
+    if args.cuda_arch is not None:
+        if target != "cuda":
+            raise RelaxMemplanError(f"--cuda-arch {args.cuda_arch}: only for --target cuda "
+                                    f"(the target is {target})")
+        check_cuda_arch(args.cuda_arch)
     if args.verify and target == "cuda":
         raise RelaxMemplanError("--verify runs the build on the CPU; use it with --target llvm "
                                 "(a cuda build is compiled only)")

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, TargetError
 from .planner import ALGORITHMS
+from .targets import check_cuda_arch
 
 __all__ = ["TARGET_KINDS", "PlannerConfig", "VerifyConfig", "Config", "load_config"]
 
@@ -198,6 +199,10 @@ class Config:
     ----------
     target : str
         TVM target kind, one of :data:`TARGET_KINDS`.
+    cuda_arch : str or None
+        CUDA arch of a ``cuda`` build (``sm_80``, ``sm_90a``; as ``--cuda-arch``); null: the
+        installed GPU's, else :data:`relax_memplan.targets.DEFAULT_CUDA_ARCH` (``sm_80``).
+        Ignored for ``llvm``.
     planner : PlannerConfig
         Offset planner settings.
     shapes : dict of str to tuple of int
@@ -226,6 +231,7 @@ class Config:
     """
 
     target: str = "llvm"
+    cuda_arch: str | None = None
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     dims: dict[str, tuple] = field(default_factory=dict)
@@ -245,6 +251,11 @@ class Config:
             raise ConfigError(f"check_indices must be true or false, got {self.check_indices!r}")
         if self.target not in TARGET_KINDS:
             raise ConfigError(f"target must be one of {list(TARGET_KINDS)}, got {self.target!r}")
+        if self.cuda_arch is not None:
+            try:
+                check_cuda_arch(self.cuda_arch, option="cuda_arch")
+            except TargetError as err:
+                raise ConfigError(str(err)) from None
         for key, cls in (("planner", PlannerConfig), ("verify", VerifyConfig)):
             if not isinstance(getattr(self, key), cls):
                 raise ConfigError(f"{key} must be a {cls.__name__}, got {getattr(self, key)!r}")
@@ -328,6 +339,7 @@ class Config:
         planner["buckets"] = {name: list(v) for name, v in self.planner.buckets.items()}
         return {
             "target": self.target,
+            "cuda_arch": self.cuda_arch,
             "planner": planner,
             "shapes": {name: list(dims) for name, dims in self.shapes.items()},
             "dims": {name: list(bounds) for name, bounds in self.dims.items()},

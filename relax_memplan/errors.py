@@ -215,3 +215,34 @@ class RunError(RelaxMemplanError):
 
 
 __all__ += ["PrepareStepError", "ReferenceRunError", "RunError"]
+
+
+class TargetError(RelaxMemplanError, ValueError):
+    """A compilation target option is not valid, e.g. a CUDA arch that is not ``sm_XX``
+    (``--cuda-arch``, config ``cuda_arch``); the message names the option and the value."""
+
+
+__all__ += ["TargetError"]
+
+
+class UndeclaredDimWarning(UserWarning):
+    """A symbolic dim of the model has neither a ``--dim`` range nor a ``--shape`` value and
+    is compiled at 1; the message gives the flags that declare it. Issued before the import."""
+
+
+__all__ += ["UndeclaredDimWarning"]
+
+
+INDEX_CHECK_MESSAGE = "relax_memplan: index out of range in"
+"""How the message of each run-time index check starts (the asserts
+:class:`~relax_memplan.transform.check_index_bounds.CheckIndexBounds` inserts); TVM passes
+it on as the text of its error, where :func:`relax_memplan.runtime.run_checked` finds it."""
+
+
+class IndexValueError(RunError):
+    """A run stopped at one of our index checks: an index value (a Gather id, ...) is outside
+    its tensor. The input's value is at fault, not its shape; the message names the ONNX
+    node and the valid range."""
+
+
+__all__ += ["INDEX_CHECK_MESSAGE", "IndexValueError"]

@@ -1,6 +1,8 @@
 """Draw an arena plan: each tensor a rectangle over its live range (x, program steps) and its
 bytes in the arena (y), the largest ones labelled, and under it the live bytes at each step
-against the arena and the lower bound.
+against the arena and the lower bound (:func:`plot_plan`, fixed shapes). With symbolic dims,
+the per-shape bytes chart (:func:`plot_shapes`): lower bound, our arena per strategy and the
+bytes each build allocated, against the sampled shapes.
 
 Needs matplotlib (``pip install relax_memplan[plot]``).
 """
@@ -8,11 +10,11 @@ Needs matplotlib (``pip install relax_memplan[plot]``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 from .errors import RelaxMemplanError
 
-__all__ = ["plot_plan", "live_bytes_per_step", "byte_unit"]
+__all__ = ["plot_plan", "plot_shapes", "shape_series", "live_bytes_per_step", "byte_unit"]
 
 LABELLED_TENSORS = 8
 """How many of the largest tensors of an arena get a label."""
@@ -71,14 +73,7 @@ def plot_plan(function_plan, path, title: str = "") -> Path:
     RelaxMemplanError
         If matplotlib is not installed.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise RelaxMemplanError("--plot needs matplotlib: pip install matplotlib") from None
-
+    plt = _pyplot()
     tensors = {t.uid: t for t in function_plan.liveness.tensors}
     arenas = function_plan.arenas
     rows = max(len(arenas), 1)
@@ -106,11 +101,111 @@ def plot_plan(function_plan, path, title: str = "") -> Path:
         unit, scale = byte_unit(arena.arena_bytes)
         for t, offset in placed[:LABELLED_TENSORS]:
             _label(axes[2 * k, 0], t, offset, unit, scale)
+    return _save(plt, fig, path)
+
+
+def _save(plt, fig, path) -> Path:
+    """Write ``fig`` to ``path`` (parent folders created, 100 dpi) and close it."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend (files only)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RelaxMemplanError("--plot needs matplotlib: pip install matplotlib") from None
+    return plt
+
+
+def shape_series(reports: Mapping[str, object]) -> Tuple[List[Dict[str, int]], Dict[str, List]]:
+    """The per-shape bytes chart's data: the sampled shapes in increasing order of their dims,
+    and each series over them, in bytes (``None`` where not measured).
+
+    Parameters
+    ----------
+    reports : mapping of str to CompileReport
+        One per strategy, with rows at the same shapes (``compile_strategies``).
+
+    Returns
+    -------
+    (list of dict, dict of str to list)
+        The dims of each shape, and ``"lower bound"``, ``"arena (<strategy>)"``, ``"our
+        build, run (<strategy>)"`` and ``"TVM default build, run"``; the run series only
+        where some shape ran.
+    """
+    first = next(iter(reports.values()))
+    order = sorted(range(len(first.shapes)), key=lambda k: tuple(first.shapes[k].dims.values()))
+    series: Dict[str, List] = {"lower bound": [first.shapes[k].lower_bound_bytes for k in order]}
+    for name, report in reports.items():
+        series[f"arena ({name})"] = [report.shapes[k].arena_bytes for k in order]
+    for name, report in reports.items():
+        run = [report.shapes[k].runtime_alloc_bytes for k in order]
+        if any(v is not None for v in run):
+            series[f"our build, run ({name})"] = run
+    tvm_run = [first.shapes[k].tvm_default_runtime_alloc_bytes for k in order]
+    if any(v is not None for v in tvm_run):
+        series["TVM default build, run"] = tvm_run
+    return [dict(first.shapes[k].dims) for k in order], series
+
+
+_SERIES_STYLE = {"lower bound": dict(color="red", linestyle=(0, (5, 3)), marker="_"),
+                 "TVM default build, run": dict(color="black", marker="s")}
+
+
+def plot_shapes(reports: Mapping[str, object], path, title: str = "") -> Path:
+    """Save the per-shape bytes chart of a build with symbolic dims: at each sampled shape
+    (x, in increasing order), the lower bound, our arena (one line per strategy), and, where
+    the builds ran, the bytes our build and TVM's default build allocated per call (naive VM
+    allocator, outputs included). One unit (KiB or MiB) throughout.
+
+    Parameters
+    ----------
+    reports : mapping of str to CompileReport
+        By strategy (``{"exact": report}`` for one), rows at the same shapes.
+    path : str or Path
+        Output image (format from the suffix).
+    title : str
+        Title prefix (e.g. the model name).
+
+    Returns
+    -------
+    Path
+        The image written.
+
+    Raises
+    ------
+    RelaxMemplanError
+        matplotlib is missing (``pip install relax_memplan[plot]``).
+    """
+    plt = _pyplot()
+    dims, series = shape_series(reports)
+    peak = max((v for values in series.values() for v in values if v is not None), default=0)
+    unit, scale = byte_unit(peak)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(dims) + 4), 4.8))
+    xs = list(range(len(dims)))
+    for label, values in series.items():
+        points = [(x, v / scale) for x, v in zip(xs, values) if v is not None]
+        style = _SERIES_STYLE.get(label, dict(marker="o" if label.startswith("arena") else "^"))
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.4,
+                **style)
+    ax.set_xticks(xs, ["\n".join(f"{n}={v}" for n, v in d.items()) for d in dims], fontsize=8)
+    ax.set_xlabel("sampled shape")
+    ax.set_ylabel(f"bytes per call ({unit})")
+    ax.set_ylim(0, max(peak, 1) / scale * 1.1)
+    ran = any(label.startswith("our build, run") for label in series)
+    ax.set_title(f"{title} memory per shape{'' if ran else ' (not run: the plan only)'}".strip(),
+                 fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+    fig.tight_layout()
+    return _save(plt, fig, path)
 
 
 def _bound_lines(ax, arena, unit: str, scale: int):

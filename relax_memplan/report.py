@@ -220,7 +220,9 @@ _MEASURED = ("runtime_alloc_bytes", "runtime_num_allocs", "tvm_default_runtime_a
 class ShapeMeasurement:
     """Bytes at one shape (all sizes in bytes), and the check against onnxruntime there
     (``max_abs_error`` and the other fields of :class:`~relax_memplan.verify.Comparison`,
-    ``input_sensitivity``). ``dims`` is ``{}`` for a fixed-shape build."""
+    ``input_sensitivity``). ``dims`` is ``{}`` for a fixed-shape build. With a dynamic plan,
+    ``peak_step`` and ``live_at_peak`` (names, largest first) say where the arena's tensors'
+    live bytes peak at this shape (see :attr:`CompileReport.tensors`)."""
 
     dims: Dict[str, int]
     runtime_alloc_bytes: Optional[int]
@@ -236,6 +238,8 @@ class ShapeMeasurement:
     runtime_num_allocs: Optional[int] = None
     tvm_default_runtime_num_allocs: Optional[int] = None
     max_abs_diff_vs_tvm_default: Optional[float] = None
+    peak_step: Optional[int] = None
+    live_at_peak: Optional[List[str]] = None
 
     def record_comparison(self, comparison) -> None:
         """Keep a :class:`relax_memplan.verify.Comparison` with the reference at this shape."""
@@ -268,6 +272,8 @@ class CompileReport:
     Attributes
     ----------
     model, target : str
+    arch : str, optional
+        The CUDA arch of a ``cuda`` build (``sm_80``); None for other targets.
     inputs : dict
         Input name -> ``{"shape": [...], "dtype": str}`` (fixed-shape builds).
     functions : dict of str to FunctionMemoryReport
@@ -289,6 +295,13 @@ class CompileReport:
         Kernels specialized per dim value (``--dispatch``).
     buckets : dict of str to list of int
         Bucket values of the ``buckets`` strategy.
+    tensors : list of dict
+        Symbolic dims: each tensor of the dynamic arena, ``name``, ``producer`` (kernel),
+        ``shape`` (each dim an expression string, ``"seq"``, ``"seq * 2"``), ``dtype``,
+        ``size_bytes_expr`` (bytes as an expression of the dims), ``live_range`` (half-open,
+        program steps), and per row of :attr:`shapes` ``size_bytes_at_shapes`` and
+        ``offset_bytes_at_shapes`` (bytes). Fixed shapes: per function, in
+        :attr:`FunctionMemoryReport.tensors`.
     fusion : dict of str to int, optional
         ``None`` when our fusion did not run; else pattern -> times fused in this build
         (``attention``: attention blocks made one kernel, ``dropout``: dropouts removed).
@@ -308,6 +321,8 @@ class CompileReport:
     specialized: Dict[str, Dict[str, List[int]]] = field(default_factory=dict)
     buckets: Dict[str, List[int]] = field(default_factory=dict)
     fusion: Optional[Dict[str, int]] = None
+    arch: Optional[str] = None
+    tensors: List[Dict] = field(default_factory=list)
 
     @property
     def is_static(self) -> bool:
@@ -331,7 +346,8 @@ class CompileReport:
         """JSON-ready dict. Fixed shape: ``main``'s fields at top level, every function under
         ``functions``; symbolic dims: ``strategy``, ``dims``, ``ratio_check``, ... Both have
         ``shapes`` (the rows) and ``verified``."""
-        out = {"model": self.model, "target": self.target, "inputs": self.inputs,
+        out = {"model": self.model, "target": self.target, "arch": self.arch,
+               "inputs": self.inputs,
                "notes": self.notes, "strategy": self.strategy,
                "dims": {n: list(r) for n, r in self.dims.items()}}
         if self.is_static and self.functions:
@@ -341,7 +357,8 @@ class CompileReport:
         else:
             out.update({"planned_tensors": self.planned_tensors, "left_to_tvm": self.left_to_tvm,
                         "ratio_check": self.checked, "specialized_kernels": self.specialized,
-                        "buckets": {n: list(v) for n, v in self.buckets.items()}})
+                        "buckets": {n: list(v) for n, v in self.buckets.items()},
+                        "tensors": self.tensors})
         out["fusion"] = {"enabled": self.fusion is not None, "fused": dict(self.fusion or {})}
         out["verified"] = self.verified
         out["shapes"] = [s.to_dict() for s in self.shapes]

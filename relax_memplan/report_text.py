@@ -24,7 +24,7 @@ def format_report(report: CompileReport) -> str:
 def _static_text(report: CompileReport) -> List[str]:
     shapes = ", ".join(f"{n}{list(v['shape'])}:{v['dtype']}" for n, v in report.inputs.items())
     lines = [f"relax-memplan memory report: {report.model}",
-             f"  target {report.target}; inputs {shapes}"]
+             f"  target {_target_text(report)}; inputs {shapes}"]
     for f in report.functions.values():
         lines += _format_function(f)
     lines.append(_fusion_line(report))
@@ -32,6 +32,11 @@ def _static_text(report: CompileReport) -> List[str]:
         lines.append("notes:")
         lines += [f"  - {n}" for n in report.notes]
     return lines
+
+
+def _target_text(report: CompileReport) -> str:
+    """``llvm`` or ``cuda (sm_80)``."""
+    return report.target + (f" ({report.arch})" if report.arch else "")
 
 
 def _fmt_bytes(n: Optional[int]) -> str:
@@ -96,7 +101,7 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
             reasons[t["reason"]] = reasons.get(t["reason"], 0) + 1
         summary = ", ".join(f"{n} x {r}" for r, n in sorted(reasons.items()))
         lines.append(f"  left to TVM's planner: {summary}")
-    lines += _peak_lines(f)
+    lines += _peak_lines(f.tensors, f.peak_step, f.live_at_peak)
     if f.max_abs_diff_vs_tvm_default is not None:
         lines.append(f"  max abs difference vs TVM default build: {f.max_abs_diff_vs_tvm_default:.3g}")
     if f.max_abs_error is not None:
@@ -128,8 +133,8 @@ def _ranges_text(report: CompileReport) -> str:
 def _table_text(report: CompileReport) -> List[str]:
     """One row per sampled shape: LB, arena, ratio, bytes of both builds, error, verdict."""
     lines = [f"relax-memplan dynamic report: {report.model}",
-             f"  strategy {report.strategy}; {_ranges_text(report)}; {report.planned_tensors} "
-             f"tensors in the arena",
+             f"  target {_target_text(report)}; strategy {report.strategy}; "
+             f"{_ranges_text(report)}; {report.planned_tensors} tensors in the arena",
              f"  {'dims':<28}{'LB':>12}{'arena':>12}{'x LB':>9}{'run ours':>12}{'run TVM':>12}"
              f"{'max err':>10}"]
     compared = report.verified is not None
@@ -142,6 +147,7 @@ def _table_text(report: CompileReport) -> List[str]:
         lines.append(row + (_verdict(s) if compared else ""))
     lines += _check_lines(report.shapes)
     lines += _plan_lines(report, prefix="")
+    lines += _dynamic_peak_lines(report)
     if report.specialized:
         lines.append(f"  kernels specialized: {len(report.specialized)} ("
                      + ", ".join(sorted(report.specialized)[:6])
@@ -253,18 +259,32 @@ def _strategy_lines(reports: Mapping[str, CompileReport]) -> List[str]:
     return out
 
 
-def _peak_lines(f: FunctionMemoryReport, top: int = 10) -> List[str]:
-    """The largest tensors live at the peak of the placed tensors' live bytes."""
-    if f.peak_step is None or not f.live_at_peak:
+def _dynamic_peak_lines(report: CompileReport) -> List[str]:
+    """The top of :func:`_peak_lines` at the sampled shape with the largest lower bound."""
+    if not report.tensors or not report.shapes or report.shapes[0].peak_step is None:
         return []
-    by_name = {t["name"]: t for t in f.tensors}
-    live = [by_name[n] for n in f.live_at_peak]
+    k = max(range(len(report.shapes)), key=lambda i: report.shapes[i].lower_bound_bytes)
+    row = report.shapes[k]
+    from .compile.summary import concrete_tensors
+
+    return _peak_lines(concrete_tensors(report.tensors, k), row.peak_step, row.live_at_peak,
+                       where=f" at {_dims_text(row.dims)}")
+
+
+def _peak_lines(tensors: List[Dict], peak_step: Optional[int], live_at_peak: List[str],
+                top: int = 10, where: str = "") -> List[str]:
+    """The largest tensors live at the peak of the placed tensors' live bytes (rows with
+    ``size_bytes`` and ``offset_bytes`` at one shape)."""
+    if peak_step is None or not live_at_peak:
+        return []
+    by_name = {t["name"]: t for t in tensors}
+    live = [by_name[n] for n in live_at_peak]
     total = sum(t["size_bytes"] for t in live)
-    lines = [f"  live at the peak (step {f.peak_step}): {len(live)} tensors, {total:,} B"
+    lines = [f"  live at the peak{where} (step {peak_step}): {len(live)} tensors, {total:,} B"
              + (f"; the {top} largest:" if len(live) > top else ":"),
              f"    {'tensor':<16}{'kernel':<36}{'shape':<22}{'bytes':>12}{'offset':>12}  live"]
     for t in live[:top]:
-        shape = "x".join(map(str, t["shape"])) + f" {t['dtype']}"
+        shape = "x".join(f"({d})" if " " in str(d) else str(d) for d in t["shape"]) + f" {t['dtype']}"
         kernel = t["producer"] or "-"
         kernel = kernel if len(kernel) <= 34 else kernel[:31] + "..."
         lines.append(f"    {t['name']:<16}{kernel:<36}{shape:<22}{t['size_bytes']:>12,}"

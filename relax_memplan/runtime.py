@@ -22,7 +22,7 @@ import tvm
 from tvm import relax
 
 from .analysis.liveness import dtype_size_bytes
-from .errors import RunError, summarize_error
+from .errors import INDEX_CHECK_MESSAGE, IndexValueError, RunError, summarize_error
 
 __all__ = ["RuntimeMemory", "run_and_measure", "run_checked", "recording_interrupts",
            "raise_if_interrupted",
@@ -190,7 +190,8 @@ def run_checked(executable: tvm.runtime.Executable, inputs: Sequence[np.ndarray]
     dims : mapping of str to int, optional
         The symbolic dims' values, named in the message; else the input shapes are.
     hint : str
-        Advice appended to the message.
+        Advice appended to the message (not to an :class:`IndexValueError`: the value of an
+        input is at fault there, whatever the shapes).
     func_name : str
         The VM function to call.
 
@@ -200,8 +201,10 @@ def run_checked(executable: tvm.runtime.Executable, inputs: Sequence[np.ndarray]
 
     Raises
     ------
+    IndexValueError
+        The call stopped at one of our index checks (:data:`INDEX_CHECK_MESSAGE`).
     RunError
-        The call failed (TVM's error summarized on one line: :func:`summarize_error`).
+        The call failed otherwise (TVM's error summarized on one line: :func:`summarize_error`).
     KeyboardInterrupt
         Ctrl-C during the call, whatever type TVM turned it into.
     """
@@ -210,8 +213,10 @@ def run_checked(executable: tvm.runtime.Executable, inputs: Sequence[np.ndarray]
     except Exception as err:  # noqa: BLE001 - TVM raises many types; one clear message
         at = (", ".join(f"{k}={v}" for k, v in dims.items()) if dims is not None
               else "inputs " + ", ".join(str(tuple(np.shape(x))) for x in inputs))
-        raise RunError(f"running {func_name} of {build_name} at {at} failed: "
-                       f"{summarize_error(err)}{hint}") from None
+        index_check = INDEX_CHECK_MESSAGE in str(err)
+        raise (IndexValueError if index_check else RunError)(
+            f"running {func_name} of {build_name} at {at} failed: "
+            f"{summarize_error(err)}{'' if index_check else hint}") from None
 
 
 def release_pooled_memory() -> None:

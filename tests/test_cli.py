@@ -78,22 +78,29 @@ import numpy as np
 import tvm
 from tvm import relax
 vm = relax.VirtualMachine(tvm.runtime.load_module(sys.argv[1]), tvm.cpu())
-print(vm["main"](tvm.runtime.tensor(np.zeros((1, 3, 96, 96), "float32"))).numpy().shape)
+shape = tuple(int(d) for d in sys.argv[2].split(",")) if len(sys.argv) > 2 else (1, 3, 96, 96)
+print(vm["main"](tvm.runtime.tensor(np.zeros(shape, "float32"))).numpy().shape)
 """
+
+
+def _load_and_run(library, *args):
+    """Load ``library`` and run it in a fresh process: (stdout, stderr)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _LOAD_AND_RUN, str(library), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip(), proc.stderr
 
 
 def test_library_written_before_the_run_loads_without_warnings(example_run):
     """A library exported after a VM ran the executable printed one ``Scope Loaded`` warning
     per constant on every load; ours is written before the measurement run."""
-    import subprocess
-    import sys
-
     _, out = example_run
-    proc = subprocess.run([sys.executable, "-c", _LOAD_AND_RUN, str(out / "lib.so")],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "(1, 10)"
-    assert proc.stderr == "", proc.stderr
+    stdout, stderr = _load_and_run(out / "lib.so")
+    assert stdout == "(1, 10)"
+    assert stderr == "", stderr
 
 
 def test_example_plot_is_a_png(example_run):
@@ -207,6 +214,22 @@ def test_dynamic_dims_measured_at_range_ends(tmp_path):
         assert s["arena_over_lower_bound"] <= 1.02
         assert s["runtime_alloc_bytes"] < s["tvm_default_runtime_alloc_bytes"]
         assert s["max_abs_error"] < 1e-4
+    _check_dynamic_tensors(data)
+
+
+def _check_dynamic_tensors(data):
+    """The per-tensor table of a dynamic report: at each shape the tensors live at the peak
+    are live at its step, lie apart in the arena and fit under the lower bound."""
+    tensors = {t["name"]: t for t in data["tensors"]}
+    assert len(tensors) == data["planned_tensors"] > 0
+    for k, s in enumerate(data["shapes"]):
+        live = [tensors[n] for n in s["live_at_peak"]]
+        assert live and all(t["live_range"][0] <= s["peak_step"] < t["live_range"][1] for t in live)
+        spans = sorted((t["offset_bytes_at_shapes"][k],
+                        t["offset_bytes_at_shapes"][k] + t["size_bytes_at_shapes"][k]) for t in live)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+        assert spans[-1][1] <= s["arena_bytes"]
+        assert sum(t["size_bytes_at_shapes"][k] for t in live) <= s["lower_bound_bytes"]
 
 
 @pytest.mark.parametrize(
@@ -226,9 +249,12 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
     report = tmp_path / "all.json"
     status = main(["compile", str(shared_model("mobilenetv2-tiny.onnx")), "--dim", "batch=1..4",
                    "--strategy", "all", "--bucket", "batch=2", "--size-classes", "--sample-shapes", "3",
-                   "-q", "--report", str(report), "--time-limit", "0.2", "-o", str(tmp_path / "m.so")])
+                   "-q", "--report", str(report), "--time-limit", "0.2", "-o", str(tmp_path / "m.so"),
+                   "--plot", str(tmp_path / "shapes.png")])
     assert status == 0
     out = capsys.readouterr().out
+    assert f"bytes per sampled shape drawn to {tmp_path / 'shapes.png'}" in out
+    assert (tmp_path / "shapes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # one table, a column group per strategy, the bucket values in its header
     assert out.count("relax-memplan dynamic report") == 1 and "strategies side by side" in out
     assert "batch in [1, 4]; buckets batch=2" in out
@@ -238,6 +264,8 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
     for name in ("upper_bound", "exact", "buckets"):  # -o: one library per strategy, each named
         assert (tmp_path / f"m.{name}.so").exists()
         assert f"library ({name}) written to {tmp_path / f'm.{name}.so'}" in out
+    # written before the runs at the sampled shapes: loads without a warning, runs in range
+    assert _load_and_run(tmp_path / "m.exact.so", "3,3,96,96") == ("(3, 100)", "")
     data = json.loads(report.read_text())["strategies"]
     assert data["buckets"]["buckets"] == {"batch": [2]}
     tvm_bytes = {n: [s["tvm_default_runtime_alloc_bytes"] for s in d["shapes"]] for n, d in data.items()}
@@ -277,6 +305,7 @@ def test_stepped_dim_without_running_reports_the_plan(tmp_path):
     assert all(s["dims"]["batch"] in (1, 4, 7) for s in data["shapes"])
     assert all(s["runtime_alloc_bytes"] is None for s in data["shapes"])  # --no-measure: not run
     assert data["ratio_check"] == {"shapes": 3, "enumerated": True, "max_ratio": 1.0, "pinned": 0}
+    _check_dynamic_tensors(data)
 
 
 def test_every_symbolic_dim_needs_a_range(capsys):
@@ -430,3 +459,62 @@ def test_a_failed_run_at_a_sampled_shape_keeps_no_library(capsys, tmp_path):
                                     "seq=8..8", "--input", f"input_ids={ids}", "-o", str(lib)])
     assert line.endswith(f"valid [-1000, 999]; {lib} not kept")
     assert not lib.exists()
+
+
+def _no_import(monkeypatch):
+    """Make TVM's import (and so any build) fail loudly: the checks must come before it."""
+    from relax_memplan import frontend
+    from relax_memplan.errors import RelaxMemplanError
+
+    def refuse(*_args, **_kwargs):
+        raise RelaxMemplanError("import started")
+
+    monkeypatch.setattr(frontend, "import_onnx", refuse)
+
+
+@pytest.mark.parametrize("model, dim, missing, flag", [
+    ("gpt2-tiny-randw.onnx", "s27=1..64", "s77", "--dim s77=1..64"),
+    ("bert-tiny-randw.onnx", "seq=1..64", "batch", "--dim batch=1..8"),
+])
+def test_an_undeclared_dim_is_refused_before_the_import(capsys, monkeypatch, model, dim, missing,
+                                                        flag):
+    """Regression: a --dim naming one of two symbolic dims was refused after TVM's import."""
+    _no_import(monkeypatch)
+    line = _one_line_error(capsys, ["compile", str(shared_model(model)), "--dim", dim])
+    assert f"missing --dim for {missing} (add {flag}, with your own ranges" in line
+
+
+def test_dims_left_to_1_are_a_warning_before_the_import(capsys, monkeypatch):
+    _no_import(monkeypatch)
+    assert main(["compile", str(shared_model("gpt2-tiny-randw.onnx"))]) == EXIT_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == ("relax-memplan: warning: symbolic dim(s) s77, s27 not declared: compiled at "
+                      "1 (compile once for a range with --dim s77=1..64 --dim s27=1..64, or fix "
+                      "them with --shape input_ids=1,1)")
+    assert err[-1] == "relax-memplan: error: import started"
+    main(["compile", str(shared_model("gpt2-tiny-randw.onnx")), "-q"])  # -q: the notes only
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_fixed_dims_give_no_warning(capsys, monkeypatch):
+    _no_import(monkeypatch)
+    main(["compile", str(shared_model("gpt2-tiny-randw.onnx")), "--shape", "input_ids=1,8"])
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_dim_with_target_cuda_builds_and_reports_the_plan_without_run_rows(tmp_path, capsys):
+    report = tmp_path / "cuda.json"
+    status = main(["compile", _two_input_model(tmp_path / "two.onnx"), "--target", "cuda",
+                   "--cuda-arch", "sm_90", "--dim", "h=1..4", "--dim", "w=1..6", "-q",
+                   "--sample-shapes", "2", "--report", str(report), "--plot",
+                   str(tmp_path / "shapes.png"), "--time-limit", "0.2"])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "target cuda (sm_90); strategy exact; h in [1, 4], w in [1, 6]" in out
+    assert "note: built for cuda sm_90, not run: run-time bytes and verification need a CPU" in out
+    data = json.loads(report.read_text())
+    assert (data["target"], data["arch"]) == ("cuda", "sm_90")
+    assert [s["dims"] for s in data["shapes"]] == [{"h": 1, "w": 1}, {"h": 4, "w": 6}]
+    for s in data["shapes"]:
+        assert s["runtime_alloc_bytes"] is None and s["tvm_default_runtime_alloc_bytes"] is None
+    assert (tmp_path / "shapes.png").exists()

@@ -35,6 +35,7 @@ from relax_memplan.config import load_config
 from relax_memplan.examples import example_cnn
 from relax_memplan.onnx_prepare import STEP_NAMES
 from relax_memplan.pipeline import backend_phases, get_pipeline
+from relax_memplan.targets import DEFAULT_CUDA_ARCH, installed_cuda_arch
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
 from relax_memplan.transform.plan_static_memory import PlanStaticMemory
 from tests.conftest import REPO_ROOT, shared_model
@@ -237,9 +238,15 @@ def test_cli_compile_target_cuda_writes_a_report(tmp_path, capsys):
     status = main(["compile", "--target", "cuda", "--no-measure", "-q", "--time-limit", "0.2",
                    "--report", str(report_path)])
     assert status == 0
-    assert "target cuda" in capsys.readouterr().out
+    installed = installed_cuda_arch()
+    arch = installed or DEFAULT_CUDA_ARCH  # no GPU here: the documented default
+    out = capsys.readouterr().out
+    assert f"target cuda ({arch})" in out
+    assert "not run: run-time bytes and verification need a CPU (llvm) build" in out
+    if installed is None:
+        assert f"built for cuda {arch} (the default: no CUDA GPU here; set --cuda-arch)" in out
     report = json.loads(report_path.read_text())
-    assert report["target"] == "cuda"
+    assert report["target"] == "cuda" and report["arch"] == arch
     assert report["runtime_alloc_bytes"] is None  # built only: nothing ran
     assert 0 < report["lower_bound_bytes"] <= report["arena_bytes"] <= report["tvm_default_bytes"]
 
@@ -248,7 +255,7 @@ def test_cuda_yaml_is_a_cuda_config():
     config = load_config(REPO_ROOT / "configs" / "cuda.yaml")
     assert config.target == "cuda"
     assert config.planner.alignment_bytes == 256
-    assert config.dims == {}  # the CLI refuses --dim with --target cuda
+    assert config.dims == {}
 
 
 def test_cli_refuses_verify_for_cuda(capsys):

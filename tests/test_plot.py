@@ -51,3 +51,41 @@ def test_live_bytes_peak_is_the_unaligned_lower_bound(example_plan):
 def test_byte_unit_is_one_unit_for_the_whole_picture():
     assert byte_unit(737_280) == ("KiB", 1024)
     assert byte_unit(64 << 20) == ("MiB", 1 << 20)
+
+
+def _row(dims, lb, arena, ours=None, tvm_run=None):
+    from relax_memplan.report import ShapeMeasurement
+
+    return ShapeMeasurement(dims=dims, runtime_alloc_bytes=ours, arena_bytes=arena,
+                            lower_bound_bytes=lb, tvm_default_runtime_alloc_bytes=tvm_run)
+
+
+def test_shape_series_follow_the_rows_in_increasing_shape_order():
+    from relax_memplan.plot import shape_series
+    from relax_memplan.report import CompileReport
+
+    exact = CompileReport(model="m", strategy="exact", dims={"seq": (1, 64)}, shapes=[
+        _row({"seq": 1}, 64, 64, 200, 300), _row({"seq": 64}, 4096, 4160, 5000, 9000),
+        _row({"seq": 9}, 576, 640, 900, 1500)])
+    upper = CompileReport(model="m", strategy="upper_bound", dims={"seq": (1, 64)}, shapes=[
+        _row({"seq": 1}, 64, 4160, 4300, 300), _row({"seq": 64}, 4096, 4160, 5000, 9000),
+        _row({"seq": 9}, 576, 4160, 4300, 1500)])
+    dims, series = shape_series({"exact": exact, "upper_bound": upper})
+    assert dims == [{"seq": 1}, {"seq": 9}, {"seq": 64}]
+    assert series == {"lower bound": [64, 576, 4096], "arena (exact)": [64, 640, 4160],
+                      "arena (upper_bound)": [4160, 4160, 4160],
+                      "our build, run (exact)": [200, 900, 5000],
+                      "our build, run (upper_bound)": [4300, 4300, 5000],
+                      "TVM default build, run": [300, 1500, 9000]}
+
+
+def test_shape_chart_without_a_run_has_no_run_series(tmp_path):
+    from relax_memplan.plot import plot_shapes, shape_series
+    from relax_memplan.report import CompileReport
+
+    report = CompileReport(model="m", strategy="exact", dims={"b": (1, 4)},
+                           shapes=[_row({"b": 4}, 512, 576), _row({"b": 1}, 128, 128)])
+    assert shape_series({"exact": report})[1] == {"lower bound": [128, 512],
+                                                  "arena (exact)": [128, 576]}
+    out = plot_shapes({"exact": report}, tmp_path / "s.png", title="m")
+    assert out.read_bytes()[:8] == PNG_MAGIC

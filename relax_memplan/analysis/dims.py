@@ -10,13 +10,14 @@ unbounded.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, Optional
 
 import tvm
 from tvm import relax, tirx
 
-__all__ = ["DimRange", "STEP_ATTR", "signature_dims", "declared_ranges", "evaluate_bytes", "evaluate_int",
+__all__ = ["expr_text", "DimRange", "STEP_ATTR", "signature_dims", "declared_ranges", "evaluate_bytes", "evaluate_int",
            "int_evaluator"]
 
 
@@ -191,3 +192,17 @@ def int_evaluator(expr) -> Callable[[Mapping[str, int]], int]:
         a = int_evaluator(expr.a)
         return lambda dims: not a(dims)
     return lambda dims: evaluate_int(expr, dims)
+
+
+_TIR_INT_LITERAL = re.compile(r"T\.u?int(?:8|16|32|64)\((-?\d+)\)")
+
+
+def expr_text(expr, simplify: bool = False) -> str:
+    """A shape or size expression as a user reads it: ``seq - 1`` rather than TVMScript's
+    ``seq - T.int64(1)``; an int as itself. ``simplify``: through ``tvm.sym.Analyzer`` first
+    (``batch * seq * 512`` for ``4 * batch * 2 * seq * 64``)."""
+    if isinstance(expr, int):
+        return str(expr)
+    if simplify:
+        expr = tvm.sym.Analyzer().simplify(expr)
+    return _TIR_INT_LITERAL.sub(r"\1", str(expr))

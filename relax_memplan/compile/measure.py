@@ -14,14 +14,14 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..errors import RelaxMemplanError, RunError
+from ..errors import RelaxMemplanError
 from ..report import CompileReport, ShapeMeasurement
 from ..runtime import run_checked
 from ..transform.specialize_kernels import dispatch_path
 from ..verify import compare_outputs, input_sensitivity
 from .options import CheckOptions
 from .shapes import fit_values, shapes_at, with_shapes
-from .summary import arena_at
+from .summary import arena_at, tensors_at
 
 __all__ = ["ModelSource", "StrategyBuild", "add_rows", "measure_point", "max_abs_error", "reference_sensitivity",
            "physical_memory_bytes"]
@@ -133,6 +133,7 @@ def add_rows(builds: Sequence[StrategyBuild], dims: Mapping[str, int]) -> None:
         if b.kernels is not None:
             row.kernel_paths = sorted(set(dispatch_path(b.kernels.specialized, dims).values()))
         b.report.shapes.append(row)
+        tensors_at(b.report, b.dyn, dims, row)
 
 
 def measure_point(dims: Mapping[str, int], builds: Sequence[StrategyBuild], ex_tvm,
@@ -175,16 +176,11 @@ _SHAPE_HINT = " (does the model accept this shape? narrow --dim or give a :STEP)
 
 
 def _run(ex, arrays, dims, build_name):
-    """run_checked; with symbolic dims, a hint about the shape (the likeliest cause), except
-    for an index value out of range (the input's value is at fault, not its shape)."""
+    """run_checked; with symbolic dims, a hint about the shape (the likeliest cause), which
+    run_checked leaves out for an index value out of range (:class:`IndexValueError`)."""
     if not dims:
         return run_checked(ex, arrays, build_name)
-    try:
-        return run_checked(ex, arrays, build_name, dims=dims, hint=_SHAPE_HINT)
-    except RunError as err:
-        if "index out of range in" in str(err):
-            raise RunError(str(err).replace(_SHAPE_HINT, "")) from None
-        raise
+    return run_checked(ex, arrays, build_name, dims=dims, hint=_SHAPE_HINT)
 
 
 def _check_fits_in_memory(builds: Sequence[StrategyBuild], arrays) -> None:

@@ -27,7 +27,7 @@ from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .options import BuildOptions, CheckOptions, library_path_for
-from .shapes import fit_values, sample_dims, shapes_at, symbolic_dims
+from .shapes import check_dims_up_front, fit_values, sample_dims, shapes_at, symbolic_dims
 from .summary import static_functions, summarize_dynamic
 
 __all__ = ["CompileResult", "compile_model", "compile_strategies", "compile_and_measure",
@@ -138,6 +138,7 @@ def _import(model, shapes, dims, prepare: bool, say):
     name = model_name(model)
     onnx_model = (example_cnn() if model is None else model if hasattr(model, "graph")
                   else frontend.load_onnx(model))
+    check_dims_up_front(onnx_model, shapes, dims)  # before any import or build
     say(f"importing {name} " + ("with symbolic dims" if dims else "with TVM's ONNX frontend"))
     mod, info = frontend.import_onnx(onnx_model, dict(shapes or {}), keep_dynamic=bool(dims),
                                      prepare_steps=STEP_NAMES if prepare else ())
@@ -230,7 +231,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
         dump_dir = f"{dump_dir}/{strategy}"
     if not dims:
         b.record = RecordStorage()
-        say(f"building with relax_memplan's planner for {options.tvm_target.kind.name}")
+        say(f"building with relax_memplan's planner for {_target_words(options)}")
         b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, b.record,
                              dump_dir, reorder_pass=options.reorder_pass, **kernel_options)
     else:
@@ -240,8 +241,8 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
             buckets=dict(options.buckets) or None, size_classes=options.size_classes,
             size_class_growth=options.size_class_growth)
         b.kernels = (SpecializeKernels(dict(options.dispatch), schedule=_dispatch_schedule(
-            options.schedule)) if options.dispatch else None)
-        say(f"building once with relax_memplan's {strategy} plan")
+            options)) if options.dispatch else None)
+        say(f"building once with relax_memplan's {strategy} plan for {_target_words(options)}")
         b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, None, dump_dir,
                              dynamic_pass=b.dyn, dim_ranges=dims, dispatch_pass=b.kernels,
                              reorder_pass=options.reorder_pass, **kernel_options)
@@ -254,7 +255,9 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
 def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOptions,
                   tvm_rec) -> None:
     """The report of a build before any run: the plan's summary."""
+    arch = options.cuda_arch_used
     b.report = CompileReport(model=source.name, target=str(options.tvm_target.kind.name),
+                             arch=arch.arch if arch else None,
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
                              fusion=fusion_counts(b.fusion) if b.fusion is not None else None)
     if not dims:
@@ -268,26 +271,35 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
 
 def _runnable(builds, options: BuildOptions, check: CheckOptions) -> bool:
     """Whether the builds can run here (CPU targets, a ``main``); a note when not."""
+    if options.tvm_target.kind.name not in ("llvm", "c"):
+        for b in builds:
+            b.report.notes.append(f"built for {_target_words(options)}, not run: run-time "
+                                  f"bytes and verification need a CPU (llvm) build")
+        return False
     if not (check.measure or check.verify):
         if builds[0].report.dims:
             for b in builds:
                 b.report.notes.append("not run (--no-measure): arena and lower bound from the "
                                       "plan only")
         return False
-    if options.tvm_target.kind.name not in ("llvm", "c"):
-        for b in builds:
-            b.report.notes.append(f"built for {options.tvm_target.kind.name} only: run-time "
-                                  f"bytes and verification need a CPU (llvm) build")
-        return False
     return all(not b.report.is_static or "main" in b.report.functions for b in builds)
 
 
-def _dispatch_schedule(schedule: bool):
-    if schedule:
+def _target_words(options: BuildOptions) -> str:
+    """``llvm``, or ``cuda sm_80 (the default: no CUDA GPU here; set --cuda-arch)``."""
+    arch = options.cuda_arch_used
+    return options.tvm_target.kind.name + (f" {arch.describe()}" if arch else "")
+
+
+def _dispatch_schedule(options: BuildOptions):
+    """The schedule of specialized kernels: ours (``schedule`` on llvm), else the target's
+    (dlight's GPU rules for cuda: a specialized kernel must stay a GPU kernel)."""
+    target = options.tvm_target
+    if options.schedule and target.kind.name == "llvm":
         from ..schedules import schedule_prim_func
 
         return schedule_prim_func
-    return backend_schedule(tvm.target.Target("llvm"))
+    return backend_schedule(target)
 
 
 def _replace(options: BuildOptions, **changes) -> BuildOptions:

@@ -8,6 +8,7 @@ from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import tvm
 
+from ..targets import CudaArch, make_target, resolve_cuda_arch
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
 from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.reorder_for_memory import ReorderForMemory
@@ -25,7 +26,11 @@ class BuildOptions:
     Attributes
     ----------
     target : str or tvm.target.Target
-        ``llvm`` (built, run, verified) or ``cuda`` (built only; fixed shapes).
+        ``llvm`` (built, run, verified) or ``cuda`` (built only, fixed shapes or symbolic
+        dims). A ``tvm.target.Target`` is used as it is.
+    cuda_arch : str, optional
+        ``sm_XX`` of a ``cuda`` build given by name; default: the installed GPU's, else
+        :data:`relax_memplan.targets.DEFAULT_CUDA_ARCH` (``sm_80``).
     plan_pass : PlanStaticMemory, optional
         Settings of our planner (alignment, algorithms, time limit, in-place); a default
         one otherwise.
@@ -66,6 +71,7 @@ class BuildOptions:
     """
 
     target: Union[str, tvm.target.Target] = "llvm"
+    cuda_arch: Optional[str] = None
     plan_pass: Optional[PlanStaticMemory] = None
     reorder_pass: Optional[ReorderForMemory] = None
     strategies: Tuple[str, ...] = ("exact",)
@@ -84,8 +90,19 @@ class BuildOptions:
 
     @property
     def tvm_target(self) -> tvm.target.Target:
-        """:attr:`target` as a ``tvm.target.Target``."""
-        return tvm.target.Target(self.target) if isinstance(self.target, str) else self.target
+        """:attr:`target` as a ``tvm.target.Target`` (``cuda``: with the arch of
+        :func:`relax_memplan.targets.resolve_cuda_arch`)."""
+        if isinstance(self.target, str):
+            return make_target(self.target, self.cuda_arch)
+        return self.target
+
+    @property
+    def cuda_arch_used(self) -> Optional[CudaArch]:
+        """The arch a ``cuda`` build uses and where it came from (None for other targets)."""
+        if isinstance(self.target, str):
+            return resolve_cuda_arch(self.cuda_arch) if self.target == "cuda" else None
+        arch = self.target.attrs.get("arch") if self.target.kind.name == "cuda" else None
+        return CudaArch(str(arch), "given") if arch is not None else None
 
 
 @dataclass(frozen=True)

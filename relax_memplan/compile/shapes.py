@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Dict, List, Mapping, Tuple
+import warnings
+from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
 from ..analysis.dims import DimRange, evaluate_int
-from ..errors import ShapeSpecError
+from ..errors import ShapeSpecError, UndeclaredDimWarning
+from ..input_shapes import plan_inputs
 from ..transform._dynamic_plan import sample_points
 
 __all__ = ["parse_dim_spec", "parse_values_spec", "sample_dims", "symbolic_dims", "shapes_at",
-           "with_shapes", "fit_values"]
+           "with_shapes", "fit_values", "check_declared_dims", "check_dims_up_front"]
 
 
 def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
@@ -110,7 +112,8 @@ def fit_values(values, shapes, sampled: bool = False):
 
 
 def symbolic_dims(mod, info, dim_ranges: Mapping[str, Tuple]) -> List[str]:
-    """The symbolic dims of ``main``'s inputs, checked against the declared ranges.
+    """The symbolic dims of ``main``'s inputs, checked against the declared ranges
+    (:func:`check_declared_dims`).
 
     Raises
     ------
@@ -118,22 +121,69 @@ def symbolic_dims(mod, info, dim_ranges: Mapping[str, Tuple]) -> List[str]:
         A declared dim is fixed by ``--shape`` or is not a symbolic dim of the model, or a
         symbolic dim has no declared range.
     """
-    fixed = sorted(set(dim_ranges) & set(info.fixed_dims))
-    if fixed:
-        raise ShapeSpecError(f"--dim {fixed[0]}: dim '{fixed[0]}' is fixed to "
-                             f"{info.fixed_dims[fixed[0]]} by --shape; give it a --shape value "
-                             f"or a --dim range, not both")
     symbolic = sorted({d.name for p in mod["main"].params for d in getattr(p.ty, "shape", None) or ()
                        if type(d).__name__ == "Var"})
+    check_declared_dims(symbolic, info.fixed_dims, dim_ranges)
+    return symbolic
+
+
+def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
+                        dim_ranges: Mapping[str, Tuple]) -> None:
+    """Every dim in ``symbolic`` (the model's symbolic dims not fixed by ``--shape``) has a
+    range in ``dim_ranges``, and every range names such a dim.
+
+    Raises
+    ------
+    ShapeSpecError
+        A ranged dim is in ``fixed`` (also given by ``--shape``) or not a symbolic dim of the
+        model, or a symbolic dim has no range (the message gives the ``--dim`` flags to add).
+    """
+    both = sorted(set(dim_ranges) & set(fixed))
+    if both:
+        raise ShapeSpecError(f"--dim {both[0]}: dim '{both[0]}' is fixed to {fixed[both[0]]} by "
+                             f"--shape; give it a --shape value or a --dim range, not both")
     unknown = sorted(set(dim_ranges) - set(symbolic))
     if unknown:
         raise ShapeSpecError(f"--dim {', '.join(unknown)}: not a symbolic dim of the model "
-                             f"(its dims: {', '.join(symbolic) or 'none'})")
-    missing = sorted(set(symbolic) - set(dim_ranges))
+                             f"(its dims: {', '.join(sorted(symbolic)) or 'none'})")
+    missing = [d for d in symbolic if d not in dim_ranges]
     if missing:
         raise ShapeSpecError(f"give a range for every symbolic dim of the model: missing --dim for "
-                             f"{', '.join(missing)} (e.g. --dim {missing[0]}=1..1 to keep it at 1)")
-    return symbolic
+                             f"{', '.join(missing)} (add {_dim_flags(missing)}, with your own "
+                             f"ranges; --dim {missing[0]}=1..1 keeps it at 1)")
+
+
+def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> None:
+    """Before importing: the ONNX model's symbolic dims against ``--shape`` and ``--dim``.
+
+    With ranges, :func:`check_declared_dims` (an error before any import or build). Without,
+    a dim that no ``--shape`` fixes is compiled at 1: an :class:`UndeclaredDimWarning` says
+    so and how to declare it.
+
+    Raises
+    ------
+    ShapeSpecError
+        A bad ``--shape`` (unknown input, wrong rank, ...) or a dim range that does not fit.
+    """
+    plan = plan_inputs(onnx_model, dict(shapes or {}), keep_dynamic=True)
+    symbolic = list(dict.fromkeys(d for dims in plan.input_dims.values() for d in dims
+                                  if isinstance(d, str)))
+    if dim_ranges:
+        check_declared_dims(symbolic, plan.fixed, dim_ranges)
+    elif symbolic:
+        fix = " ".join(f"--shape {name}={','.join('1' if isinstance(d, str) else str(d) for d in dims)}"
+                       for name, dims in plan.input_dims.items()
+                       if any(isinstance(d, str) for d in dims))
+        warnings.warn(UndeclaredDimWarning(
+            f"symbolic dim(s) {', '.join(symbolic)} not declared: compiled at 1 (compile once "
+            f"for a range with {_dim_flags(symbolic)}, or fix them with {fix})"), stacklevel=3)
+
+
+def _dim_flags(names: Sequence[str]) -> str:
+    """``--dim batch=1..8 --dim seq=1..128``: placeholder ranges from the dims' names."""
+    from ..tools.inspect import suggest_dim_range
+
+    return " ".join(f"--dim {n}={suggest_dim_range(n)}" for n in names)
 
 
 def shapes_at(mod, dims: Mapping[str, int]) -> Dict[str, Tuple[int, ...]]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..analysis.dims import evaluate_int, expr_text
 from ..report import CompileReport, FunctionMemoryReport
 
-__all__ = ["static_functions", "summarize_dynamic", "arena_at", "planned_tensors"]
+__all__ = ["static_functions", "summarize_dynamic", "arena_at", "planned_tensors", "peak_of",
+           "dynamic_tensors", "tensors_at", "concrete_tensors"]
 
 
 def static_functions(plan_pass, ours_rec, tvm_rec) -> Tuple[Dict[str, FunctionMemoryReport],
@@ -59,6 +61,7 @@ def summarize_dynamic(report: CompileReport, dyn, kernels) -> None:
                             + (fplan.fallback_reason if fplan else "main has no symbolic tensors"))
     else:
         report.planned_tensors = len(fplan.planned)
+        report.tensors = dynamic_tensors(fplan)
         report.left_to_tvm = {u: r for u, r in fplan.left_to_tvm.items()
                               if u not in fplan.output_class_bytes}
         report.notes += fplan.notes
@@ -102,8 +105,14 @@ def planned_tensors(fplan) -> Tuple[List[Dict], Optional[int], List[str]]:
              "size_bytes": t.size_bytes, "live_range": [t.start, t.end],
              "arena": placed[t.uid][0], "offset_bytes": placed[t.uid][1]}
             for t in fplan.liveness.tensors if t.uid in placed]
+    return (rows,) + peak_of(rows)
+
+
+def peak_of(rows: Sequence[Dict]) -> Tuple[Optional[int], List[str]]:
+    """The step where the live bytes of ``rows`` (``size_bytes``, half-open ``live_range``)
+    peak, and the names of the rows live there, largest first; ``(None, [])`` for no rows."""
     if not rows:
-        return rows, None, []
+        return None, []
     events = sorted([(r["live_range"][0], r["size_bytes"]) for r in rows]
                     + [(r["live_range"][1], -r["size_bytes"]) for r in rows])
     live, best, peak_step = 0, -1, None
@@ -113,4 +122,44 @@ def planned_tensors(fplan) -> Tuple[List[Dict], Optional[int], List[str]]:
             best, peak_step = live, step
     at_peak = sorted((r for r in rows if r["live_range"][0] <= peak_step < r["live_range"][1]),
                      key=lambda r: (-r["size_bytes"], r["name"]))
-    return rows, peak_step, [r["name"] for r in at_peak]
+    return peak_step, [r["name"] for r in at_peak]
+
+
+def dynamic_tensors(fplan) -> List[Dict]:
+    """Each tensor of a dynamic plan's arena: name, producing kernel, shape and bytes as
+    expressions of the dims (strings), dtype, half-open live range; ``size_bytes_at_shapes``
+    and ``offset_bytes_at_shapes`` are filled per sampled shape by :func:`tensors_at`."""
+    tensors = {t.uid: t for t in fplan.liveness.tensors}
+    return [{"name": u, "producer": tensors[u].producer,
+             "shape": [_dim(d) for d in tensors[u].shape], "dtype": tensors[u].dtype,
+             "size_bytes_expr": expr_text(tensors[u].size_expr, simplify=True),
+             "live_range": [tensors[u].start, tensors[u].end],
+             "size_bytes_at_shapes": [], "offset_bytes_at_shapes": []}
+            for u in fplan.planned]
+
+
+def tensors_at(report: CompileReport, dyn, dims, row) -> None:
+    """At one sampled shape of a dynamic plan: each tensor's bytes and offset appended to
+    ``report.tensors``, and the peak step and tensors live there into ``row``."""
+    fplan = dyn.plans.get("main") if dyn is not None else None
+    if not report.tensors or fplan is None:
+        return
+    offsets = fplan.layout_at(dims)[0]
+    exprs = {t.uid: t.size_expr for t in fplan.liveness.tensors}
+    for t in report.tensors:
+        t["size_bytes_at_shapes"].append(evaluate_int(exprs[t["name"]], dims))
+        t["offset_bytes_at_shapes"].append(offsets[t["name"]])
+    row.peak_step, row.live_at_peak = peak_of(concrete_tensors(report.tensors, -1))
+
+
+def concrete_tensors(tensors: Sequence[Dict], k: int) -> List[Dict]:
+    """``tensors`` of a dynamic report at its ``k``-th sampled shape: ``size_bytes`` and
+    ``offset_bytes`` as in a static report's rows."""
+    return [dict(t, size_bytes=t["size_bytes_at_shapes"][k],
+                 offset_bytes=t["offset_bytes_at_shapes"][k]) for t in tensors]
+
+
+
+def _dim(d):
+    """A dim of a tensor's shape for the JSON report: an int, or its expression as text."""
+    return int(d) if type(d).__name__ == "IntImm" or isinstance(d, int) else expr_text(d)

@@ -114,7 +114,7 @@ def _ort_runner(onnx_model, feed: Dict[str, np.ndarray], threads: int) -> Callab
     import onnxruntime
 
     from ..errors import ReferenceRunError
-    from ..frontend import _ort_message
+    from ..reference import _ort_message
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3

@@ -137,10 +137,11 @@ def inspect_onnx(model) -> ModelSummary:
     import onnx
 
     from .. import frontend
+    from ..input_shapes import graph_inputs, input_dim_symbols
 
     onnx_model = model if hasattr(model, "graph") else frontend.load_onnx(model)
-    graph_inputs = frontend._graph_inputs(onnx_model)
-    symbols = frontend._input_dim_symbols(graph_inputs)
+    graph_inputs = graph_inputs(onnx_model)
+    symbols = input_dim_symbols(graph_inputs)
     inputs = []
     symbolic: List[str] = []
     for value in graph_inputs:

@@ -37,22 +37,20 @@ The check kernels have no GPU schedule: build for ``cuda`` with ``runtime_checks
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List, Optional
 
 import tvm
 from tvm import relax, tirx
 
-from ..analysis.dims import DimRange, declared_ranges, evaluate_int, signature_dims
+from ..analysis.dims import DimRange, declared_ranges, evaluate_int, expr_text, signature_dims
 from ..analysis.onnx_nodes import onnx_node_label
-from ..errors import IndexBoundsError
+from ..errors import INDEX_CHECK_MESSAGE, IndexBoundsError
 from ._index_bounds import ValueRange, ValueRanges, _i64, _prim
 from ._index_kernels import GUARDED_OPS, check_kernel, dtype_name, index_axes
 from ._module_util import replace_functions
 
 __all__ = ["CheckIndexBounds"]
 
-_INT_LITERAL = re.compile(r"T\.int(?:64|32)\((-?\d+)\)")
 _UNBOUNDED_PROBE = 2**31 - 1
 """Value tried for a dim declared without an upper bound."""
 
@@ -260,7 +258,7 @@ def _check_slice(var, call, analyzer, refusal, node) -> None:
 
 def _fmt(expr) -> str:
     """``seq - 1`` rather than TVMScript's ``seq - T.int64(1)``."""
-    return _INT_LITERAL.sub(r"\1", str(expr))
+    return expr_text(expr)
 
 
 def _value(x):
@@ -277,4 +275,4 @@ def _message(node, spec, call, axes, indices_value) -> str:
         lo = f"-{_fmt(s)}" if spec.wraps_negative or mapped else "0"
         hi = _fmt(tvm.sym.Analyzer().simplify(s - 1)) if shape is not None else f"{s}-1"
         ranges.append(f"[{lo}, {hi}]")
-    return f"relax_memplan: index out of range in {node}: valid {', '.join(ranges)}"
+    return f"{INDEX_CHECK_MESSAGE} {node}: valid {', '.join(ranges)}"

@@ -34,3 +34,49 @@ def test_nothing_placed_has_no_peak():
 def test_several_strategies_get_one_library_each():
     assert library_path_for("out/m.so", "exact", several=False) == "out/m.so"
     assert library_path_for("out/m.so", "exact", several=True) == "out/m.exact.so"
+
+
+def test_dynamic_tensors_are_listed_with_expressions_and_bytes_per_shape():
+    """A symbolic plan: shapes and sizes as expressions, bytes and offsets at each shape,
+    and the peak set per shape (here it moves from step 1 to step 2 as seq grows)."""
+    from tvm import tirx
+
+    from relax_memplan.compile.summary import concrete_tensors, dynamic_tensors, tensors_at
+    from relax_memplan.report import CompileReport, ShapeMeasurement
+
+    seq = tirx.Var("seq", "int64")
+    i64 = lambda v: tirx.const(v, "int64")  # noqa: E731
+    tensors = [  # a: 4 * seq bytes [0, 2); b: 256 B [1, 3); c: 4 * seq * seq bytes [2, 3)
+        SimpleNamespace(uid="a", producer="ka", shape=(seq,), dtype="float32",
+                        size_expr=i64(4) * seq, start=0, end=2),
+        SimpleNamespace(uid="b", producer="kb", shape=(i64(64),), dtype="float32",
+                        size_expr=i64(256), start=1, end=3),
+        SimpleNamespace(uid="c", producer="kc", shape=(seq, seq), dtype="float32",
+                        size_expr=i64(4) * seq * seq, start=2, end=3)]
+    offsets = {"a": 0, "b": 4096, "c": 0}
+    fplan = SimpleNamespace(planned=["a", "b", "c"], liveness=SimpleNamespace(tensors=tensors),
+                            layout_at=lambda dims: (offsets, 0))
+    report = CompileReport(model="m", strategy="exact", dims={"seq": (1, 32)})
+    report.tensors = dynamic_tensors(fplan)
+    assert report.tensors[2] == {"name": "c", "producer": "kc", "shape": ["seq", "seq"],
+                                 "dtype": "float32", "size_bytes_expr": "seq * seq * 4",
+                                 "live_range": [2, 3], "size_bytes_at_shapes": [],
+                                 "offset_bytes_at_shapes": []}
+    assert report.tensors[1]["shape"] == [64]
+    dyn = SimpleNamespace(plans={"main": fplan})
+    for value, lower_bound in ((2, 272), (32, 4352)):
+        row = ShapeMeasurement(dims={"seq": value}, runtime_alloc_bytes=None, arena_bytes=0,
+                               lower_bound_bytes=lower_bound)
+        report.shapes.append(row)
+        tensors_at(report, dyn, {"seq": value}, row)
+    assert [t["size_bytes_at_shapes"] for t in report.tensors] == [[8, 128], [256, 256],
+                                                                   [16, 4096]]
+    # seq=2: a + b = 264 B at step 1, b + c = 272 B at step 2: the peak is step 2
+    assert (report.shapes[0].peak_step, report.shapes[0].live_at_peak) == (2, ["b", "c"])
+    # seq=32: c alone is 4096 B: step 2 again, c first (largest)
+    assert (report.shapes[1].peak_step, report.shapes[1].live_at_peak) == (2, ["c", "b"])
+    assert concrete_tensors(report.tensors, 1)[2]["size_bytes"] == 4096
+    text = report.format_text()  # the top at the shape with the largest lower bound
+    assert "live at the peak at seq=32 (step 2): 2 tensors, 4,352 B:" in text
+    assert text.splitlines()[-2].split() == ["b", "kb", "64", "float32", "256", "4,096",
+                                             "[1,", "3)"]
