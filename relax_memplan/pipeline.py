@@ -46,6 +46,7 @@ from .transform.clamp_empty_slices import ClampEmptySlices
 from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
+from .transform.fuse_add_layer_norm import FuseAddLayerNorm
 from .transform.fuse_attention import FuseAttention
 from .transform.record_storage import RecordStorage
 from .transform.remove_dropout import RemoveDropout
@@ -76,25 +77,33 @@ def fusion_passes(target: tvm.target.Target) -> list:
 
     :class:`~relax_memplan.transform.remove_dropout.RemoveDropout` on every target;
     :class:`~relax_memplan.transform.fuse_attention.FuseAttention`, which emits our own CPU
-    kernel, only for ``llvm`` (it has no GPU schedule). Give the list to ``get_pipeline(...,
-    fusion_pass_list=...)`` and read :func:`fusion_counts` after the build.
+    kernel, only for ``llvm`` (it has no GPU schedule);
+    :class:`~relax_memplan.transform.fuse_add_layer_norm.FuseAddLayerNorm` on every target
+    (its scheduled CPU kernel for ``llvm``/``c``, else a compute the target's default schedule
+    rules schedule). Give the list to ``get_pipeline(..., fusion_pass_list=...)`` and read
+    :func:`fusion_counts` after the build.
     """
+    cpu = target.kind.name in ("llvm", "c")
     passes = [RemoveDropout()]
-    if target.kind.name in ("llvm", "c"):
+    if cpu:
         passes.append(FuseAttention())
+    passes.append(FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target))
     return passes
 
 
 def fusion_counts(passes) -> dict:
     """What the fusion passes of one build did: pattern -> count (``attention``: attention
-    blocks fused into one kernel, ``dropout``: dropouts removed); a pattern whose pass did not
-    run (``attention`` on cuda) is absent."""
+    blocks fused into one kernel, ``dropout``: dropouts removed, ``add_layer_norm``: residual
+    add + layer norm pairs fused into one kernel); a pattern whose pass did not run
+    (``attention`` on cuda) is absent."""
     by_name = {p.info.name: p for p in passes}
     counts = {}
     if "FuseAttention" in by_name:
         counts["attention"] = int(by_name["FuseAttention"].fused)
     if "RemoveDropout" in by_name:
         counts["dropout"] = int(by_name["RemoveDropout"].removed)
+    if "FuseAddLayerNorm" in by_name:
+        counts["add_layer_norm"] = int(by_name["FuseAddLayerNorm"].fused)
     return counts
 
 

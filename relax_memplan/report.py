@@ -281,7 +281,12 @@ class CompileReport:
         Bucket values of the ``buckets`` strategy.
     fusion : dict of str to int, optional
         ``None`` when our fusion did not run; else pattern -> times fused in this build
-        (``attention``: attention blocks made one kernel, ``dropout``: dropouts removed).
+        (``attention``: attention blocks made one kernel, ``dropout``: dropouts removed,
+        ``add_layer_norm``: residual add + layer norm pairs made one kernel).
+    fusion_summary : dict, optional
+        Fixed shapes with fusion on: kernels per call, intermediate bytes and lower bound of
+        ``main`` with TVM's FuseOps alone and with ours, and onnxruntime's optimized-graph node
+        count (:class:`~relax_memplan.compile.fusion_summary.FusionSummary`).
     """
 
     model: str
@@ -298,6 +303,7 @@ class CompileReport:
     specialized: Dict[str, Dict[str, List[int]]] = field(default_factory=dict)
     buckets: Dict[str, List[int]] = field(default_factory=dict)
     fusion: Optional[Dict[str, int]] = None
+    fusion_summary: Optional[Dict[str, int]] = None
 
     @property
     def is_static(self) -> bool:
@@ -333,6 +339,8 @@ class CompileReport:
                         "ratio_check": self.checked, "specialized_kernels": self.specialized,
                         "buckets": {n: list(v) for n, v in self.buckets.items()}})
         out["fusion"] = {"enabled": self.fusion is not None, "fused": dict(self.fusion or {})}
+        if self.fusion_summary is not None:
+            out["fusion"].update(self.fusion_summary)
         out["verified"] = self.verified
         out["shapes"] = [s.to_dict() for s in self.shapes]
         return out
