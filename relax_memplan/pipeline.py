@@ -46,6 +46,7 @@ from .transform.clamp_empty_slices import ClampEmptySlices
 from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
+from .transform.fold_matmul_reshape import FoldMatmulReshape
 from .transform.fuse_add_layer_norm import FuseAddLayerNorm
 from .transform.fuse_attention import FuseAttention
 from .transform.record_storage import RecordStorage
@@ -75,6 +76,8 @@ def _as_target(target: Union[str, dict, tvm.target.Target, None]) -> tvm.target.
 def fusion_passes(target: tvm.target.Target) -> list:
     """Our graph-level fusion passes, in the order they run (before ``LegalizeOps``).
 
+    :class:`~relax_memplan.transform.fold_matmul_reshape.FoldMatmulReshape` (a matmul between
+    reshapes to and from 2-d becomes the N-d matmul, so FuseOps fuses its epilogue) and
     :class:`~relax_memplan.transform.remove_dropout.RemoveDropout` on every target;
     :class:`~relax_memplan.transform.fuse_attention.FuseAttention`, which emits our own CPU
     kernel, only for ``llvm`` (it has no GPU schedule);
@@ -84,7 +87,7 @@ def fusion_passes(target: tvm.target.Target) -> list:
     :func:`fusion_counts` after the build.
     """
     cpu = target.kind.name in ("llvm", "c")
-    passes = [RemoveDropout()]
+    passes = [FoldMatmulReshape(), RemoveDropout()]
     if cpu:
         passes.append(FuseAttention())
     passes.append(FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target))
@@ -94,7 +97,8 @@ def fusion_passes(target: tvm.target.Target) -> list:
 def fusion_counts(passes) -> dict:
     """What the fusion passes of one build did: pattern -> count (``attention``: attention
     blocks fused into one kernel, ``dropout``: dropouts removed, ``add_layer_norm``: residual
-    add + layer norm pairs fused into one kernel); a pattern whose pass did not run
+    add + layer norm pairs fused into one kernel, ``matmul_reshape``: matmuls taken out of a
+    reshape sandwich so that FuseOps fuses their epilogue); a pattern whose pass did not run
     (``attention`` on cuda) is absent."""
     by_name = {p.info.name: p for p in passes}
     counts = {}
@@ -102,6 +106,8 @@ def fusion_counts(passes) -> dict:
         counts["attention"] = int(by_name["FuseAttention"].fused)
     if "RemoveDropout" in by_name:
         counts["dropout"] = int(by_name["RemoveDropout"].removed)
+    if "FoldMatmulReshape" in by_name:
+        counts["matmul_reshape"] = int(by_name["FoldMatmulReshape"].folded)
     if "FuseAddLayerNorm" in by_name:
         counts["add_layer_norm"] = int(by_name["FuseAddLayerNorm"].fused)
     return counts

@@ -155,7 +155,8 @@ def _fusion_line(report: CompileReport) -> str:
     if report.fusion is None:
         return "  fusion: off"
     done = {"attention": "attention fused", "dropout": "dropout removed",
-            "add_layer_norm": "add+layer norm fused"}
+            "add_layer_norm": "add+layer norm fused",
+            "matmul_reshape": "matmul reshapes folded"}
     counts = ", ".join(f"{done.get(k, k)} {n}x" for k, n in report.fusion.items())
     line = f"  fusion: on ({counts or 'no pattern for this target'})"
     summary = report.fusion_summary

@@ -25,14 +25,16 @@ def test_fusion_on_bert_tiny_verifies_and_reports_attention_fused(tmp_path, caps
     # bert-tiny's residual adds sit in matmul epilogues (FuseOps): no add+layer norm rewrite
     fusion = report["fusion"]
     assert fusion["enabled"] is True
-    assert fusion["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 0}
+    assert fusion["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 0,
+                               "matmul_reshape": 0}
     # per attention block 7 kernels (3 of them transposes) become 1
     assert fusion["kernels_tvm"] - fusion["kernels_ours"] == 2 * 6
     assert fusion["intermediate_bytes_removed"] > 0
     assert fusion["lower_bound_bytes_ours"] <= fusion["lower_bound_bytes_tvm"]
     assert fusion["ort_nodes"] > 0
     assert f"kernels per call: {fusion['kernels_ours']} (TVM FuseOps alone " in text
-    assert "fusion: on (attention fused 2x, dropout removed 0x, add+layer norm fused 0x)" in text
+    assert ("fusion: on (attention fused 2x, dropout removed 0x, matmul reshapes folded 0x, "
+            "add+layer norm fused 0x)") in text
     assert report["arena_bytes"] <= report["tvm_default_bytes"]
 
 
@@ -42,9 +44,11 @@ def test_fusion_on_the_example_fuses_nothing_and_says_so(tmp_path, capsys):
                  "--report", str(report_path)]) == 0
     text = capsys.readouterr().out
     fusion = json.loads(report_path.read_text())["fusion"]
-    assert fusion["fused"] == {"attention": 0, "dropout": 0, "add_layer_norm": 0}
+    assert fusion["fused"] == {"attention": 0, "dropout": 0, "add_layer_norm": 0,
+                               "matmul_reshape": 0}
     assert fusion["kernels_ours"] == fusion["kernels_tvm"] and fusion["ort_nodes"] > 0
-    assert "fusion: on (attention fused 0x, dropout removed 0x, add+layer norm fused 0x)" in text
+    assert "fusion: on (attention fused 0x, dropout removed 0x, matmul reshapes folded 0x, " \
+        "add+layer norm fused 0x)" in text
 
 
 def test_config_fusion_is_honoured_and_no_fusion_overrides_it(tmp_path, capsys):
@@ -61,9 +65,11 @@ def test_config_fusion_is_honoured_and_no_fusion_overrides_it(tmp_path, capsys):
 def test_fusion_on_gpt2_tiny_fuses_add_layer_norm_and_verifies(tmp_path, capsys):
     # gpt2-tiny (pre-LN): the residual add follows a reshape of the matmul, which FuseOps does not
     # fuse through; the sum is also the next residual, so the kernel writes it as a 2nd output.
-    # 2 of the 5 pairs would raise the peak live bytes (4 tensors live at the fused step): kept
-    # apart
+    # FoldMatmulReshape takes the 6 matmuls out of their reshape sandwiches first, so 2 residual
+    # adds join their matmul's epilogue (FuseOps) and 1 pair would raise the peak live bytes
+    # (4 tensors live at the fused step): 2 of the 5 pairs fused
     report, text = _compile_fused_and_verify("gpt2-tiny-randw.onnx", tmp_path, capsys)
-    assert report["fusion"]["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 3}
-    assert "add+layer norm fused 3x" in text
+    assert report["fusion"]["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 2,
+                                        "matmul_reshape": 6}
+    assert "add+layer norm fused 2x" in text
     assert report["lower_bound_bytes"] <= report["tvm_default_bytes"]
