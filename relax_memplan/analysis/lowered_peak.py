@@ -9,9 +9,10 @@ planning -- the target's ``legalize`` passes (LegalizeOps, AnnotateTIROpPattern,
 FuseOps, FuseTIR; no GPU schedule, which does not change tensors) and ``dataflow_lower`` passes
 (RewriteDataflowReshape, ToNonDataflow, RemovePurityChecking, CallTIRRewrite) -- and computes,
 with :func:`~relax_memplan.analysis.liveness.analyze_liveness`, the peak over steps of the bytes
-of the live tensors our planner places (the unaligned lower bound,
-:func:`~relax_memplan.planner.peak_live_bytes`; symbolic sizes at ``tir_var_upper_bound`` are
-left out, as the static planner leaves them to the dynamic one).
+of the live tensors our planners place (the unaligned lower bound,
+:func:`~relax_memplan.planner.peak_live_bytes`): constant sizes, and symbolic sizes evaluated at
+the function's ``tir_var_upper_bound`` (a symbolic tensor whose dims have no declared upper
+bound is left out: its size is unknown here).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import tvm
 from tvm import relax
 
 from ..planner import Buffer, peak_live_bytes
-from .liveness import analyze_liveness
+from .dims import evaluate_bytes
+from .liveness import SYMBOLIC_SHAPE, analyze_liveness
 
 __all__ = ["lowered_peak_live_bytes"]
 
@@ -68,5 +70,17 @@ def lowered_peak_live_bytes(mod: tvm.IRModule, func_name: str, target=None) -> i
     with target:
         lowered = tvm.transform.Sequential(passes)(one)
     liveness = analyze_liveness(lowered, func_name)
-    return peak_live_bytes([Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=max(t.size_bytes, 1))
-                            for t in liveness.plannable])
+    attrs = lowered[func_name].attrs
+    upper = {str(k): int(v) for k, v in attrs["tir_var_upper_bound"].items()} \
+        if attrs is not None and "tir_var_upper_bound" in attrs else {}
+    buffers = []
+    for t in liveness.tensors:
+        size = t.size_bytes if t.plannable else None
+        if t.reason == SYMBOLIC_SHAPE and upper:
+            try:
+                size = evaluate_bytes(t.size_expr, upper)
+            except ValueError:  # a dim without a declared bound
+                size = None
+        if size is not None:
+            buffers.append(Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=max(size, 1)))
+    return peak_live_bytes(buffers)

@@ -198,3 +198,23 @@ def test_kernels_match_numpy(make, write_sum):
 
 def test_vector_lanes_divide_hidden():
     assert [vector_lanes(h) for h in (768, 24, 7, 128)] == [16, 8, 1, 16]
+
+
+def test_symbolic_sizes_count_at_their_declared_upper_bound():
+    @I.ir_module
+    class Dyn:
+        @R.function
+        def main(p: R.Tensor(("n", 64), "float32"), w: R.Tensor((64, 64), "float32")):
+            R.func_attr({"tir_var_upper_bound": {"n": 8}})
+            with R.dataflow():
+                a = R.matmul(p, w)
+                c = R.matmul(a, w)
+                d = R.matmul(c, w)
+                R.output(d)
+            return d
+
+    # a and c live together: 2 x (8 x 64 floats) at n's bound; without a bound, nothing is known
+    assert lowered_peak_live_bytes(Dyn, "main") == 2 * 8 * 64 * 4
+    unbounded = Dyn.clone()
+    unbounded["main"] = Dyn["main"].without_attr("tir_var_upper_bound")
+    assert lowered_peak_live_bytes(unbounded, "main") == 0
