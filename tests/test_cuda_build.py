@@ -308,9 +308,8 @@ class ResidualLayerNorm:
             x = R.nn.softmax(p, axis=-1)
             s = R.add(x, q)
             y = R.nn.layer_norm(s, g, b, axes=[-1], epsilon=1e-5)
-            out = (y, s)  # the sum read again: the kernel's second output
-            R.output(out)
-        return out
+            R.output(y)
+        return y
 
 
 def test_fused_add_layer_norm_builds_a_gpu_kernel_for_sm90():
@@ -332,7 +331,34 @@ def test_fused_add_layer_norm_builds_a_gpu_kernel_for_sm90():
     assert fused, working
     ex = build(ResidualLayerNorm, sm90, "relax_memplan", _plan_pass(), None, fusion=True)
     _check_global_kernels(ex, fused)
-    assert "__shfl" in _cuda_source(ex)  # warp reductions
+    source = _cuda_source(ex)
+    kernels = set(_GLOBAL_FUNC.findall(source))
+    assert {k for k in kernels if k.startswith("add_layer_norm")} == {"add_layer_norm_kernel"}
+    body = source[source.index("add_layer_norm_kernel(float"):]
+    body = body[:body.index("\n}\n")]
+    assert "__shfl_down_sync" in body and "blockIdx.x" in body  # a block per row, warp sums
+
+
+def test_cuda_leaves_a_pair_apart_when_the_sum_is_read_again():
+    # dlight's fallback would make the compute with a 2nd output 4 kernels: no gain
+    from relax_memplan.transform.fuse_add_layer_norm import FuseAddLayerNorm  # pylint: disable=import-outside-toplevel
+
+    @I.ir_module
+    class SumReadAgain:
+        @R.function
+        def main(p: R.Tensor(("n", 768), "float32"), q: R.Tensor(("n", 768), "float32"),
+                 g: R.Tensor((768,), "float32"), b: R.Tensor((768,), "float32")):
+            with R.dataflow():
+                x = R.nn.softmax(p, axis=-1)
+                s = R.add(x, q)
+                y = R.nn.layer_norm(s, g, b, axes=[-1], epsilon=1e-5)
+                out = (y, s)
+                R.output(out)
+            return out
+
+    pass_ = FuseAddLayerNorm(kernel="compute", target=CUDA)
+    pass_(SumReadAgain)
+    assert pass_.fused == 0 and pass_.skipped == {"sum_output": 1}
 
 
 def test_gpu_check_layernorm_kernel_builds_without_a_gpu():

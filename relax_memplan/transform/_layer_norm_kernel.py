@@ -15,8 +15,10 @@ sum of the lanes), then the normalized row is written in a vectorized pass. The 
 
 CUDA (:func:`add_layer_norm_compute`): the same computation as a plain TE compute (sum, then
 :func:`tvm.topi.nn.layer_norm`) which the pipeline's dlight GPU rules schedule (the
-general-reduction rule: one thread block per row, the Σ and Σ² reductions over the hidden dim
-as cross-thread reductions, lowered to warp shuffles).
+general-reduction rule: one thread block of 256 threads per row, the mean and variance
+reductions over the hidden dim as cross-thread reductions lowered to warp shuffles, the sum
+recomputed from a and b in each pass). With ``write_sum`` dlight's general-reduction rule does
+not apply and its fallback splits the compute into four kernels, so the pass does not use it.
 """
 
 from __future__ import annotations

@@ -36,7 +36,9 @@ first check fails. Only vars defined before the
 used above its definition.
 
 Kernels: :mod:`~relax_memplan.transform._layer_norm_kernel` (a scheduled CPU kernel; for
-CUDA a compute dlight schedules, one block per row with warp reductions).
+CUDA a compute dlight schedules, one block per row with warp reductions). dlight's rule takes
+the compute only without the sum as a second output (with it, the fallback makes four
+kernels), so with ``kernel="compute"`` a sum read elsewhere keeps the pair apart.
 """
 
 from __future__ import annotations
@@ -95,8 +97,9 @@ class FuseAddLayerNorm:
         add + layer_norm pairs rewritten by the last run.
     skipped : dict of str to int
         Matches not rewritten, by reason (``epilogue``: the add is left in a producer's
-        epilogue; ``shape``/``reader``: not the supported form; ``peak``: the function's peak
-        live bytes would rise).
+        epilogue; ``shape``/``reader``: not the supported form; ``sum_output``: the sum is read
+        elsewhere and the kernel is the ``compute`` one; ``peak``: the function's peak live
+        bytes would rise).
 
     Raises
     ------
@@ -270,6 +273,11 @@ class _Rewriter(PyExprMutator):
             self._skip("reader")
             return None
         write_sum = bool(others)
+        if write_sum and self.owner.kernel == "compute":
+            # dlight schedules the compute with the sum as an output as 4 kernels (add, two
+            # reductions, normalize), not 1: no fewer kernels than the unfused add + layer_norm
+            self._skip("sum_output")
+            return None
         if self.allowed is not None and self.site not in self.allowed:
             return None
         self.sites.append(self.site)
