@@ -15,6 +15,20 @@ Every row uses our CPU schedules (``schedule=True``) and one target, llvm with t
    (``SpecializeKernels``: static-shape versions chosen at run time inside each kernel).
 4. **exact arena + specialization** -- row 3 with ``PlanDynamicMemory(strategy="exact")``
    (one arena per call, sized for the actual seq), naive allocator (as the README advises).
+5. **exact arena + specialization + fused attention** -- row 4 with ``fusion=True`` (our
+   graph-level fusion: attention as one streaming-softmax kernel, no (batch, heads, seq, seq)
+   score tensor; residual add + LayerNorm where it removes a kernel).
+
+``--max-seq 512`` widens the symbolic range to seq in [1, 512] (bucket 512 added; row 1 pads to
+512) so that ``--seqs`` may hold 256 and 512. The exact plans of rows 4 and 5 give the lower
+bound (peak live bytes) at every seq without and with fusion: ratio "row5/row4 lower bound".
+Measured (``--layers 1 --rows exact_spec,exact_spec_fused --max-seq 512 --seqs 128,256,512
+--repeats 1 --json benchmarks/results/bert_case_fusion.json``, BERT-base layer, batch 8): lower
+bound row 5 / row 4 = 1.000 at seq 128, 0.667 at 256, 0.353 at 512; bytes per call 22.0 / 22.0,
+44.0 / 62.9, 88.1 / 226.5 MB. At seq 128 the peak is in the FFN, not at the scores: the
+(8, 128, 3072) GELU output (12.6 MB) with its input and output (8, 128, 768) (3.1 MB each) is
+the whole 18.9 MB lower bound, while a score tensor is 6.3 MB; only computing the FFN in row
+chunks would lower it (not done). The layers repeat, so one layer gives the ratio of twelve.
 
 Per row and seq: bytes allocated per call (every ``vm.builtin.alloc_storage``, naive
 allocator, ``run_and_measure``), median ms per call (``--repeats`` calls after a warm-up;
@@ -38,7 +52,7 @@ proved in range; the word and token-type Gathers are checked at run time).
 ``--rows exact_spec`` compiles only the rows named (the check-cost row follows row 4).
 
 Usage: python benchmarks/bert_case.py [--quick] [--layers N] [--hidden H] [--repeats R]
-[--seqs 32,64] [--embeddings] [--check-cost] [--rows KEY,...] [--json PATH]
+[--seqs 32,64] [--max-seq 512] [--embeddings] [--check-cost] [--rows KEY,...] [--json PATH]
 """
 
 from __future__ import annotations
@@ -167,15 +181,17 @@ def compile_rows(model, cfg, target, keys=None, check_cost=False):
     from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
     from relax_memplan.transform.specialize_kernels import SpecializeKernels
 
-    b, top = cfg["batch"], max(BUCKETS)
+    b, top = cfg["batch"], cfg.get("max_seq", max(BUCKETS))
+    buckets = sorted(set(BUCKETS) | {top})
     ranges = {"batch": (b, b), "seq": (1, top)}
     sizes = {"batch": b, "seq": top}
     static_mod, _ = import_onnx(model, {
         i.name: tuple(sizes.get(d.dim_param, d.dim_value) for d in i.type.tensor_type.shape.dim)
         for i in model.graph.input})
     dyn_mod, _ = import_onnx(model, keep_dynamic=True)
-    spec = lambda: SpecializeKernels({"seq": list(BUCKETS)}, schedule=schedule_prim_func)  # noqa
+    spec = lambda: SpecializeKernels({"seq": buckets}, schedule=schedule_prim_func)  # noqa
     spec3, spec4, exact = spec(), spec(), PlanDynamicMemory(strategy="exact")
+    spec5, exact5 = spec(), PlanDynamicMemory(strategy="exact")
     spec4b, exact4b = spec(), PlanDynamicMemory(strategy="exact")
     specs = [
         ("static_pad128", f"1 static, padded to {top}", static_mod, "pooled", None,
@@ -186,6 +202,9 @@ def compile_rows(model, cfg, target, keys=None, check_cost=False):
          dict(planner="tvm", dim_ranges=ranges, dispatch_pass=spec3, schedule=True)),
         ("exact_spec", "4 exact arena + specialization", dyn_mod, "naive", spec4,
          dict(dynamic_pass=exact, dim_ranges=ranges, dispatch_pass=spec4, schedule=True)),
+        ("exact_spec_fused", "5 exact + spec + fused attention", dyn_mod, "naive", spec5,
+         dict(dynamic_pass=exact5, dim_ranges=ranges, dispatch_pass=spec5, schedule=True,
+              fusion=True)),
     ]
     if check_cost:
         specs.append(("exact_nocheck", "4b row 4, no index checks", dyn_mod, "naive", spec4b,
@@ -202,8 +221,9 @@ def compile_rows(model, cfg, target, keys=None, check_cost=False):
         rows.append(dict(key=key, label=label, ex=ex, allocator=allocator,
                          compile_s=time.perf_counter() - t0,
                          specialized_kernels=len(sk.specialized) if sk else 0))
-        if key == "exact_spec":
-            rows[-1]["exact_plan"] = exact.plans.get("main")
+        if key in ("exact_spec", "exact_spec_fused"):
+            rows[-1]["exact_plan"] = (exact if key == "exact_spec" else exact5).plans.get("main")
+        rows[-1]["pad_to"] = top
         log(f"  done in {rows[-1]['compile_s']:.0f} s")
     return rows
 
@@ -225,7 +245,7 @@ def row_inputs(row, feed):
     """The inputs a row is called with: padded to the static length (padding masked) for row 1."""
     if row["key"] != "static_pad128":
         return list(feed.values())
-    top, padded = max(BUCKETS), []
+    top, padded = row.get("pad_to", max(BUCKETS)), []
     for name, a in feed.items():
         axis, fill = (3, -1e4) if name == "attention_mask" else (1, 0)
         widths = [(0, top - a.shape[axis] if k == axis else 0) for k in range(a.ndim)]
@@ -419,6 +439,8 @@ def main(argv=None):
     parser.add_argument("--batch", type=int)
     parser.add_argument("--repeats", type=int, default=3, help="timed calls after 1 warm-up")
     parser.add_argument("--seqs", default="32,48,64,96,128")
+    parser.add_argument("--max-seq", type=int, default=max(BUCKETS),
+                        help="top of the symbolic seq range (and a bucket); 512 for seq 256/512")
     parser.add_argument("--mcpu", default=None, help="llvm -mcpu for every row (default: host)")
     parser.add_argument("--embeddings", action="store_true",
                         help="BERT's embedding layer first (inputs input_ids, token_type_ids)")
@@ -426,7 +448,7 @@ def main(argv=None):
                         help="also row 4 with check_indices=False; print the checks' cost")
     parser.add_argument("--rows", default=None,
                         help="comma-separated row keys to build (default all): static_pad128, "
-                             "dynamic_pool, dynamic_spec, exact_spec")
+                             "dynamic_pool, dynamic_spec, exact_spec, exact_spec_fused")
     parser.add_argument("--json", type=Path, default=None,
                         help="default benchmarks/results/bert_case.json, or "
                              "bert_case_check_cost.json with --check-cost")
@@ -438,9 +460,10 @@ def main(argv=None):
     if args.hidden:
         cfg.update(hidden=args.hidden, heads=max(1, args.hidden // 64), ffn=4 * args.hidden)
     cfg.update({k: v for k, v in (("layers", args.layers), ("batch", args.batch)) if v})
+    cfg["max_seq"] = args.max_seq
     seqs = [int(s) for s in args.seqs.split(",")]
-    if not all(1 <= s <= max(BUCKETS) for s in seqs):
-        parser.error(f"--seqs must lie in [1, {max(BUCKETS)}]")
+    if not all(1 <= s <= args.max_seq for s in seqs):
+        parser.error(f"--seqs must lie in [1, {args.max_seq}] (--max-seq)")
 
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
     import tvm
@@ -459,16 +482,23 @@ def main(argv=None):
     cost = check_cost(rows, seqs)
     if cost is not None:
         print_check_cost(cost, seqs)
-    plan = next((r.pop("exact_plan") for r in rows if r["key"] == "exact_spec"), None)
-    for r in rows:
-        r.pop("exact_plan", None)
-    arena = {s: plan.bytes_at({"batch": cfg["batch"], "seq": s})[:2] for s in seqs} if plan else {}
+    plans = {r["key"]: r.pop("exact_plan") for r in rows if "exact_plan" in r}
+    at = lambda plan: {s: plan.bytes_at({"batch": cfg["batch"], "seq": s})[:2]  # noqa: E731
+                       for s in seqs} if plan is not None else {}
+    arena, arena5 = at(plans.get("exact_spec")), at(plans.get("exact_spec_fused"))
+    if arena and arena5:
+        rat["fused_over_unfused_lower_bound"] = {s: arena5[s][1] / arena[s][1] for s in seqs}
+        print("  row5/row4 lower bound (fusion / none)         "
+              + ", ".join(f"seq {s}: {v:.3f}" for s, v in
+                          rat["fused_over_unfused_lower_bound"].items()))
     result = {
-        "config": cfg, "embeddings": args.embeddings, "seqs": seqs, "buckets": list(BUCKETS),
+        "config": cfg, "embeddings": args.embeddings, "seqs": seqs,
+        "buckets": sorted(set(BUCKETS) | {args.max_seq}),
         "target": str(target), "repeats": args.repeats, "total_s": time.perf_counter() - t0,
         "rows": [{k: v for k, v in r.items() if k != "ex"} for r in rows],
         "onnxruntime_ms": ort_ms, "ratios": rat, "check_cost": cost,
         "exact_plan_arena_and_lower_bound_bytes": arena,
+        "fused_exact_plan_arena_and_lower_bound_bytes": arena5,
         "numerics_failed": [dict(zip(("row", "seq", "max_abs_error", "tolerance"), b))
                             for b in bad],
     }

@@ -12,6 +12,19 @@ same pipeline (our planner), ``fusion=False`` (TVM's FuseOps/FuseTIR alone) and
   interleaved so machine noise hits both;
 * the max error relative to max|onnxruntime output|.
 
+The other shared models (mnist-8, squeezenet1.0, mobilenetv2-tiny 1x3x96x96, ultraface) are built
+the same way at their own fixed shapes; every model also gets onnxruntime's optimized-graph node
+count (``ORT_ENABLE_ALL``) and its median ms per call (same thread count, interleaved with the
+two builds), and a ratio table closes the run.
+
+Last run (``--schedule --kernel-seqs '' --repeat 20 --json benchmarks/results/fusion_models.json``,
+seq 128, machine shared with other jobs, so the times are loose): kernels ours / FuseOps alone
+bert-tiny 29/41 (0.71), gpt2-tiny 22/40 (0.55), the CNNs 1.00 (nothing to fuse); onnxruntime's
+optimized graphs have 114 and 119 nodes for bert-tiny and gpt2-tiny; lower bound unchanged at
+seq 128 except gpt2-tiny, 589,824 -> 458,752 B (0.78: FoldMatmulReshape puts the GELU into its
+matmul, one (seq, 512) tensor fewer at the peak); time ours / FuseOps alone 0.88-1.08 over two
+runs (noise of this machine; onnxruntime 1.7-7.5x faster than both on these small models).
+
 Reading the numbers (bert-tiny and gpt2-tiny, seq 128): 12 kernels fewer per call (per layer the
 7 attention kernels, three of them transposes, become 1). The lower bound does not move at seq 128:
 the peak of live bytes sits in the feed-forward block ((seq, 512) intermediate), not at the
@@ -32,7 +45,7 @@ and 256 over several runs (bert-tiny at 128: fused 0.80 ms, replaced 0.98-1.8 ms
 load-sensitive number); the ratio is the figure to compare, the ms move with the machine's load.
 
 Usage: python benchmarks/fusion_bench.py [--seq 128] [--schedule] [--kernel-seqs 32,128,256]
-[--json PATH]
+[--kernels-only] [--json PATH]
 """
 
 from __future__ import annotations
@@ -45,7 +58,10 @@ import sys
 import time
 from pathlib import Path
 
+from typing import Optional
+
 import numpy as np
+import onnx
 import tvm
 from tvm import relax
 
@@ -53,10 +69,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # measure this checkout, not another installed copy
 
 from relax_memplan.compile import build  # noqa: E402
+from relax_memplan.compile.fusion_summary import ort_optimized_nodes  # noqa: E402
 from relax_memplan.frontend import import_onnx, make_random_inputs, run_onnxruntime  # noqa: E402
 from relax_memplan.transform.plan_static_memory import PlanStaticMemory  # noqa: E402
 
 MODELS = {"bert-tiny": "bert-tiny-randw.onnx", "gpt2-tiny": "gpt2-tiny-randw.onnx"}
+# the other shared models (fixed shapes as in models_bench.py; None: the model's own)
+OTHER_MODELS = {"mnist-8": ("mnist-8/model.onnx", None),
+                "squeezenet1.0": ("squeezenet1.0-randw.onnx", None),
+                "mobilenetv2-tiny": ("mobilenetv2-tiny.onnx", {"x": (1, 3, 96, 96)}),
+                "ultraface": ("ultraface-rfb-320-opset9.onnx", None)}
 
 
 def _kernels_per_call(vm, args) -> int:
@@ -73,13 +95,17 @@ def _kernels_per_call(vm, args) -> int:
     return len(names)
 
 
-def _median_call_s(vm, args, repeat: int) -> float:
+def _median_s(call, repeat: int) -> float:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        vm["main"](*args)
+        call()
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+def _median_call_s(vm, args, repeat: int) -> float:
+    return _median_s(lambda: vm["main"](*args), repeat)
 
 
 def _kernel_times(vm, args, rounds: int):
@@ -169,10 +195,26 @@ def bench_kernels(models_dir: Path, seqs):
     return rows
 
 
-def bench_model(label: str, path: Path, seq: int, schedule: bool, repeat: int, warmup: int):
-    probe, _ = import_onnx(path, keep_dynamic=True)
-    names = [p.name for p in probe["main"].params]
-    mod, info = import_onnx(path, {n: (1, seq) for n in names})
+def _ort_session(path: Path):
+    import onnxruntime  # pylint: disable=import-outside-toplevel
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = tvm.runtime.num_threads() if hasattr(
+        tvm.runtime, "num_threads") else 0
+    options.log_severity_level = 4
+    return onnxruntime.InferenceSession(str(path), sess_options=options,
+                                        providers=["CPUExecutionProvider"])
+
+
+def bench_model(label: str, path: Path, seq: Optional[int], schedule: bool, repeat: int,
+                warmup: int, shapes=None):
+    """Both builds (FuseOps alone, ours) and onnxruntime on one model: one row.
+
+    ``seq``: every input (1, seq) (the transformers); else ``shapes`` or the model's own."""
+    if seq is not None:
+        probe, _ = import_onnx(path, keep_dynamic=True)
+        shapes = {p.name: (1, seq) for p in probe["main"].params}
+    mod, info = import_onnx(path, shapes)
     feed = make_random_inputs(path, info, seed=0)
     expected = run_onnxruntime(path, feed)[0]
     args = [tvm.runtime.tensor(x) for x in feed.values()]
@@ -193,18 +235,22 @@ def bench_model(label: str, path: Path, seq: int, schedule: bool, repeat: int, w
                 "max_rel_error": float(np.abs(got - expected).max() / np.abs(expected).max()),
             },
         }
+    session = _ort_session(path)
+    ort_call = lambda: session.run(None, feed)  # noqa: E731
     for b in builds.values():
         for _ in range(warmup):
             b["vm"]["main"](*args)
-    samples = {False: [], True: []}
+    samples = {False: [], True: [], "ort": []}
     for _ in range(5):  # interleaved rounds
         for fusion, b in builds.items():
             samples[fusion].append(_median_call_s(b["vm"], args, max(1, repeat // 5)))
+        samples["ort"].append(_median_s(ort_call, max(1, repeat // 5)))
     for fusion, b in builds.items():
         b["row"]["median_call_ms"] = round(1e3 * float(np.median(samples[fusion])), 4)
     tvm_row, ours = builds[False]["row"], builds[True]["row"]
     return {"model": label, "seq": seq, "schedule": schedule, "fuseops_alone": tvm_row,
-            "with_our_fusion": ours,
+            "with_our_fusion": ours, "ort_nodes": ort_optimized_nodes(onnx.load(path)),
+            "ort_median_call_ms": round(1e3 * float(np.median(samples["ort"])), 4),
             "time_ratio": round(ours["median_call_ms"] / tvm_row["median_call_ms"], 3),
             "lower_bound_ratio": round(ours["lower_bound_bytes"] / tvm_row["lower_bound_bytes"], 3)}
 
@@ -222,19 +268,33 @@ def main(argv=None) -> None:
     parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "fusion.json"))
     args = parser.parse_args(argv)
     rows = []
-    print(f"{'model':<11}{'build':<14}{'kernels':>8}{'LB bytes':>11}{'arena':>11}"
+    print(f"{'model':<17}{'build':<14}{'kernels':>8}{'LB bytes':>12}{'arena':>12}"
           f"{'ms/call':>9}{'rel err':>9}")
-    for label, file in MODELS.items() if not args.kernels_only else ():
+    todo = [(label, file, args.seq, None) for label, file in MODELS.items()]
+    todo += [(label, file, None, shapes) for label, (file, shapes) in OTHER_MODELS.items()]
+    for label, file, seq, shapes in todo if not args.kernels_only else ():
         path = Path(args.models) / file
         if not path.exists():
-            print(f"{label:<11} skipped: {path} not found")
+            print(f"{label:<17} skipped: {path} not found")
             continue
-        row = bench_model(label, path, args.seq, args.schedule, args.repeat, args.warmup)
+        row = bench_model(label, path, seq, args.schedule, args.repeat, args.warmup, shapes)
         rows.append(row)
         for name in ("fuseops_alone", "with_our_fusion"):
             r = row[name]
-            print(f"{label:<11}{name:<14}{r['kernels_per_call']:>8}{r['lower_bound_bytes']:>11,}"
-                  f"{r['arena_bytes']:>11,}{r['median_call_ms']:>9.3f}{r['max_rel_error']:>9.1e}")
+            print(f"{label:<17}{name:<14}{r['kernels_per_call']:>8}{r['lower_bound_bytes']:>12,}"
+                  f"{r['arena_bytes']:>12,}{r['median_call_ms']:>9.3f}{r['max_rel_error']:>9.1e}")
+        print(f"{label:<17}{'onnxruntime':<14}{row['ort_nodes'] or '-':>8}{'':>24}"
+              f"{row['ort_median_call_ms']:>9.3f}", flush=True)
+    if rows:
+        print("\nratios (ours / FuseOps alone; kernels also / onnxruntime's optimized nodes)")
+        print(f"{'model':<17}{'kernels':>9}{'vs ORT':>8}{'LB':>8}{'time':>8}{'vs ORT ms':>10}")
+        for row in rows:
+            ours, alone = row["with_our_fusion"], row["fuseops_alone"]
+            vs_ort = ours["kernels_per_call"] / row["ort_nodes"] if row["ort_nodes"] else None
+            print(f"{row['model']:<17}{ours['kernels_per_call'] / alone['kernels_per_call']:>9.2f}"
+                  f"{'-' if vs_ort is None else format(vs_ort, '.2f'):>8}"
+                  f"{row['lower_bound_ratio']:>8.2f}{row['time_ratio']:>8.2f}"
+                  f"{ours['median_call_ms'] / row['ort_median_call_ms']:>10.2f}")
     seqs = [int(x) for x in args.kernel_seqs.split(",") if x]
     kernel_rows = []
     if seqs:

@@ -14,7 +14,12 @@ Cases: the built-in example CNN, bert-tiny at batch 1 seq 16, and bert-tiny comp
 with ``batch`` in [1, 4] and ``seq`` in [1, 128] symbolic (our ``exact`` plan against TVM's
 planner given the same ranges), run at two shapes; ``attention``: our fused attention kernel
 on bert-tiny and gpt2-tiny, fused against unfused against onnxruntime, relative error
-<= 1e-4 (see ``benchmarks/gpu_attention.py``). Prints a table and writes JSON to
+<= 1e-4 (see ``benchmarks/gpu_attention.py``); ``layernorm``: our fused residual add +
+layer norm kernel (``FuseAddLayerNorm``, dlight-scheduled for CUDA) alone at BERT-base's hidden
+size (1024 rows x 768) against numpy, and gpt2-tiny built with our fusion passes
+for CUDA against onnxruntime (there its 6 linear layers are folded out of their reshapes; no
+add + layer norm pair is fused on CUDA: 3 have their sum read again, which the CUDA kernel does
+not write, and 2 sit in matmul epilogues). Prints a table and writes JSON to
 ``benchmarks/results/gpu_check.json``. A few minutes on a GPU host.
 
 Without a GPU (``tvm.cuda(0).exist`` is False) it prints a message and exits 0;
@@ -27,7 +32,7 @@ nvcc with ``TVM_CUDA_COMPILE_MODE=nvcc``; this script picks nvcc when the bindin
 missing and nvcc is on the PATH.
 
 Usage: python benchmarks/gpu_check.py [--models DIR] [--json PATH] [--arch sm_90]
-       [--cases example,bert,bert-dynamic,attention] [--cuda-graph] [--build-only]
+       [--cases example,bert,bert-dynamic,attention,layernorm] [--cuda-graph] [--build-only]
        [--attention-models bert-tiny,gpt2-tiny]
 
 Each case runs in its own ``try``: a failure is printed as a ``FAILED`` line and the other
@@ -60,6 +65,7 @@ from relax_memplan.targets import make_target
 from relax_memplan.errors import RelaxMemplanError
 from relax_memplan.examples import example_cnn
 from relax_memplan.onnx_prepare import STEP_NAMES
+from relax_memplan.pipeline import fusion_counts, fusion_passes
 from relax_memplan.runtime import run_and_measure
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
 from relax_memplan.transform.plan_static_memory import PlanStaticMemory
@@ -72,6 +78,7 @@ from gpu_attention import AttentionRow, check_attention, format_attention  # noq
 DEFAULT_JSON = REPO / "benchmarks" / "results" / "gpu_check.json"
 BERT_FILE = "bert-tiny-randw.onnx"
 BERT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+GPT2_FILE = "gpt2-tiny-randw.onnx"
 PLANNERS = ("relax_memplan", "tvm")
 
 # GPU float math (erf, exp, reduction order) differs from onnxruntime's CPU kernels more
@@ -95,6 +102,7 @@ class Case:
     shapes: Optional[Dict[str, Tuple[int, ...]]] = None
     dim_ranges: Optional[Dict[str, Tuple[int, int]]] = None
     run_dims: Tuple[Dict[str, int], ...] = ()
+    fusion: bool = False  # build with our fusion passes (both planners)
 
 
 CASES = {
@@ -103,6 +111,8 @@ CASES = {
     "bert-dynamic": Case("bert-tiny b1..4 s1..128", BERT_FILE,
                          dim_ranges={"batch": (1, 4), "seq": (1, 128)},
                          run_dims=({"batch": 1, "seq": 16}, {"batch": 4, "seq": 128})),
+    "layernorm": Case("gpt2-tiny fused b1 s16", GPT2_FILE, shapes={"input_ids": (1, 16)},
+                      fusion=True),
 }
 ATTENTION = "attention"  # its own rows (benchmarks/gpu_attention.py)
 
@@ -158,11 +168,16 @@ def _build_case(case: Case, models_dir: Path, target, cuda_graph: bool, say):
         record = RecordStorage()
         t0 = time.perf_counter()
         kwargs = {"dim_ranges": case.dim_ranges} if dynamic else {}
+        if case.fusion:
+            passes = fusion_passes(target)
+            kwargs.update(fusion=True, fusion_pass_list=passes)
         if dyn is not None:
             kwargs["dynamic_pass"] = dyn
         config = {"relax.backend.use_cuda_graph": cuda_graph}
         with tvm.transform.PassContext(config=config):
             ex = build(mod, target, planner, plan, record, **kwargs)
+        if case.fusion:
+            say(f"{case.name}: fused {fusion_counts(kwargs['fusion_pass_list'])}")
         builds[planner] = (ex, plan, dyn, record, time.perf_counter() - t0)
     return onnx_model, mod, info, builds
 
@@ -222,6 +237,78 @@ def check_case(case: Case, models_dir: Path, target, dev, run: bool, number: int
     return rows
 
 
+LN_ROWS, LN_HIDDEN = 1024, 768  # BERT-base batch 8 x seq 128 rows, hidden 768
+
+
+def _residual_layer_norm_module() -> tvm.IRModule:
+    """``layer_norm(p + q)`` over (rows, hidden): one fused kernel."""
+    bb = relax.BlockBuilder()
+    tensor = relax.TensorType((LN_ROWS, LN_HIDDEN), "float32")
+    vec = relax.TensorType((LN_HIDDEN,), "float32")
+    p, q = relax.Var("p", tensor), relax.Var("q", tensor)
+    g, b = relax.Var("g", vec), relax.Var("b", vec)
+    with bb.function("main", [p, q, g, b]):
+        with bb.dataflow():
+            total = bb.emit(relax.op.add(p, q))
+            y = bb.emit(relax.op.nn.layer_norm(total, g, b, axes=[-1], epsilon=1e-5))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def check_layernorm_kernel(target, dev, run: bool, number: int, repeat: int, say) -> Row:
+    """The fused add + layer norm kernel alone, against numpy (float64)."""
+    row = Row(f"add+LN kernel {LN_ROWS}x{LN_HIDDEN}", "relax_memplan")
+    passes = fusion_passes(target)
+    say(f"{row.case}: building for {_arch(target)}")
+    t0 = time.perf_counter()
+    ex = build(_residual_layer_norm_module(), target, "relax_memplan", PlanStaticMemory(), None,
+               fusion=True, fusion_pass_list=passes)
+    row.build_s = round(time.perf_counter() - t0, 2)
+    if fusion_counts(passes).get("add_layer_norm") != 1:
+        raise RelaxMemplanError(f"the add + layer norm was not fused: {fusion_counts(passes)}")
+    if not run:
+        return row
+    rng = np.random.default_rng(0)
+    p, q = (rng.standard_normal((LN_ROWS, LN_HIDDEN)).astype("float32") + 2 for _ in range(2))
+    g, b = (rng.standard_normal(LN_HIDDEN).astype("float32") for _ in range(2))
+    x = p.astype("float64") + q
+    ref = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * g + b
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(a, dev) for a in (p, q, g, b)]
+    y = vm["main"](*args).numpy()
+    row.max_abs_error = float(np.max(np.abs(y - ref)))
+    row.error_tolerance = RTOL * float(np.max(np.abs(ref))) + ATOL
+    timer = vm.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=50)
+    row.median_ms = timer(*args).median * 1e3
+    return row
+
+
+#: Checks beyond the model cases, run with a case key: key -> function(target, dev, run,
+#: number, repeat, say) returning rows.
+EXTRA_CHECKS = {
+    "layernorm": lambda *a: [check_layernorm_kernel(*a)],
+}
+
+
+def _run_case(key, case, models_dir, target, dev, run, args, say) -> List[Row]:
+    """One case's rows; any exception becomes a row with a FAILED error (the others go on)."""
+    parts = [(case.name, lambda: check_case(case, models_dir, target, dev, run, args.number,
+                                            args.repeat, say, cuda_graph=args.cuda_graph))]
+    if key in EXTRA_CHECKS:
+        parts.insert(0, (key, lambda: EXTRA_CHECKS[key](target, dev, run, args.number,
+                                                        args.repeat, say)))
+    rows: List[Row] = []
+    for name, part in parts:
+        try:
+            rows += part()
+        except Exception as err:  # noqa: BLE001 - one check failing must not stop the others
+            message = " ".join(str(err).split())[:300]
+            print(f"FAILED {name}: {type(err).__name__}: {message}", flush=True)
+            rows.append(Row(name, "-", error=f"FAILED: {type(err).__name__}: {message}"))
+    return rows
+
+
 def _fmt(n, spec=",") -> str:
     return "-" if n is None else format(n, spec)
 
@@ -260,11 +347,7 @@ def _run_cases(args, models_dir: Path, target, dev, run: bool, say, notes: List[
             notes.append(f"{case.name}: skipped, {models_dir / case.model_file} not found")
             say(notes[-1])
             continue
-        try:
-            rows += check_case(case, models_dir, target, dev, run, args.number, args.repeat, say,
-                               cuda_graph=args.cuda_graph)
-        except Exception as err:  # noqa: BLE001 -- one case's failure must not stop the rest
-            rows += [Row(case.name, p, error=f"{type(err).__name__}: {err}") for p in PLANNERS]
+        rows += _run_case(key, case, models_dir, target, dev, run, args, say)
     return rows, attention_rows
 
 

@@ -48,6 +48,8 @@ from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.reorder_for_memory import ReorderForMemory
+from .transform.fold_matmul_reshape import FoldMatmulReshape
+from .transform.fuse_add_layer_norm import FuseAddLayerNorm
 from .transform.fuse_attention import FuseAttention
 from .transform.record_storage import RecordStorage
 from .transform.remove_dropout import RemoveDropout
@@ -76,24 +78,37 @@ def _as_target(target: Union[str, dict, tvm.target.Target, None]) -> tvm.target.
 def fusion_passes(target: tvm.target.Target) -> list:
     """Our graph-level fusion passes, in the order they run (before ``LegalizeOps``).
 
-    :class:`~relax_memplan.transform.remove_dropout.RemoveDropout` and
+    :class:`~relax_memplan.transform.fold_matmul_reshape.FoldMatmulReshape` (a matmul between
+    reshapes to and from 2-d becomes the N-d matmul, so FuseOps fuses its epilogue),
+    :class:`~relax_memplan.transform.remove_dropout.RemoveDropout`,
     :class:`~relax_memplan.transform.fuse_attention.FuseAttention` (its kernel scheduled for
-    ``target``: CPU for llvm, CUDA for cuda) on every target. Give the list to
-    ``get_pipeline(..., fusion_pass_list=...)`` and read :func:`fusion_counts` after the build.
+    ``target``: CPU for llvm, CUDA for cuda) and
+    :class:`~relax_memplan.transform.fuse_add_layer_norm.FuseAddLayerNorm` (its scheduled CPU
+    kernel for ``llvm``/``c``, else a compute the target's default schedule rules schedule),
+    on every target. Give the list to ``get_pipeline(..., fusion_pass_list=...)`` and read
+    :func:`fusion_counts` after the build.
     """
-    return [RemoveDropout(), FuseAttention(target=target)]
+    cpu = target.kind.name in ("llvm", "c")
+    return [FoldMatmulReshape(), RemoveDropout(), FuseAttention(target=target),
+            FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target)]
 
 
 def fusion_counts(passes) -> dict:
     """What the fusion passes of one build did: pattern -> count (``attention``: attention
-    blocks fused into one kernel, ``dropout``: dropouts removed); a pattern whose pass did not
-    run is absent."""
+    blocks fused into one kernel, ``dropout``: dropouts removed, ``add_layer_norm``: residual
+    add + layer norm pairs fused into one kernel, ``matmul_reshape``: matmuls taken out of a
+    reshape sandwich so that FuseOps fuses their epilogue); a pattern whose pass did not run
+    is absent."""
     by_name = {p.info.name: p for p in passes}
     counts = {}
     if "FuseAttention" in by_name:
         counts["attention"] = int(by_name["FuseAttention"].fused)
     if "RemoveDropout" in by_name:
         counts["dropout"] = int(by_name["RemoveDropout"].removed)
+    if "FoldMatmulReshape" in by_name:
+        counts["matmul_reshape"] = int(by_name["FoldMatmulReshape"].folded)
+    if "FuseAddLayerNorm" in by_name:
+        counts["add_layer_norm"] = int(by_name["FuseAddLayerNorm"].fused)
     return counts
 
 

@@ -304,7 +304,12 @@ class CompileReport:
         :attr:`FunctionMemoryReport.tensors`.
     fusion : dict of str to int, optional
         ``None`` when our fusion did not run; else pattern -> times fused in this build
-        (``attention``: attention blocks made one kernel, ``dropout``: dropouts removed).
+        (``attention``: attention blocks made one kernel, ``dropout``: dropouts removed,
+        ``add_layer_norm``: residual add + layer norm pairs made one kernel).
+    fusion_summary : dict, optional
+        Fixed shapes with fusion on: kernels per call, intermediate bytes and lower bound of
+        ``main`` with TVM's FuseOps alone and with ours, and onnxruntime's optimized-graph node
+        count (:class:`~relax_memplan.compile.fusion_summary.FusionSummary`).
     """
 
     model: str
@@ -323,6 +328,7 @@ class CompileReport:
     fusion: Optional[Dict[str, int]] = None
     arch: Optional[str] = None
     tensors: List[Dict] = field(default_factory=list)
+    fusion_summary: Optional[Dict[str, int]] = None
 
     @property
     def is_static(self) -> bool:
@@ -360,6 +366,8 @@ class CompileReport:
                         "buckets": {n: list(v) for n, v in self.buckets.items()},
                         "tensors": self.tensors})
         out["fusion"] = {"enabled": self.fusion is not None, "fused": dict(self.fusion or {})}
+        if self.fusion_summary is not None:
+            out["fusion"].update(self.fusion_summary)
         out["verified"] = self.verified
         out["shapes"] = [s.to_dict() for s in self.shapes]
         return out

@@ -164,9 +164,22 @@ def _fusion_line(report: CompileReport) -> str:
     """``fusion: off`` or ``fusion: on (attention fused 2x, dropout removed 0x)``."""
     if report.fusion is None:
         return "  fusion: off"
-    done = {"attention": "attention fused", "dropout": "dropout removed"}
+    done = {"attention": "attention fused", "dropout": "dropout removed",
+            "add_layer_norm": "add+layer norm fused",
+            "matmul_reshape": "matmul reshapes folded"}
     counts = ", ".join(f"{done.get(k, k)} {n}x" for k, n in report.fusion.items())
-    return f"  fusion: on ({counts or 'no pattern for this target'})"
+    line = f"  fusion: on ({counts or 'no pattern for this target'})"
+    summary = report.fusion_summary
+    if summary is not None:
+        ort = summary["ort_nodes"]
+        line += (f"\n    kernels per call: {summary['kernels_ours']} (TVM FuseOps alone "
+                 f"{summary['kernels_tvm']}; onnxruntime optimized graph: "
+                 f"{'-' if ort is None else ort} nodes)\n"
+                 f"    intermediates: {_fmt_bytes(summary['intermediate_bytes_ours'])} per call, "
+                 f"{_fmt_bytes(summary['intermediate_bytes_removed'])} removed; lower bound "
+                 f"{_fmt_bytes(summary['lower_bound_bytes_tvm'])} without our fusion -> "
+                 f"{_fmt_bytes(summary['lower_bound_bytes_ours'])}")
+    return line
 
 
 def _error(s: ShapeMeasurement) -> str:

@@ -6,18 +6,35 @@ from relax_memplan.cli import main
 from tests.conftest import shared_model
 
 
-def test_fusion_on_bert_tiny_verifies_and_reports_attention_fused(tmp_path, capsys):
+def _compile_fused_and_verify(model, tmp_path, capsys):
+    """(JSON report, text) of ``compile --fusion --verify`` at input_ids 1x16; asserts it passed."""
     report_path = tmp_path / "r.json"
-    status = main(["compile", str(shared_model("bert-tiny-randw.onnx")), "-q", "--fusion",
+    status = main(["compile", str(shared_model(model)), "-q", "--fusion",
                    "--verify", "--shape", "input_ids=1,16", "--time-limit", "0.2",
                    "--report", str(report_path)])
     text = capsys.readouterr().out
     assert status == 0
     report = json.loads(report_path.read_text())
     assert report["verified"] is True
+    return report, text
+
+
+def test_fusion_on_bert_tiny_verifies_and_reports_attention_fused(tmp_path, capsys):
+    report, text = _compile_fused_and_verify("bert-tiny-randw.onnx", tmp_path, capsys)
     # bert-tiny: 2 layers, one attention block each
-    assert report["fusion"] == {"enabled": True, "fused": {"attention": 2, "dropout": 0}}
-    assert "fusion: on (attention fused 2x, dropout removed 0x)" in text
+    # bert-tiny's residual adds sit in matmul epilogues (FuseOps): no add+layer norm rewrite
+    fusion = report["fusion"]
+    assert fusion["enabled"] is True
+    assert fusion["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 0,
+                               "matmul_reshape": 0}
+    # per attention block 7 kernels (3 of them transposes) become 1
+    assert fusion["kernels_tvm"] - fusion["kernels_ours"] == 2 * 6
+    assert fusion["intermediate_bytes_removed"] > 0
+    assert fusion["lower_bound_bytes_ours"] <= fusion["lower_bound_bytes_tvm"]
+    assert fusion["ort_nodes"] > 0
+    assert f"kernels per call: {fusion['kernels_ours']} (TVM FuseOps alone " in text
+    assert ("fusion: on (attention fused 2x, dropout removed 0x, matmul reshapes folded 0x, "
+            "add+layer norm fused 0x)") in text
     assert report["arena_bytes"] <= report["tvm_default_bytes"]
 
 
@@ -26,9 +43,12 @@ def test_fusion_on_the_example_fuses_nothing_and_says_so(tmp_path, capsys):
     assert main(["compile", "-q", "--fusion", "--time-limit", "0.2",
                  "--report", str(report_path)]) == 0
     text = capsys.readouterr().out
-    assert json.loads(report_path.read_text())["fusion"] == {
-        "enabled": True, "fused": {"attention": 0, "dropout": 0}}
-    assert "fusion: on (attention fused 0x, dropout removed 0x)" in text
+    fusion = json.loads(report_path.read_text())["fusion"]
+    assert fusion["fused"] == {"attention": 0, "dropout": 0, "add_layer_norm": 0,
+                               "matmul_reshape": 0}
+    assert fusion["kernels_ours"] == fusion["kernels_tvm"] and fusion["ort_nodes"] > 0
+    assert "fusion: on (attention fused 0x, dropout removed 0x, matmul reshapes folded 0x, " \
+        "add+layer norm fused 0x)" in text
 
 
 def test_config_fusion_is_honoured_and_no_fusion_overrides_it(tmp_path, capsys):
@@ -51,3 +71,29 @@ def test_fusion_is_on_by_default_in_config_options_and_cli(tmp_path):
     assert main(["compile", "-q", "--no-measure", "--time-limit", "0.2",
                  "--report", str(report_path)]) == 0
     assert json.loads(report_path.read_text())["fusion"]["enabled"] is True
+
+def test_fusion_on_gpt2_tiny_fuses_add_layer_norm_and_verifies(tmp_path, capsys):
+    # gpt2-tiny (pre-LN): the residual add follows a reshape of the matmul, which FuseOps does not
+    # fuse through; the sum is also the next residual, so the kernel writes it as a 2nd output.
+    # FoldMatmulReshape takes the 6 matmuls out of their reshape sandwiches first, so 2 residual
+    # adds join their matmul's epilogue (FuseOps) and 1 pair would raise the peak live bytes
+    # (4 tensors live at the fused step): 2 of the 5 pairs fused
+    report, text = _compile_fused_and_verify("gpt2-tiny-randw.onnx", tmp_path, capsys)
+    assert report["fusion"]["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 2,
+                                        "matmul_reshape": 6}
+    assert "add+layer norm fused 2x" in text
+    assert report["lower_bound_bytes"] <= report["tvm_default_bytes"]
+
+
+def test_fusion_on_gpt2_tiny_with_symbolic_dims_and_buckets_verifies(tmp_path):
+    # gpt2-tiny's dims (s27: batch, s77: seq) symbolic; a bucket at the top of the seq range;
+    # checked against onnxruntime at the ends and in the middle of the ranges
+    report_path = tmp_path / "r.json"
+    assert main(["compile", str(shared_model("gpt2-tiny-randw.onnx")), "-q", "--fusion",
+                 "--verify", "--dim", "s27=1..2", "--dim", "s77=1..32", "--dispatch", "s77=32",
+                 "--time-limit", "0.2", "--report", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    assert report["verified"] is True
+    assert report["fusion"]["fused"]["add_layer_norm"] == 2
+    assert report["fusion"]["fused"]["attention"] == 2
+    assert {(s["dims"]["s27"], s["dims"]["s77"]) for s in report["shapes"]} >= {(1, 1), (2, 32)}

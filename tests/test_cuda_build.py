@@ -393,3 +393,112 @@ def test_fused_attention_composes_with_dispatch_buckets_on_cuda():
     working = _check_all_kernels_bound(legal)
     assert "fused_attention" in working and "fused_attention" not in dispatch.specialized
     assert dispatch.specialized and not any(k.startswith("softmax") for k in working)
+
+
+@I.ir_module
+class ResidualLayerNorm:
+    @R.function
+    def main(p: R.Tensor(("n", 16, 768), "float32"), q: R.Tensor(("n", 16, 768), "float32"),
+             g: R.Tensor((768,), "float32"), b: R.Tensor((768,), "float32")):
+        with R.dataflow():
+            x = R.nn.softmax(p, axis=-1)
+            s = R.add(x, q)
+            y = R.nn.layer_norm(s, g, b, axes=[-1], epsilon=1e-5)
+            R.output(y)
+        return y
+
+
+def test_fused_add_layer_norm_builds_a_gpu_kernel_for_sm90():
+    # our fusion passes for cuda: FuseAddLayerNorm's compute kernel, scheduled by dlight
+    # (a block per row, the reductions across threads as warp shuffles)
+    from relax_memplan.pipeline import fusion_counts, fusion_passes  # pylint: disable=import-outside-toplevel
+
+    sm90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    passes = fusion_passes(sm90)
+    with sm90:
+        legal = ResidualLayerNorm
+        for name, phase in backend_phases(sm90, fusion=True, fusion_pass_list=passes):
+            if name == "dataflow_lower":
+                break
+            legal = tvm.transform.Sequential(phase, name=name)(legal)
+    assert fusion_counts(passes) == {"attention": 0, "dropout": 0, "add_layer_norm": 1,
+                                     "matmul_reshape": 0}
+    working = _check_all_kernels_bound(legal)
+    fused = [n for n in working if "add_layer_norm" in n]
+    assert fused, working
+    ex = build(ResidualLayerNorm, sm90, "relax_memplan", _plan_pass(), None, fusion=True)
+    _check_global_kernels(ex, fused)
+    source = _cuda_source(ex)
+    kernels = set(_GLOBAL_FUNC.findall(source))
+    assert {k for k in kernels if k.startswith("add_layer_norm")} == {"add_layer_norm_kernel"}
+    body = source[source.index("add_layer_norm_kernel(float"):]
+    body = body[:body.index("\n}\n")]
+    assert "__shfl_down_sync" in body and "blockIdx.x" in body  # a block per row, warp sums
+
+
+def test_cuda_leaves_a_pair_apart_when_the_sum_is_read_again():
+    # dlight's fallback would make the compute with a 2nd output 4 kernels: no gain
+    from relax_memplan.transform.fuse_add_layer_norm import FuseAddLayerNorm  # pylint: disable=import-outside-toplevel
+
+    @I.ir_module
+    class SumReadAgain:
+        @R.function
+        def main(p: R.Tensor(("n", 768), "float32"), q: R.Tensor(("n", 768), "float32"),
+                 g: R.Tensor((768,), "float32"), b: R.Tensor((768,), "float32")):
+            with R.dataflow():
+                x = R.nn.softmax(p, axis=-1)
+                s = R.add(x, q)
+                y = R.nn.layer_norm(s, g, b, axes=[-1], epsilon=1e-5)
+                out = (y, s)
+                R.output(out)
+            return out
+
+    pass_ = FuseAddLayerNorm(kernel="compute", target=CUDA)
+    pass_(SumReadAgain)
+    assert pass_.fused == 0 and pass_.skipped == {"sum_output": 1}
+
+
+def test_gpu_check_layernorm_kernel_builds_without_a_gpu():
+    say = lambda _msg: None  # noqa: E731
+    sm90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    row = _gpu_check().check_layernorm_kernel(sm90, tvm.cuda(0), False, 1, 1, say)
+    assert row.case == "add+LN kernel 1024x768" and row.error is None and row.median_ms is None
+
+
+@pytest.mark.slow  # two CUDA builds of gpt2-tiny: about a minute on 2 shared cores
+def test_gpu_check_layernorm_case_builds_without_a_gpu(tmp_path):
+    shared_model("gpt2-tiny-randw.onnx")
+    out = tmp_path / "gpu_check.json"
+    assert _gpu_check().main(["--build-only", "--cases", "layernorm", "--arch", "sm_90",
+                              "--models", str(REPO_ROOT.parent / "shared" / "models"),
+                              "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["case"], r["planner"]) for r in rows] == [
+        ("add+LN kernel 1024x768", "relax_memplan"),
+        ("gpt2-tiny fused b1 s16", "relax_memplan"), ("gpt2-tiny fused b1 s16", "tvm")]
+    assert not any(r["error"] for r in rows)
+    assert all(r["median_ms"] is None for r in rows)  # nothing ran
+
+
+def test_gpu_check_a_failing_check_prints_failed_and_the_others_run(tmp_path, capsys,
+                                                                    monkeypatch):
+    gpu_check = _gpu_check()
+
+    def broken(*_args):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setitem(gpu_check.EXTRA_CHECKS, "layernorm", broken)
+    monkeypatch.setitem(gpu_check.CASES, "layernorm", gpu_check.Case("example again", None))
+    out = tmp_path / "g.json"
+    assert gpu_check.main(["--build-only", "--cases", "layernorm", "--arch", "sm_90",
+                           "--json", str(out)]) == gpu_check.EXIT_FAILED
+    assert "FAILED layernorm: RuntimeError: kernel exploded" in capsys.readouterr().out
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["case"] for r in rows] == ["layernorm", "example again", "example again"]
+    assert rows[0]["error"].startswith("FAILED") and not rows[1]["error"]
+
+
+def test_gpu_check_tolerance_flags_a_wrong_value():
+    row = _gpu_check().Row("c", "p", max_abs_error=2e-3, error_tolerance=1e-3)
+    assert row.verified is False
+    assert _gpu_check().Row("c", "p", max_abs_error=1e-4, error_tolerance=1e-3).verified

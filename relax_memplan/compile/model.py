@@ -25,6 +25,7 @@ from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.record_storage import RecordStorage
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
+from .fusion_summary import summarize_fusion
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .options import BuildOptions, CheckOptions, library_path_for
 from .shapes import check_dims_up_front, fit_values, sample_dims, shapes_at, symbolic_dims
@@ -263,6 +264,10 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
     if not dims:
         b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec)
         b.report.notes += fallbacks
+        if b.fusion is not None and "main" in b.report.functions:
+            # what fusion changed: builds the Relax phases again without and with it
+            b.report.fusion_summary = summarize_fusion(
+                source.mod, options.tvm_target, source.onnx_model).to_dict()
         return
     b.report.buckets = {n: list(v) for n, v in (b.dyn.buckets or {}).items()} \
         if b.strategy == "buckets" else {}

@@ -1,8 +1,8 @@
 """The passes of relax_memplan, one per module (the registered name equals the class name).
 
 Where each runs in :func:`relax_memplan.get_pipeline`: ``AnnotateDimRanges`` and
-``CheckIndexBounds`` first, on the imported module; ``RemoveDropout`` and
-``FuseAttention`` (with ``fusion=True``) and ``ClampEmptySlices`` before ``LegalizeOps``; ``SpecializeKernels`` after ``FuseTIR``; ``PlanDynamicMemory``,
+``CheckIndexBounds`` first, on the imported module; ``FoldMatmulReshape``, ``RemoveDropout``,
+``FuseAttention`` and ``FuseAddLayerNorm`` (with ``fusion=True``) and ``ClampEmptySlices`` before ``LegalizeOps``; ``SpecializeKernels`` after ``FuseTIR``; ``PlanDynamicMemory``,
 ``PlanStaticMemory`` and ``InsertDimRangeCheck`` in place of TVM's ``StaticPlanBlockMemory``
 (after ``CallTIRRewrite``); ``RecordStorage`` after ``StaticPlanBlockMemory``.
 """
@@ -10,6 +10,8 @@ Where each runs in :func:`relax_memplan.get_pipeline`: ``AnnotateDimRanges`` and
 from .annotate_dim_ranges import AnnotateDimRanges
 from .check_index_bounds import CheckIndexBounds
 from .clamp_empty_slices import ClampEmptySlices
+from .fold_matmul_reshape import FoldMatmulReshape
+from .fuse_add_layer_norm import FuseAddLayerNorm
 from .fuse_attention import FuseAttention
 from .insert_dim_range_check import InsertDimRangeCheck
 from .plan_dynamic_memory import PlanDynamicMemory
@@ -22,6 +24,8 @@ __all__ = [
     "AnnotateDimRanges",
     "CheckIndexBounds",
     "ClampEmptySlices",
+    "FoldMatmulReshape",
+    "FuseAddLayerNorm",
     "FuseAttention",
     "InsertDimRangeCheck",
     "PlanDynamicMemory",

@@ -6,7 +6,7 @@ from typing import Mapping
 
 import tvm
 
-__all__ = ["replace_functions", "before_call_tir_rewrite"]
+__all__ = ["replace_functions", "rewrite_functions", "before_call_tir_rewrite"]
 
 _DPS_OPS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad",
             "relax.call_dps_packed")
@@ -21,6 +21,25 @@ def replace_functions(mod: tvm.IRModule, updates: Mapping) -> tvm.IRModule:
     for gv, func in updates.items():
         new_mod[gv] = func
     return new_mod
+
+
+def rewrite_functions(mod: tvm.IRModule, make_rewriter, count_attr: str):
+    """(``mod`` with every Relax function rewritten by a fresh ``make_rewriter(mod)`` (an
+    ``ExprMutator``) where its ``count_attr`` attribute says it changed something, unused
+    bindings removed; the sum of those counts)."""
+    from tvm import relax
+
+    updates, total = {}, 0
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        rewriter = make_rewriter(mod)
+        new_func = rewriter.visit_expr(func)
+        count = getattr(rewriter, count_attr)
+        if count:
+            total += count
+            updates[gv] = relax.analysis.remove_all_unused(new_func)
+    return replace_functions(mod, updates), total
 
 
 def before_call_tir_rewrite(mod: tvm.IRModule) -> bool:

@@ -20,7 +20,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ._module_util import replace_functions
+from ._module_util import rewrite_functions
 
 __all__ = ["RemoveDropout"]
 
@@ -40,17 +40,8 @@ class RemoveDropout:
         self.removed = 0
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        self.removed = 0
-        updates = {}
-        for gv, func in mod.functions_items():
-            if not isinstance(func, relax.Function):
-                continue
-            rewriter = _Rewriter(mod)
-            new_func = rewriter.visit_expr(func)
-            if rewriter.removed:
-                self.removed += rewriter.removed
-                updates[gv] = relax.analysis.remove_all_unused(new_func)
-        return replace_functions(mod, updates)
+        mod, self.removed = rewrite_functions(mod, _Rewriter, "removed")
+        return mod
 
 
 _DROPOUT = "relax.nn.dropout"

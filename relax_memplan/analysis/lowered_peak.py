@@ -1,0 +1,86 @@
+"""Peak live bytes a Relax function will have once TVM has fused and lowered it.
+
+A graph-level fusion pass decides before ``LegalizeOps``, but the peak live bytes that our
+planner works against (the lower bound in every report) are those of the lowered function, after
+TVM's FuseOps/FuseTIR have merged elementwise chains: on the graph level an unfused GELU chain
+looks like many live intermediates that FuseOps will remove, and hides the steps a fusion can
+make worse. So this lowers a copy of the module the way our pipeline does up to memory
+planning -- the target's ``legalize`` passes (LegalizeOps, AnnotateTIROpPattern, FoldConstant,
+FuseOps, FuseTIR; no GPU schedule, which does not change tensors) and ``dataflow_lower`` passes
+(RewriteDataflowReshape, ToNonDataflow, RemovePurityChecking, CallTIRRewrite) -- and computes,
+with :func:`~relax_memplan.analysis.liveness.analyze_liveness`, the peak over steps of the bytes
+of the live tensors our planners place (the unaligned lower bound,
+:func:`~relax_memplan.planner.peak_live_bytes`): constant sizes, and symbolic sizes evaluated at
+the function's ``tir_var_upper_bound`` (a symbolic tensor whose dims have no declared upper
+bound is left out: its size is unknown here).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import tvm
+from tvm import relax
+
+from ..planner import Buffer, peak_live_bytes
+from .dims import evaluate_bytes
+from .liveness import SYMBOLIC_SHAPE, analyze_liveness
+
+__all__ = ["lowered_peak_live_bytes"]
+
+_BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline",
+             "c": "tvm.relax.backend.cpu_generic.pipeline",
+             "cuda": "tvm.relax.backend.cuda.pipeline"}
+
+
+def lowered_peak_live_bytes(mod: tvm.IRModule, func_name: str, target=None) -> int:
+    """Peak live bytes (bytes) of ``func_name`` in ``mod`` after TVM's fusion and lowering.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A module before ``LegalizeOps`` (our fusion passes' input or output).
+    func_name : str
+        The Relax function to measure.
+    target : tvm.target.Target, optional
+        Selects the backend's passes (default ``llvm``).
+
+    Returns
+    -------
+    int
+        The maximum over program steps of the summed sizes of the live plannable tensors.
+
+    Raises
+    ------
+    ValueError
+        If the target kind has no Relax backend here.
+    """
+    target = tvm.target.Target("llvm") if target is None else tvm.target.Target(target)
+    kind = target.kind.name
+    if kind not in _BACKENDS:
+        raise ValueError(f"target kind '{kind}' is not supported; use one of {sorted(_BACKENDS)}")
+    backend = importlib.import_module(_BACKENDS[kind])
+    passes = [p for p in backend.legalize_passes(target)
+              if p.info.name in ("LegalizeOps", "AnnotateTIROpPattern", "FoldConstant",
+                                 "FuseOps", "FuseTIR")]
+    passes += list(backend.dataflow_lower_passes(target))
+    one = tvm.IRModule({gv: f for gv, f in mod.functions_items()
+                        if gv.name_hint == func_name or not isinstance(f, relax.Function)},
+                       attrs=mod.attrs)
+    with target:
+        lowered = tvm.transform.Sequential(passes)(one)
+    liveness = analyze_liveness(lowered, func_name)
+    attrs = lowered[func_name].attrs
+    upper = {str(k): int(v) for k, v in attrs["tir_var_upper_bound"].items()} \
+        if attrs is not None and "tir_var_upper_bound" in attrs else {}
+    buffers = []
+    for t in liveness.tensors:
+        size = t.size_bytes if t.plannable else None
+        if t.reason == SYMBOLIC_SHAPE and upper:
+            try:
+                size = evaluate_bytes(t.size_expr, upper)
+            except ValueError:  # a dim without a declared bound
+                size = None
+        if size is not None:
+            buffers.append(Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=max(size, 1)))
+    return peak_live_bytes(buffers)

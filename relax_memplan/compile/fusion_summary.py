@@ -1,0 +1,130 @@
+"""What our fusion changed in one fixed-shape build, for the fusion report.
+
+Compares the module after our pipeline's Relax phases with ``fusion=False`` (TVM's
+FuseOps/FuseTIR alone) and ``fusion=True`` (our passes first), both with our planner
+(:class:`~relax_memplan.transform.PlanStaticMemory`), without code generation:
+
+* kernels per call: the PrimFunc calls ``main`` makes after ``RewriteDataflowReshape`` (reshape
+  views are not kernels), counted in the IR (``main`` of an imported ONNX model has no loop;
+  both branches of an ``If`` count);
+* intermediate bytes: the sum of the sizes of the tensors ``main`` allocates per call (each
+  tensor once, before any reuse), and the lower bound (peak live bytes) of our plan;
+* onnxruntime's reference: the node count of its optimized graph for the same ONNX model
+  (``SessionOptions.optimized_model_filepath`` with ``ORT_ENABLE_ALL``, CPU provider).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from typing import Dict, Optional
+
+import tvm
+from tvm import relax
+
+from ..pipeline import fusion_passes, get_pipeline
+from ..transform.plan_static_memory import PlanStaticMemory
+
+__all__ = ["FusionSummary", "summarize_fusion", "count_kernel_calls", "ort_optimized_nodes"]
+
+
+@dataclass
+class FusionSummary:
+    """Kernels and bytes of ``main`` without (``tvm``) and with (``ours``) our fusion.
+
+    Bytes are bytes; ``ort_nodes`` is ``None`` when onnxruntime could not optimize the model
+    (or was given none).
+    """
+
+    kernels_tvm: int
+    kernels_ours: int
+    intermediate_bytes_tvm: int
+    intermediate_bytes_ours: int
+    lower_bound_bytes_tvm: int
+    lower_bound_bytes_ours: int
+    ort_nodes: Optional[int] = None
+
+    @property
+    def intermediate_bytes_removed(self) -> int:
+        """Bytes of intermediates per call that our fusion removed (negative: added)."""
+        return self.intermediate_bytes_tvm - self.intermediate_bytes_ours
+
+    def to_dict(self) -> Dict:
+        return dict(asdict(self), intermediate_bytes_removed=self.intermediate_bytes_removed)
+
+
+def count_kernel_calls(func: relax.Function, mod: tvm.IRModule) -> int:
+    """Calls of ``mod``'s PrimFuncs in ``func`` (after ``CallTIRRewrite`` a kernel is called
+    directly; before it through ``R.call_tir``)."""
+    prim = {gv for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    count = [0]
+
+    def visit(expr):
+        if not isinstance(expr, relax.Call):
+            return
+        callee = expr.op
+        if isinstance(callee, tvm.ir.Op) and callee.name.startswith("relax.call_tir"):
+            callee = expr.args[0]
+        if isinstance(callee, tvm.ir.GlobalVar) and callee in prim:
+            count[0] += 1
+
+    relax.analysis.post_order_visit(func, visit)
+    return count[0]
+
+
+def _relax_phases(mod, target, fusion: bool):
+    """(kernel calls of main, intermediate bytes, lower bound bytes) after our Relax phases."""
+    plan = PlanStaticMemory(time_limit_s=0.1)
+    passes = fusion_passes(target) if fusion else None
+    lowered = get_pipeline(target, plan_pass=plan, fusion=fusion, fusion_pass_list=passes)(mod)
+    fplan = plan.plans.get("main")
+    total = sum(t.size_bytes or 0 for t in fplan.liveness.tensors) if fplan else 0
+    lower = fplan.lower_bound_bytes if fplan else 0
+    return count_kernel_calls(lowered["main"], lowered), total, lower
+
+
+def ort_optimized_nodes(onnx_model) -> Optional[int]:
+    """Nodes of onnxruntime's optimized graph (``ORT_ENABLE_ALL``, CPU) of ``onnx_model``;
+    ``None`` when onnxruntime is missing or refuses the model."""
+    try:
+        import onnx  # pylint: disable=import-outside-toplevel
+        import onnxruntime  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "optimized.onnx")
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.optimized_model_filepath = path
+        options.log_severity_level = 4
+        try:
+            onnxruntime.InferenceSession(onnx_model.SerializeToString(), sess_options=options,
+                                         providers=["CPUExecutionProvider"])
+            return len(onnx.load(path).graph.node)
+        except Exception:  # noqa: BLE001 - a reference column only; absent when ORT refuses
+            return None
+
+
+def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None) -> FusionSummary:
+    """Kernels, intermediate bytes and lower bound of ``mod``'s ``main`` without and with our
+    fusion (fixed shapes: a symbolic dim makes the lower bound a function of it, see the
+    per-shape report instead), and onnxruntime's optimized node count of ``onnx_model``.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        The imported module (before any pass), with a ``main``.
+    target : tvm.target.Target
+        Target of the build (the fusion passes depend on it).
+    onnx_model : onnx.ModelProto, optional
+        The model ``mod`` was imported from, for the onnxruntime column.
+
+    Returns
+    -------
+    FusionSummary
+    """
+    k_tvm, b_tvm, lb_tvm = _relax_phases(mod, target, fusion=False)
+    k_ours, b_ours, lb_ours = _relax_phases(mod, target, fusion=True)
+    ort = ort_optimized_nodes(onnx_model) if onnx_model is not None else None
+    return FusionSummary(k_tvm, k_ours, b_tvm, b_ours, lb_tvm, lb_ours, ort)
