@@ -10,7 +10,11 @@ well-scheduled part), and one ``call_tir`` of the kernel below runs the time loo
 kernel writes straight into the ONNX outputs (``Y`` holds every ``h_t``; the previous
 step's ``h`` is read back from ``Y``; the cell state lives in ``Y_c``), so nothing is
 allocated per step and the memory planner sees one call with fixed-size outputs.  The
-only scratch (GRU with ``linear_before_reset=0``: ``r ⊙ h_{t-1}`` for one step,
+final states ``Y_h`` (and ``Y_c``) come from a tiny kernel after the loop
+(:func:`last_step_kernel`), one call per state, each with a single output: our
+liveness analysis treats every item of a ``call_tir`` output tuple as aliasing the whole
+tuple, so a state that is a function output (a streaming model's ``hn``) would pin ``Y``
+out of the arena if it came out of the same call.  The only scratch (GRU with ``linear_before_reset=0``: ``r ⊙ h_{t-1}`` for one step,
 ``[batch, hidden]``) is an extra ``call_tir`` output, planned like any temporary.
 
 Schedule (CPU)
@@ -25,7 +29,8 @@ constant fold when ``R`` is an initializer).  Directions run one after the other
 Layouts (ONNX ``layout=0``): ``XW [directions, seq, batch, gates*hidden]`` (gate order
 of ONNX: LSTM ``i, o, f, c``; GRU ``z, r, h``), ``Y [seq, directions, batch, hidden]``,
 states ``[directions, batch, hidden]``.  ``seq`` and ``batch`` are symbolic.
-Functions carry ``tirx.is_scheduled`` so that no dlight rule reschedules them.
+Functions carry ``tirx.is_scheduled`` so that no dlight rule reschedules them, and
+``op_pattern`` opaque.
 Vectorized loops hold single stores, no ``let`` bindings: TVM 0.27 vectorizes a loop
 with let-bound values wrongly (results were garbage; found while writing these).
 """
@@ -35,9 +40,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+from tvm import te
 from tvm.script import tirx as T
 
-__all__ = ["RecurrenceSpec", "lstm_kernel", "gru_kernel"]
+OPAQUE = 8
+"""``op_pattern`` of the kernels (TVM's ``kOpaque``): FuseOps leaves them alone, and
+``AnnotateTIROpPattern``, which rejects loops outside blocks, skips them."""
+
+__all__ = ["RecurrenceSpec", "lstm_kernel", "gru_kernel", "last_step_kernel"]
 
 
 @dataclass(frozen=True)
@@ -100,10 +110,10 @@ def lstm_kernel(spec: RecurrenceSpec) -> tvm.tirx.PrimFunc:
     Returns
     -------
     tvm.tirx.PrimFunc
-        ``(XW, RT, H0, C0) -> (Y, Y_h, Y_c)`` in destination-passing style:
+        ``(XW, RT, H0, C0) -> (Y, C)`` in destination-passing style:
         ``XW [D, seq, batch, 4H]`` (input projection plus both biases), ``RT [D, H, 4H]``,
-        ``H0, C0 [D, batch, H]``; ``Y [seq, D, batch, H]``, ``Y_h, Y_c [D, batch, H]``.
-        ``seq = 0`` gives ``Y_h = H0``, ``Y_c = C0``.
+        ``H0, C0 [D, batch, H]``; ``Y [seq, D, batch, H]``, ``C [1, D, batch, H]`` the
+        cell state (the last step's at the end: ONNX ``Y_c`` via :func:`last_step_kernel`).
     """
     H, D, L = spec.hidden, spec.num_directions, spec.lanes
     G, JO = 4 * H, H // L
@@ -121,8 +131,8 @@ def lstm_kernel(spec: RecurrenceSpec) -> tvm.tirx.PrimFunc:
 
     @T.prim_func(private=True)
     def lstm_recurrence(xw_h: T.handle, rt_h: T.handle, h0_h: T.handle, c0_h: T.handle,
-                        y_h: T.handle, yh_h: T.handle, yc_h: T.handle):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
+                        y_h: T.handle, c_h: T.handle):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
         seq = T.int64()
         batch = T.int64()
         XW = T.match_buffer(xw_h, (D, seq, batch, G), "float32")
@@ -130,13 +140,12 @@ def lstm_kernel(spec: RecurrenceSpec) -> tvm.tirx.PrimFunc:
         H0 = T.match_buffer(h0_h, (D, batch, H), "float32")
         C0 = T.match_buffer(c0_h, (D, batch, H), "float32")
         Y = T.match_buffer(y_h, (seq, D, batch, H), "float32")
-        YH = T.match_buffer(yh_h, (D, batch, H), "float32")
-        YC = T.match_buffer(yc_h, (D, batch, H), "float32")
+        YC = T.match_buffer(c_h, (1, D, batch, H), "float32")
         H0f = T.decl_buffer((D * batch * H,), "float32", data=H0.data)
         Yf = T.decl_buffer((seq * D * batch * H,), "float32", data=Y.data)
         for d in range(D):
             for b, j in T.grid(batch, H):
-                YC[d, b, j] = C0[d, b, j]
+                YC[0, d, b, j] = C0[d, b, j]
             for t in range(seq):
                 for bjo in loop(batch * JO):
                     acc = T.alloc_buffer((4, L), "float32", scope="local")
@@ -154,15 +163,10 @@ def lstm_kernel(spec: RecurrenceSpec) -> tvm.tirx.PrimFunc:
                     for ji in T.vectorized(L):
                         acc[3, ji] = T.tanh(XW[d, tt, b, 3 * H + jo * L + ji] + acc[3, ji])
                     for ji in T.vectorized(L):
-                        YC[d, b, jo * L + ji] = (acc[2, ji] * YC[d, b, jo * L + ji]
+                        YC[0, d, b, jo * L + ji] = (acc[2, ji] * YC[0, d, b, jo * L + ji]
                                                  + acc[0, ji] * acc[3, ji])
                     for ji in T.vectorized(L):
-                        Y[tt, d, b, jo * L + ji] = acc[1, ji] * T.tanh(YC[d, b, jo * L + ji])
-        for d, b, j in T.grid(D, batch, H):
-            if seq == 0:
-                YH[d, b, j] = H0[d, b, j]
-            else:
-                YH[d, b, j] = Y[_time_index(spec, d, seq - 1, seq)[0], d, b, j]
+                        Y[tt, d, b, jo * L + ji] = acc[1, ji] * T.tanh(YC[0, d, b, jo * L + ji])
 
     return lstm_recurrence
 
@@ -180,10 +184,10 @@ def gru_kernel(spec: RecurrenceSpec, linear_before_reset: bool) -> tvm.tirx.Prim
     Returns
     -------
     tvm.tirx.PrimFunc
-        ``(XW, RT, RBH, H0) -> (Y, Y_h, scratch)``: ``XW [D, seq, batch, 3H]`` (input
+        ``(XW, RT, RBH, H0) -> (Y, scratch)``: ``XW [D, seq, batch, 3H]`` (input
         projection plus ``Wb`` and, for ``z, r``, ``Rb``), ``RT [D, H, 3H]``, ``RBH [D, H]``
         (``Rbh``, read only with ``linear_before_reset``), ``H0 [D, batch, H]``;
-        ``Y [seq, D, batch, H]``, ``Y_h [D, batch, H]``, ``scratch [batch, H]``
+        ``Y [seq, D, batch, H]``, ``scratch [batch, H]``
         (``r ⊙ h_{t-1}`` of one step, written only without ``linear_before_reset``).
     """
     H, D, L = spec.hidden, spec.num_directions, spec.lanes
@@ -231,8 +235,8 @@ def gru_kernel(spec: RecurrenceSpec, linear_before_reset: bool) -> tvm.tirx.Prim
 
     @T.prim_func(private=True)
     def gru_recurrence(xw_h: T.handle, rt_h: T.handle, rbh_h: T.handle, h0_h: T.handle,
-                       y_h: T.handle, yh_h: T.handle, s_h: T.handle):
-        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True})
+                       y_h: T.handle, s_h: T.handle):
+        T.func_attr({"tirx.is_scheduled": True, "tirx.noalias": True, "op_pattern": OPAQUE})
         seq = T.int64()
         batch = T.int64()
         XW = T.match_buffer(xw_h, (D, seq, batch, G), "float32")
@@ -240,7 +244,6 @@ def gru_kernel(spec: RecurrenceSpec, linear_before_reset: bool) -> tvm.tirx.Prim
         RBH = T.match_buffer(rbh_h, (D, H), "float32")
         H0 = T.match_buffer(h0_h, (D, batch, H), "float32")
         Y = T.match_buffer(y_h, (seq, D, batch, H), "float32")
-        YH = T.match_buffer(yh_h, (D, batch, H), "float32")
         S = T.match_buffer(s_h, (batch, H), "float32")
         H0f = T.decl_buffer((D * batch * H,), "float32", data=H0.data)
         Yf = T.decl_buffer((seq * D * batch * H,), "float32", data=Y.data)
@@ -265,10 +268,34 @@ def gru_kernel(spec: RecurrenceSpec, linear_before_reset: bool) -> tvm.tirx.Prim
                     else:
                         step(XW, RT, RBH, Y, S, Sf, d, tt, bjo // JO, bjo % JO, acc, Yf,
                              ((tp * D + d) * batch + bjo // JO) * H)
-        for d, b, j in T.grid(D, batch, H):
-            if seq == 0:
-                YH[d, b, j] = H0[d, b, j]
-            else:
-                YH[d, b, j] = Y[_time_index(spec, d, seq - 1, seq)[0], d, b, j]
 
     return gru_recurrence
+
+
+def last_step_kernel(spec: RecurrenceSpec) -> tvm.tirx.PrimFunc:
+    """A final state: each direction's last step of a sequence (``init`` when ``seq = 0``).
+
+    Used for ONNX ``Y_h`` (the last step of ``Y``) and, with ``seq = 1``, ``Y_c`` (the
+    LSTM kernel's cell state).  The body is one block whose value is a select, not a
+    plain load, so Relax's ``RewriteDataflowReshape`` does not turn it into a view (a
+    view would alias the recurrence call's output tuple again).
+
+    Returns
+    -------
+    tvm.tirx.PrimFunc
+        ``(Y [seq, D, batch, H], init [D, batch, H]) -> state [D, batch, H]``.
+    """
+    H, D = spec.hidden, spec.num_directions
+    seq, batch = tvm.tirx.Var("seq", "int64"), tvm.tirx.Var("batch", "int64")
+    y = te.placeholder((seq, D, batch, H), "float32", name="Y")
+    init = te.placeholder((D, batch, H), "float32", name="init")
+
+    def value(d, b, j):
+        last = _time_index(spec, d, seq - 1, seq)[0]
+        return tvm.tirx.if_then_else(seq == 0, init[d, b, j],
+                                     y[tvm.te.max(last, tvm.tirx.const(0, "int64")), d, b, j])
+
+    out = te.compute((D, batch, H), value, name="last_step")
+    func = te.create_prim_func([y, init, out]).without_attr("global_symbol")
+    return func.with_attrs({"tirx.is_scheduled": True, "tirx.noalias": True,
+                            "op_pattern": OPAQUE})

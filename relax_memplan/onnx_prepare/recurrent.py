@@ -27,7 +27,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 
-from ..kernels.recurrence import RecurrenceSpec, gru_kernel, lstm_kernel
+from ..kernels.recurrence import RecurrenceSpec, gru_kernel, last_step_kernel, lstm_kernel
 
 __all__ = ["LSTMConverter", "GRUConverter", "RECURRENT_CONVERTERS"]
 
@@ -86,6 +86,35 @@ def _check_sequence_lens(seq_lens, seq, where: str) -> None:
         )
 
 
+def _constant(value):
+    """The numpy value of a Relax constant, else None."""
+    return value.value.numpy() if isinstance(value, tvm.ir.GenericConst) else None
+
+
+def _transposed(weight):
+    """``[directions, a, b] -> [directions, b, a]``; folded here when ``weight`` is a
+    constant (an initializer), so that no transpose runs per call."""
+    array = _constant(weight)
+    if array is not None:
+        return relax.const(np.ascontiguousarray(array.transpose(0, 2, 1)))
+    return relax.op.permute_dims(weight, [0, 2, 1])
+
+
+def _bias_array(bias, spec, gates: int, where: str) -> np.ndarray:
+    """ONNX ``B`` as numpy ``[directions, 2*gates*hidden]`` (``Wb`` then ``Rb``); zeros
+    when absent.  Folded at import so no bias arithmetic runs per call."""
+    shape = (spec.num_directions, 2 * gates * spec.hidden)
+    if bias is None:
+        return np.zeros(shape, "float32")
+    array = _constant(bias)
+    if array is None:
+        raise NotImplementedError(f"{where}: a bias B given at run time is not supported")
+    if array.shape != shape:
+        raise NotImplementedError(f"{where}: B has shape {list(array.shape)}, expected "
+                                  f"{list(shape)}")
+    return array.astype("float32")
+
+
 class _Recurrent:
     """Shared plumbing of the LSTM and GRU converters (not a TVM converter itself)."""
 
@@ -115,9 +144,8 @@ class _Recurrent:
         seq, batch, size = _shape(bb.normalize(x), "X", where, 3)
         dirs, gh, w_in = _shape(w, "W", where, 3)
         flat = relax.op.reshape(x, relax.ShapeExpr([1, seq * batch, size]))
-        xw = relax.op.matmul(flat, relax.op.permute_dims(w, [0, 2, 1]))
-        if bias is not None:
-            xw = relax.op.add(xw, relax.op.expand_dims(bias, [1]))
+        xw = relax.op.matmul(flat, _transposed(w))
+        xw = relax.op.add(xw, relax.const(np.ascontiguousarray(bias[:, None, :])))
         return relax.op.reshape(xw, relax.ShapeExpr([dirs, seq, batch, gh])), seq, batch
 
     @staticmethod
@@ -129,16 +157,22 @@ class _Recurrent:
         return relax.op.permute_dims(value, [1, 0, 2]) if layout == 1 else value
 
     @staticmethod
-    def _bias_parts(bias, gh):
-        """``(Wb, Rb)``, each ``[directions, gates*hidden]``, of ONNX ``B``."""
-        wb = relax.op.strided_slice(bias, axes=[1], begin=[0], end=[gh])
-        rb = relax.op.strided_slice(bias, axes=[1], begin=[gh], end=[2 * gh])
-        return wb, rb
+    def _outputs(bb, spec, call, h0, c0=None):
+        """``Y``, ``Y_h`` (and ``Y_c``) from the recurrence call, each from a
+        single-output call (see :mod:`relax_memplan.kernels.recurrence` for why)."""
+        result = bb.emit(call)
+        y = bb.emit(relax.TupleGetItem(result, 0))
+        state_ty = relax.TensorType(h0.ty.shape, "float32")
+        last = bb.add_func(last_step_kernel(spec), "recurrence_last_step")
+        items = [y, bb.emit(relax.call_tir(last, [y, h0], out_ty=state_ty))]
+        if c0 is not None:  # the LSTM cell state, [1, D, batch, H]: a one-step sequence
+            cell = bb.emit(relax.TupleGetItem(result, 1))
+            items.append(bb.emit(relax.call_tir(last, [cell, c0], out_ty=state_ty)))
+        return items
 
     @staticmethod
-    def _outputs(bb, call, layout, count):
-        result = bb.emit(call)
-        items = [bb.emit(relax.TupleGetItem(result, i)) for i in range(count)]
+    def _in_layout(bb, items, layout):
+        """The outputs in the node's ``layout`` (1: batch first, by transposes)."""
         if layout == 1:
             items[0] = bb.emit(relax.op.permute_dims(items[0], [2, 0, 1, 3]))
             items[1:] = [bb.emit(relax.op.permute_dims(v, [1, 0, 2])) for v in items[1:]]
@@ -157,20 +191,18 @@ class LSTMConverter(_Recurrent, _tvm_onnx.OnnxOpConverter):
         if len(inputs) > 7 and inputs[7] is not None:
             raise NotImplementedError(f"{where}: peephole weights P are not supported")
         gh = 4 * spec.hidden
-        if bias is not None:
-            wb, rb = cls._bias_parts(bias, gh)
-            bias = relax.op.add(wb, rb)
-        xw, seq, batch = cls._projection(bb, x, w, bias, where)
+        both = _bias_array(bias, spec, 4, where)
+        xw, seq, batch = cls._projection(bb, x, w, both[:, :gh] + both[:, gh:], where)
         _check_sequence_lens(inputs[4] if len(inputs) > 4 else None, seq, where)
         h0 = cls._state(bb, inputs[5] if len(inputs) > 5 else None, spec, batch, layout)
         c0 = cls._state(bb, inputs[6] if len(inputs) > 6 else None, spec, batch, layout)
-        state_ty = relax.TensorType([spec.num_directions, batch, spec.hidden], "float32")
+        cell_ty = relax.TensorType([1, spec.num_directions, batch, spec.hidden], "float32")
         y_ty = relax.TensorType([seq, spec.num_directions, batch, spec.hidden], "float32")
         kernel = bb.add_func(lstm_kernel(spec), "lstm_recurrence")
-        rt = relax.op.permute_dims(r, [0, 2, 1])
-        call = relax.call_tir(kernel, [bb.normalize(v) for v in (xw, rt, h0, c0)],
-                              out_ty=[y_ty, state_ty, state_ty])
-        return cls._outputs(bb, call, layout, 3)
+        h0, c0 = bb.emit(h0), bb.emit(c0)
+        call = relax.call_tir(kernel, [bb.normalize(v) for v in (xw, _transposed(r), h0, c0)],
+                              out_ty=[y_ty, cell_ty])
+        return cls._in_layout(bb, cls._outputs(bb, spec, call, h0, c0), layout)
 
     @classmethod
     def _impl_v14(cls, bb, inputs, attr, params):
@@ -189,27 +221,21 @@ class GRUConverter(_Recurrent, _tvm_onnx.OnnxOpConverter):
         lbr = bool(int(attr.get("linear_before_reset", 0)))
         hidden, dirs = spec.hidden, spec.num_directions
         gh = 3 * hidden
-        if bias is not None:
-            wb, rb = cls._bias_parts(bias, gh)
-            rbh = relax.op.strided_slice(rb, axes=[1], begin=[2 * hidden], end=[gh])
-            # Rb of z and r always joins the projection; Rbh only without linear_before_reset
-            folded = rb if not lbr else relax.op.concat(
-                [relax.op.strided_slice(rb, axes=[1], begin=[0], end=[2 * hidden]),
-                 relax.op.zeros(relax.ShapeExpr([dirs, hidden]), "float32")], axis=1)
-            bias = relax.op.add(wb, folded)
-        else:
-            rbh = relax.op.zeros(relax.ShapeExpr([dirs, hidden]), "float32")
-        xw, seq, batch = cls._projection(bb, x, w, bias, where)
+        both = _bias_array(bias, spec, 3, where)
+        wb, rb = both[:, :gh], both[:, gh:].copy()
+        rbh = relax.const(np.ascontiguousarray(rb[:, 2 * hidden:]))
+        if lbr:  # Rbh is inside r ⊙ (...): the kernel adds it; z and r take Rb here
+            rb[:, 2 * hidden:] = 0
+        xw, seq, batch = cls._projection(bb, x, w, wb + rb, where)
         _check_sequence_lens(inputs[4] if len(inputs) > 4 else None, seq, where)
         h0 = cls._state(bb, inputs[5] if len(inputs) > 5 else None, spec, batch, layout)
-        state_ty = relax.TensorType([dirs, batch, hidden], "float32")
         y_ty = relax.TensorType([seq, dirs, batch, hidden], "float32")
         scratch_ty = relax.TensorType([batch, hidden], "float32")
         kernel = bb.add_func(gru_kernel(spec, lbr), "gru_recurrence")
-        rt = relax.op.permute_dims(r, [0, 2, 1])
-        call = relax.call_tir(kernel, [bb.normalize(v) for v in (xw, rt, rbh, h0)],
-                              out_ty=[y_ty, state_ty, scratch_ty])
-        return cls._outputs(bb, call, layout, 2)
+        h0 = bb.emit(h0)
+        call = relax.call_tir(kernel, [bb.normalize(v) for v in (xw, _transposed(r), rbh, h0)],
+                              out_ty=[y_ty, scratch_ty])
+        return cls._in_layout(bb, cls._outputs(bb, spec, call, h0), layout)
 
     @classmethod
     def _impl_v14(cls, bb, inputs, attr, params):
