@@ -40,6 +40,7 @@ CONVERTER_STEP_NAMES: tuple[str, ...] = (
     "assume_equal_dims",
     "symbolic_expand",
     "recurrent",
+    "unroll_loops",
 )
 """Names of the corrected TVM converters (defined in ``converters``), in install order."""
 
