@@ -282,6 +282,10 @@ class CompileReport:
     fusion : dict of str to int, optional
         ``None`` when our fusion did not run; else pattern -> times fused in this build
         (``attention``: attention blocks made one kernel, ``dropout``: dropouts removed).
+    loops : list of LoopFacts
+        Each ONNX loop or recurrence (LSTM, GRU, Loop, Scan) the import converted
+        (:class:`relax_memplan.onnx_prepare.loop_facts.LoopFacts`): its form, iterations,
+        carried-state and body/scratch bytes, evaluated at every row of ``shapes``.
     """
 
     model: str
@@ -298,6 +302,7 @@ class CompileReport:
     specialized: Dict[str, Dict[str, List[int]]] = field(default_factory=dict)
     buckets: Dict[str, List[int]] = field(default_factory=dict)
     fusion: Optional[Dict[str, int]] = None
+    loops: List = field(default_factory=list)
 
     @property
     def is_static(self) -> bool:
@@ -334,6 +339,7 @@ class CompileReport:
                         "buckets": {n: list(v) for n, v in self.buckets.items()}})
         out["fusion"] = {"enabled": self.fusion is not None, "fused": dict(self.fusion or {})}
         out["verified"] = self.verified
+        out["loops"] = [loop.to_dict([s.dims for s in self.shapes]) for loop in self.loops]
         out["shapes"] = [s.to_dict() for s in self.shapes]
         return out
 

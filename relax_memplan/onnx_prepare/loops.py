@@ -41,6 +41,8 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 
+from .loop_facts import record_loop, tensor_bytes
+
 __all__ = ["LoopConverter", "ScanConverter", "LOOP_CONVERTERS", "MAX_UNROLLED_ITERATIONS",
            "importer_tracking"]
 
@@ -125,6 +127,7 @@ class LoopConverter(_tvm_onnx.OnnxOpConverter):
             raise NotImplementedError(f"{where}: the initial condition must be a constant true")
         true = relax.const(np.array(True))
         names = [v.name for v in body.input]
+        carried_bytes = _total_bytes(carried)
         scans = [[] for _ in range(len(body.output) - 1 - len(carried))]
         for t in range(count):
             bindings = {names[0]: relax.const(np.array(t, "int64")), names[1]: true}
@@ -137,8 +140,12 @@ class LoopConverter(_tvm_onnx.OnnxOpConverter):
             carried = out[1:1 + len(carried)]
             for values, v in zip(scans, out[1 + len(carried):]):
                 values.append(v)
+            body_bytes = _total_bytes(out[1:])
         if count == 0 and scans:
             raise NotImplementedError(f"{where}: scan outputs of a zero-trip loop")
+        record_loop(node=attr["tvm_custom"]["name"], op="Loop", form="unrolled",
+                    iterations=count, carried_state_bytes=carried_bytes,
+                    body_bytes=body_bytes if count else 0)
         return _results(carried + [_stack(bb, v) for v in scans])
 
     @classmethod
@@ -148,6 +155,12 @@ class LoopConverter(_tvm_onnx.OnnxOpConverter):
     @classmethod
     def _impl_v16(cls, bb, inputs, attr, params):
         return cls._impl_v11(bb, inputs, attr, params)
+
+
+def _total_bytes(values) -> int:
+    """Bytes of static-shaped tensor values (a symbolic one counts 0)."""
+    sizes = [tensor_bytes(v) for v in values]
+    return sum(int(n) for n in sizes if isinstance(n, (int, tirx.IntImm)))
 
 
 def _is_true(expr) -> bool:
@@ -177,6 +190,7 @@ class ScanConverter(_tvm_onnx.OnnxOpConverter):
         names = [v.name for v in body.input]
         num_out = len(body.output) - len(states)
         scans = [[] for _ in range(num_out)]
+        carried_bytes, body_bytes = _total_bytes(states), 0
         for t in range(length):
             slices = [bb.emit(relax.op.squeeze(
                 relax.op.strided_slice(x, axes=[a], begin=[t], end=[t + 1]), [a]))
@@ -185,6 +199,9 @@ class ScanConverter(_tvm_onnx.OnnxOpConverter):
             states = out[:len(states)]
             for values, v in zip(scans, out[len(states):]):
                 values.append(v)
+            body_bytes = _total_bytes(out)
+        record_loop(node=attr["tvm_custom"]["name"], op="Scan", form="unrolled",
+                    iterations=length, carried_state_bytes=carried_bytes, body_bytes=body_bytes)
         stacked = []
         for k, values in enumerate(scans):
             axis = out_axes[k] if k < len(out_axes) else 0

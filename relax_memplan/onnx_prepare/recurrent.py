@@ -27,6 +27,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 
+from .loop_facts import record_loop, tensor_bytes
 from ..kernels.recurrence import RecurrenceSpec, gru_kernel, last_step_kernel, lstm_kernel
 
 __all__ = ["LSTMConverter", "GRUConverter", "RECURRENT_CONVERTERS"]
@@ -36,6 +37,10 @@ _DEFAULT_ACTIVATIONS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", 
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _node(attr) -> str:
+    return attr.get("tvm_custom", {}).get("name", "")
 
 
 def _check_attrs(op_type: str, attr: dict, num_directions: int) -> None:
@@ -202,6 +207,8 @@ class LSTMConverter(_Recurrent, _tvm_onnx.OnnxOpConverter):
         h0, c0 = bb.emit(h0), bb.emit(c0)
         call = relax.call_tir(kernel, [bb.normalize(v) for v in (xw, _transposed(r), h0, c0)],
                               out_ty=[y_ty, cell_ty])
+        record_loop(node=_node(attr), op="LSTM", form="kernel", iterations=seq,
+                    carried_state_bytes=tensor_bytes(h0) * 2, body_bytes=0)
         return cls._in_layout(bb, cls._outputs(bb, spec, call, h0, c0), layout)
 
     @classmethod
@@ -235,6 +242,9 @@ class GRUConverter(_Recurrent, _tvm_onnx.OnnxOpConverter):
         h0 = bb.emit(h0)
         call = relax.call_tir(kernel, [bb.normalize(v) for v in (xw, _transposed(r), rbh, h0)],
                               out_ty=[y_ty, scratch_ty])
+        record_loop(node=_node(attr), op="GRU", form="kernel", iterations=seq,
+                    carried_state_bytes=tensor_bytes(h0),
+                    body_bytes=0 if lbr else tensor_bytes(relax.Var("s", scratch_ty)))
         return cls._in_layout(bb, cls._outputs(bb, spec, call, h0), layout)
 
     @classmethod

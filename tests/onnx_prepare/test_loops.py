@@ -89,3 +89,6 @@ def test_unrolled_iterations_share_one_arena(name, model, tmp_path, capsys):
     assert data["arena_bytes"] <= 1.02 * data["lower_bound_bytes"]
     assert data["runtime_num_allocs"] == 3
     assert data["tvm_default_runtime_num_allocs"] > 3
+    [facts] = data["loops"]
+    assert (facts["form"], facts["iterations"]) == ("unrolled", 8 if name == "loop" else 16)
+    assert facts["carried_state_bytes"] == 256  # one [64] or [1, 64] float32 state

@@ -135,3 +135,19 @@ def test_one_call_tir_and_no_per_step_relax_ops():
     assert sorted(kernels) == ["lstm_recurrence", "recurrence_last_step"]
     assert param_dims(mod) == ["seq", 2, 5]
     assert output_dims_of(mod, 0) == ["seq", 2, 2, 8]
+
+
+@pytest.mark.parametrize("kwargs, carried, scratch", [
+    (dict(op_type="GRU"), 2 * 8 * 4, 2 * 8 * 4),  # linear_before_reset=0: r ⊙ h scratch
+    (dict(op_type="GRU", linear_before_reset=1), 2 * 8 * 4, 0),
+    (dict(direction="bidirectional"), 2 * (2 * 2 * 8 * 4), 0),  # h and c, both directions
+])
+def test_loop_facts_for_the_report(kwargs, carried, scratch):
+    from relax_memplan.onnx_prepare.loop_facts import loops_of
+
+    mod, _ = import_onnx(rnn_model(**kwargs), keep_dynamic=True)
+    [facts] = loops_of(mod)
+    assert facts.form == "kernel" and str(facts.iterations) == "seq"
+    assert facts.at({"seq": 7}) == {"iterations": 7, "carried_state_bytes": carried,
+                                    "body_bytes": scratch}
+    assert facts.at({})["iterations"] == -1  # a dim without a value is not guessed

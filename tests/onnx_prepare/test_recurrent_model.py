@@ -41,13 +41,23 @@ def test_cli_compiles_with_symbolic_seq_and_verifies(vad_path, capsys, tmp_path)
     report = tmp_path / "r.json"
     lo, hi = SEQ_RANGE
     status = main(["compile", str(vad_path), "--dim", f"seq={lo}..{hi}", "--verify",
-                   "--input", "sr=16000", "-q", "--time-limit", "0.5", "--report", str(report)])
+                   "--input", "sr=16000", "--time-limit", "0.5", "--report", str(report)])
     assert status == 0, capsys.readouterr().out
     data = json.loads(report.read_text())
     assert data["verified"] is True
     assert [s["dims"]["seq"] for s in data["shapes"]][:2] == [lo, hi]
     for s in data["shapes"]:
         assert s["arena_bytes"] <= 1.02 * s["lower_bound_bytes"]
+    # the report's loop section: the LSTM at every sampled length
+    [lstm] = data["loops"]
+    assert (lstm["node"], lstm["op"], lstm["form"], lstm["iterations"]) == (
+        "lstm", "LSTM", "kernel", "seq")
+    for row, s in zip(lstm["at_shapes"], data["shapes"]):
+        assert row["iterations"] == s["dims"]["seq"]
+        assert row["carried_state_bytes"] == 2 * 64 * 4  # h and c, [1, 1, 64] float32
+    text = capsys.readouterr().out
+    assert "LSTM 'lstm': time loop inside one kernel" in text
+    assert f"at seq={hi}: {hi} iterations, carried state 512 B" in text
 
 
 @pytest.fixture(scope="module")
