@@ -148,13 +148,7 @@ class LoopConverter(_tvm_onnx.OnnxOpConverter):
                     body_bytes=body_bytes if count else 0)
         return _results(carried + [_stack(bb, v) for v in scans])
 
-    @classmethod
-    def _impl_v13(cls, bb, inputs, attr, params):
-        return cls._impl_v11(bb, inputs, attr, params)
 
-    @classmethod
-    def _impl_v16(cls, bb, inputs, attr, params):
-        return cls._impl_v11(bb, inputs, attr, params)
 
 
 def _total_bytes(values) -> int:
@@ -208,13 +202,7 @@ class ScanConverter(_tvm_onnx.OnnxOpConverter):
             stacked.append(bb.emit(relax.op.stack(values, axis=axis)))
         return _results(states + stacked)
 
-    @classmethod
-    def _impl_v11(cls, bb, inputs, attr, params):
-        return cls._impl_v9(bb, inputs, attr, params)
 
-    @classmethod
-    def _impl_v16(cls, bb, inputs, attr, params):
-        return cls._impl_v9(bb, inputs, attr, params)
 
 
 def _scan_length(xs, axes, where) -> int:

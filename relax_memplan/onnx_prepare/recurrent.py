@@ -211,9 +211,6 @@ class LSTMConverter(_Recurrent, _tvm_onnx.OnnxOpConverter):
                     carried_state_bytes=tensor_bytes(h0) * 2, body_bytes=0)
         return cls._in_layout(bb, cls._outputs(bb, spec, call, h0, c0), layout)
 
-    @classmethod
-    def _impl_v14(cls, bb, inputs, attr, params):
-        return cls._impl_v7(bb, inputs, attr, params)
 
 
 class GRUConverter(_Recurrent, _tvm_onnx.OnnxOpConverter):
@@ -247,9 +244,6 @@ class GRUConverter(_Recurrent, _tvm_onnx.OnnxOpConverter):
                     body_bytes=0 if lbr else tensor_bytes(relax.Var("s", scratch_ty)))
         return cls._in_layout(bb, cls._outputs(bb, spec, call, h0), layout)
 
-    @classmethod
-    def _impl_v14(cls, bb, inputs, attr, params):
-        return cls._impl_v7(bb, inputs, attr, params)
 
 
 RECURRENT_CONVERTERS = {"LSTM": LSTMConverter, "GRU": GRUConverter}
