@@ -33,6 +33,7 @@ from .input_shapes import (InputPlan, check_user_shape, graph_inputs, input_dim_
                            named_dims_from_shapes, parse_shape_spec, plan_inputs, with_input_dims)
 from .errors import ModelLoadError, UnsupportedOperatorError, summarize_error
 from .onnx_prepare.converters import corrected_converters, describe_usage
+from .onnx_prepare.loop_facts import attach_loops, collecting_loops
 from .onnx_prepare.node_names import attach_node_names, name_onnx_nodes
 from .reference import (SAMPLE_RATE_DEFAULT_HZ, _ort_message, make_random_inputs,  # noqa: F401
                         run_onnxruntime)
@@ -273,7 +274,8 @@ def _from_onnx_naming_node(model, plan: InputPlan, upgraded_from_opset=None,
     naming = name_onnx_nodes() if node_names else contextlib.nullcontext()
     # TVM prints every failing converter's inputs (whole constants) to stdout: swallow it.
     # The node naming wraps the corrected converter table, so it is entered after it.
-    with converters as usage, naming as named, trace, contextlib.redirect_stdout(io.StringIO()):
+    with converters as usage, collecting_loops() as loops, naming as named, trace, \
+            contextlib.redirect_stdout(io.StringIO()):
         try:
             mod = onnx_frontend.from_onnx(
                 model, shape_dict=plan.tvm_shapes, dtype_dict=plan.dtypes
@@ -285,6 +287,7 @@ def _from_onnx_naming_node(model, plan: InputPlan, upgraded_from_opset=None,
     if failure is None:
         plan.notes.extend(prepared.notes)
         plan.notes.extend(describe_usage(usage))
+        mod = attach_loops(mod, loops)
         return attach_node_names(mod, named) if node_names else mod
     node = trace.failing_node(model.graph, failure)
     if node is None:

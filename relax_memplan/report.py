@@ -310,6 +310,10 @@ class CompileReport:
         Fixed shapes with fusion on: kernels per call, intermediate bytes and lower bound of
         ``main`` with TVM's FuseOps alone and with ours, and onnxruntime's optimized-graph node
         count (:class:`~relax_memplan.compile.fusion_summary.FusionSummary`).
+    loops : list of LoopFacts
+        Each ONNX loop or recurrence (LSTM, GRU, Loop, Scan) the import converted
+        (:class:`relax_memplan.onnx_prepare.loop_facts.LoopFacts`): its form, iterations,
+        carried-state and body/scratch bytes, evaluated at every row of ``shapes``.
     """
 
     model: str
@@ -329,6 +333,7 @@ class CompileReport:
     arch: Optional[str] = None
     tensors: List[Dict] = field(default_factory=list)
     fusion_summary: Optional[Dict[str, int]] = None
+    loops: List = field(default_factory=list)
 
     @property
     def is_static(self) -> bool:
@@ -369,6 +374,7 @@ class CompileReport:
         if self.fusion_summary is not None:
             out["fusion"].update(self.fusion_summary)
         out["verified"] = self.verified
+        out["loops"] = [loop.to_dict([s.dims for s in self.shapes]) for loop in self.loops]
         out["shapes"] = [s.to_dict() for s in self.shapes]
         return out
 

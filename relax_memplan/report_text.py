@@ -28,6 +28,7 @@ def _static_text(report: CompileReport) -> List[str]:
     for f in report.functions.values():
         lines += _format_function(f)
     lines.append(_fusion_line(report))
+    lines += _loop_lines(report)
     if report.notes:
         lines.append("notes:")
         lines += [f"  - {n}" for n in report.notes]
@@ -156,7 +157,28 @@ def _table_text(report: CompileReport) -> List[str]:
             lines.append(f"    at {_dims_text(s.dims)}: "
                          f"{' + '.join(s.kernel_paths or ['generic'])} kernels")
     lines.append(_fusion_line(report))
+    lines += _loop_lines(report)
     lines += [f"  note: {n}" for n in report.notes]
+    return lines
+
+
+_LOOP_FORMS = {"kernel": "time loop inside one kernel", "unrolled": "unrolled"}
+
+
+def _loop_lines(report: CompileReport) -> List[str]:
+    """Each loop/recurrence: form, then iterations and bytes at every measured shape."""
+    if not report.loops:
+        return []
+    lines = ["  loops and recurrences (iterations, carried-state bytes, body/scratch bytes "
+             "per iteration):"]
+    rows = [s.dims for s in report.shapes] or [{}]
+    for loop in report.loops:
+        lines.append(f"    {loop.op} '{loop.node}': {_LOOP_FORMS.get(loop.form, loop.form)}")
+        for dims in rows:
+            at = loop.at(dims)
+            where = f"at {_dims_text(dims)}: " if dims else ""
+            lines.append(f"      {where}{at['iterations']:,} iterations, carried state "
+                         f"{at['carried_state_bytes']:,} B, body/scratch {at['body_bytes']:,} B")
     return lines
 
 

@@ -24,6 +24,12 @@ by a subclass of TVM's own that handles the symbolic case and defers to TVM othe
     ``Expand`` of a tensor with symbolic dims to a constant shape (``x[n, 4]`` to
     ``[1, 1, 4]``) broadcasts with the symbolic dims kept (TVM reads ``dim.value`` of
     every input dim: "'Var' object has no attribute 'value'").
+``recurrent``
+    ``LSTM`` and ``GRU`` (no TVM converter): a projection ``matmul`` and one time-loop
+    kernel per node (:mod:`relax_memplan.onnx_prepare.recurrent`).
+``unroll_loops``
+    ``Loop`` and ``Scan`` (no TVM converter) with a small constant trip count, unrolled
+    (:mod:`relax_memplan.onnx_prepare.loops`).
 
 :func:`corrected_converters` installs the selected ones by wrapping
 ``onnx_frontend._get_convert_map`` and restores it on exit; nothing is patched on import.
@@ -43,6 +49,8 @@ from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 
 from ..errors import PrepareStepError
 from .pipeline import CONVERTER_STEP_NAMES
+from .loops import LOOP_CONVERTERS, importer_tracking
+from .recurrent import RECURRENT_CONVERTERS
 
 __all__ = ["corrected_converters", "CONVERTER_STEPS"]
 
@@ -313,6 +321,8 @@ def _converter_table(converters: dict) -> dict[str, dict[str, type]]:
         "exact_resize": {"Resize": ExactResize},
         "assume_equal_dims": equal_dims,
         "symbolic_expand": {"Expand": SymbolicExpand},
+        "recurrent": dict(RECURRENT_CONVERTERS),
+        "unroll_loops": dict(LOOP_CONVERTERS),
     }
 
 
@@ -368,8 +378,10 @@ def corrected_converters(steps: Iterable[str] = CONVERTER_STEPS):
         usage = Counter()
         _state.usage = usage
         _tvm_onnx._get_convert_map = convert_map
+        tracking = importer_tracking() if "unroll_loops" in steps else contextlib.nullcontext()
         try:
-            yield usage
+            with tracking:
+                yield usage
         finally:
             _tvm_onnx._get_convert_map = original
             _state.usage = None

@@ -39,6 +39,8 @@ CONVERTER_STEP_NAMES: tuple[str, ...] = (
     "exact_resize",
     "assume_equal_dims",
     "symbolic_expand",
+    "recurrent",
+    "unroll_loops",
 )
 """Names of the corrected TVM converters (defined in ``converters``), in install order."""
 

@@ -1,0 +1,154 @@
+"""What the report says about each loop or recurrence the converters produced.
+
+The ``recurrent`` and ``unroll_loops`` converter steps call :func:`record_loop` for every
+node they convert (while :func:`~relax_memplan.onnx_prepare.converters.corrected_converters`
+is active); the importer then stores the records on ``main`` as the function attribute
+``relax_memplan.loops`` (:func:`attach_loops`), and the compile report reads them back
+with :func:`loops_of` and evaluates them at each measured shape (:meth:`LoopFacts.at`).
+
+Quantities (bytes, iterations) are PrimExprs of the graph's symbolic dims or ints.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Union
+
+import tvm
+from tvm import relax, tirx
+
+from ..analysis.dims import evaluate_bytes
+
+__all__ = ["LoopFacts", "record_loop", "collecting_loops", "attach_loops", "loops_of",
+           "LOOPS_ATTR"]
+
+LOOPS_ATTR = "relax_memplan.loops"
+"""Function attribute of ``main``: one map per loop/recurrence (see :class:`LoopFacts`)."""
+
+_state = threading.local()
+
+Quantity = Union[int, "tvm.ir.PrimExpr"]
+
+
+@dataclass(frozen=True)
+class LoopFacts:
+    """One loop or recurrence of the model.
+
+    Attributes
+    ----------
+    node, op : str
+        ONNX node name and op type (``LSTM``, ``GRU``, ``Loop``, ``Scan``).
+    form : str
+        ``"kernel"`` (the time loop inside one TIR kernel) or ``"unrolled"``.
+    iterations : int or PrimExpr
+        Steps per call (a symbolic sequence length for a kernel).
+    carried_state_bytes : int or PrimExpr
+        Bytes of the state carried from one iteration to the next (one copy).
+    body_bytes : int or PrimExpr
+        Bytes one iteration works in: for a kernel its scratch output (0 when it keeps
+        the step's gates in registers); unrolled, the tensors one iteration produces.
+    """
+
+    node: str
+    op: str
+    form: str
+    iterations: Quantity
+    carried_state_bytes: Quantity
+    body_bytes: Quantity
+
+    def at(self, dims: Mapping[str, int]) -> Dict[str, int]:
+        """The quantities at ``dims`` (dim name -> value), as ints (-1 when a dim is missing)."""
+        return {key: _evaluate(getattr(self, key), dims)
+                for key in ("iterations", "carried_state_bytes", "body_bytes")}
+
+    def to_dict(self, shapes: List[Mapping[str, int]]) -> Dict:
+        """JSON-ready: the symbolic quantities as text and their values at ``shapes``."""
+        out = {"node": self.node, "op": self.op, "form": self.form}
+        out.update({k: _text(getattr(self, k))
+                    for k in ("iterations", "carried_state_bytes", "body_bytes")})
+        out["at_shapes"] = [{"dims": dict(d), **self.at(d)} for d in shapes]
+        return out
+
+
+def _text(value) -> Union[int, str]:
+    return int(value) if isinstance(value, (int, tirx.IntImm)) else str(value)
+
+
+def _evaluate(value, dims: Mapping[str, int]) -> int:
+    if isinstance(value, int):
+        return value
+    try:
+        return evaluate_bytes(value, dims)
+    except ValueError:
+        return -1
+
+
+def tensor_bytes(expr) -> Quantity:
+    """Bytes of a Relax tensor value from its type (0 when unknown)."""
+    ty = getattr(expr, "ty", None)
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return 0
+    dtype = tvm.runtime.DataType(str(ty.dtype))
+    size = tirx.IntImm("int64", (dtype.bits * dtype.lanes + 7) // 8)
+    for dim in ty.shape.values:
+        size = size * dim
+    return tvm.sym.Analyzer().simplify(size)
+
+
+def record_loop(**facts) -> None:
+    """Record one converted loop (the fields of :class:`LoopFacts`); no-op outside
+    :func:`collecting_loops`."""
+    records = getattr(_state, "records", None)
+    if records is not None:
+        records.append(LoopFacts(**facts))
+
+
+class collecting_loops:  # noqa: N801 -- a context manager
+    """Collect :func:`record_loop` calls into the list it yields."""
+
+    def __enter__(self) -> List[LoopFacts]:
+        self._saved = getattr(_state, "records", None)
+        _state.records = []
+        return _state.records
+
+    def __exit__(self, *exc):
+        _state.records = self._saved
+        return False
+
+
+def attach_loops(mod: tvm.IRModule, records: List[LoopFacts]) -> tvm.IRModule:
+    """``mod`` with ``main`` carrying :data:`LOOPS_ATTR` (unchanged when no record)."""
+    if not records or "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        return mod
+    value = [{"node": r.node, "op": r.op, "form": r.form, "iterations": _as_expr(r.iterations),
+              "carried_state_bytes": _as_expr(r.carried_state_bytes),
+              "body_bytes": _as_expr(r.body_bytes)} for r in records]
+    mod = mod.shallow_copy() if hasattr(mod, "shallow_copy") else mod
+    mod["main"] = mod["main"].with_attr(LOOPS_ATTR, value)
+    return mod
+
+
+def _as_expr(value):
+    return tirx.IntImm("int64", value) if isinstance(value, int) else value
+
+
+def loops_of(mod: tvm.IRModule) -> List[LoopFacts]:
+    """The records :func:`attach_loops` stored on ``main`` (empty when none)."""
+    try:
+        attrs = mod["main"].attrs
+    except (KeyError, tvm.TVMError, ValueError):
+        return []
+    if attrs is None or LOOPS_ATTR not in attrs:
+        return []
+    out = []
+    for entry in attrs[LOOPS_ATTR]:
+        quantities = {k: _simplified(entry[k])
+                      for k in ("iterations", "carried_state_bytes", "body_bytes")}
+        out.append(LoopFacts(node=str(entry["node"]), op=str(entry["op"]),
+                             form=str(entry["form"]), **quantities))
+    return out
+
+
+def _simplified(expr):
+    return int(expr) if isinstance(expr, tirx.IntImm) else expr

@@ -1,0 +1,64 @@
+"""Small ONNX ``Loop`` and ``Scan`` models built with onnx.helper (fixed-seed weights)."""
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from .helpers import tensor, tiny_model
+
+F = TensorProto.FLOAT
+
+
+def loop_model(trip=5, trip_as_input=False, cond_from_iter=False, width=4, seed=0):
+    """``Loop``: carried ``x [1, width]``, ``x' = tanh(x·W + iter)``; scan output ``x'·2``."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width)).astype("float32"), "W")
+    body_nodes = [
+        helper.make_node("MatMul", ["x_in", "W"], ["xw"]),
+        helper.make_node("Cast", ["iter"], ["iter_f"], to=F),
+        helper.make_node("Add", ["xw", "iter_f"], ["pre"]),
+        helper.make_node("Tanh", ["pre"], ["x_out"]),
+        helper.make_node("Add", ["x_out", "x_out"], ["y_out"]),
+    ]
+    if cond_from_iter:
+        body_nodes.append(helper.make_node("Less", ["iter", "three"], ["cond_out"]))
+    else:
+        body_nodes.append(helper.make_node("Identity", ["cond_in"], ["cond_out"]))
+    body = helper.make_graph(
+        body_nodes, "body",
+        [tensor("iter", TensorProto.INT64, []), tensor("cond_in", TensorProto.BOOL, []),
+         tensor("x_in", F, [1, width])],
+        [tensor("cond_out", TensorProto.BOOL, []), tensor("x_out", F, [1, width]),
+         tensor("y_out", F, [1, width])],
+        initializer=[numpy_helper.from_array(np.array(3, "int64"), "three")],
+    )
+    inits = [w, numpy_helper.from_array(np.array(True), "cond")]
+    inputs = [tensor("x0", F, [1, width])]
+    if trip_as_input:
+        inputs.append(tensor("M", TensorProto.INT64, []))
+    else:
+        inits.append(numpy_helper.from_array(np.array(trip, "int64"), "M"))
+    node = helper.make_node("Loop", ["M", "cond", "x0"], ["x_final", "ys"], body=body,
+                            name="loop0")
+    return tiny_model([node], inputs,
+                      [tensor("x_final", F, [1, width]), tensor("ys", F, [None, 1, width])],
+                      inits)
+
+
+def scan_model(length=6, width=4, seq="static", seed=0):
+    """``Scan``: state ``s [width]``, ``s' = tanh(s·W + x_t)``, scan output ``s'``."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width)).astype("float32"), "W")
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["s_in", "W"], ["sw"]),
+         helper.make_node("Add", ["sw", "x_t"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["y_t"])],
+        "body",
+        [tensor("s_in", F, [width]), tensor("x_t", F, [width])],
+        [tensor("s_out", F, [width]), tensor("y_t", F, [width])],
+    )
+    n = length if seq == "static" else seq
+    node = helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=body,
+                            num_scan_inputs=1, name="scan0")
+    return tiny_model([node], [tensor("s0", F, [width]), tensor("xs", F, [n, width])],
+                      [tensor("s_final", F, [width]), tensor("ys", F, [n, width])], [w])
