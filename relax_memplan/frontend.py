@@ -293,13 +293,16 @@ def _from_onnx_naming_node(model, plan: InputPlan, upgraded_from_opset=None,
     node = trace.failing_node(model.graph, failure)
     if node is None:
         raise ModelLoadError(f"cannot import ONNX model: {summarize_error(failure)}") from failure
+    # the dims set to 1 may explain a converter's failure, never a missing converter
+    converted = _supported_op_types() | {
+        op for op, step in added_ops().items() if step in prepared.converter_steps}
     raise UnsupportedOperatorError(
         node_name=node.name or node.output[0],
         op_type=node.op_type,
         opset=_domain_opset(model, node.domain),
         reason=summarize_error(failure),
         upgraded_from_opset=upgraded_from_opset,
-        hint=plan.hint,
+        hint=plan.hint if node.op_type in converted else "",
         domain=node.domain,
     ) from failure
 
