@@ -32,7 +32,7 @@ from . import onnx_prepare
 from .input_shapes import (InputPlan, check_user_shape, graph_inputs, input_dim_symbols,
                            named_dims_from_shapes, parse_shape_spec, plan_inputs, with_input_dims)
 from .errors import ModelLoadError, UnsupportedOperatorError, summarize_error
-from .onnx_prepare.converters import corrected_converters, describe_usage
+from .onnx_prepare.converters import added_ops, corrected_converters, describe_usage
 from .onnx_prepare.loop_facts import attach_loops, collecting_loops
 from .onnx_prepare.node_names import attach_node_names, name_onnx_nodes
 from .reference import (SAMPLE_RATE_DEFAULT_HZ, _ort_message, make_random_inputs,  # noqa: F401
@@ -46,6 +46,7 @@ __all__ = [
     "make_random_inputs",
     "run_onnxruntime",
     "unsupported_ops",
+    "step_converted_ops",
     "UPGRADE_TARGET_OPSET",
     "SAMPLE_RATE_DEFAULT_HZ",
 ]
@@ -292,13 +293,16 @@ def _from_onnx_naming_node(model, plan: InputPlan, upgraded_from_opset=None,
     node = trace.failing_node(model.graph, failure)
     if node is None:
         raise ModelLoadError(f"cannot import ONNX model: {summarize_error(failure)}") from failure
+    # the dims set to 1 may explain a converter's failure, never a missing converter
+    converted = _supported_op_types() | {
+        op for op, step in added_ops().items() if step in prepared.converter_steps}
     raise UnsupportedOperatorError(
         node_name=node.name or node.output[0],
         op_type=node.op_type,
         opset=_domain_opset(model, node.domain),
         reason=summarize_error(failure),
         upgraded_from_opset=upgraded_from_opset,
-        hint=plan.hint,
+        hint=plan.hint if node.op_type in converted else "",
         domain=node.domain,
     ) from failure
 
@@ -402,12 +406,17 @@ def _supported_op_types() -> set[str]:
     return set(onnx_frontend._get_convert_map()) | {"If", "Constant"}
 
 
-def unsupported_ops(model_or_path) -> dict[str, int]:
-    """ONNX op types of a model (subgraphs included) that TVM's importer has no converter for.
+def unsupported_ops(model_or_path, steps: Iterable[str] = ()) -> dict[str, int]:
+    """ONNX op types of a model (subgraphs included) that neither TVM's importer nor the
+    converter steps ``steps`` have a converter for.
 
     Parameters
     ----------
     model_or_path : onnx.ModelProto or str or os.PathLike
+    steps : iterable of str
+        Converter step names (:data:`relax_memplan.onnx_prepare.CONVERTER_STEP_NAMES`) whose
+        added ops count as importable (``import_onnx`` runs all of them by default); default
+        none, i.e. TVM's importer alone.
 
     Returns
     -------
@@ -416,12 +425,39 @@ def unsupported_ops(model_or_path) -> dict[str, int]:
         (a converter may still refuse a node's attributes or shapes at import).
     """
     model = _as_model(model_or_path)
-    supported = _supported_op_types()
+    steps = set(steps)
+    supported = _supported_op_types() | {op for op, s in added_ops().items() if s in steps}
     counts: dict[str, int] = {}
     for node in _walk_nodes(model.graph):
         if node.op_type not in supported:
             counts[node.op_type] = counts.get(node.op_type, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def step_converted_ops(model_or_path, steps: Iterable[str] | None = None) -> dict[str, dict]:
+    """ONNX op types of a model that TVM's importer has no converter for but one of our
+    converter steps (``recurrent``: LSTM, GRU; ``unroll_loops``: Loop, Scan) converts.
+
+    Parameters
+    ----------
+    model_or_path : onnx.ModelProto or str or os.PathLike
+    steps : iterable of str, optional
+        The converter steps that run; default all.
+
+    Returns
+    -------
+    dict of str to dict
+        Op type -> ``{"step": name, "nodes": count}``, sorted by op type.
+    """
+    model = _as_model(model_or_path)
+    chosen = set(onnx_prepare.CONVERTER_STEP_NAMES if steps is None else steps)
+    added = {op: step for op, step in added_ops().items() if step in chosen}
+    found: dict[str, dict] = {}
+    for node in _walk_nodes(model.graph):
+        if node.op_type in added:
+            entry = found.setdefault(node.op_type, {"step": added[node.op_type], "nodes": 0})
+            entry["nodes"] += 1
+    return dict(sorted(found.items()))
 
 
 def _in_chain(error: BaseException, target: BaseException | None) -> bool:

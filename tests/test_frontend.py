@@ -274,6 +274,29 @@ def test_op_tvm_lacks_is_named():
         import_onnx(model)
 
 
+def test_missing_converter_error_has_no_dims_hint():
+    """'[dynamic dims n were set to 1]' explains a converter's failure on shapes, never an
+    op that nothing converts (Det, and LSTM with the step recurrent off); an LSTM that our
+    converter refuses (clip) is not a missing converter, so it keeps the hint."""
+    def lstm_model(**attrs):
+        w = numpy_helper.from_array(np.full((1, 8, 3), 0.1, np.float32), "W")
+        r = numpy_helper.from_array(np.full((1, 8, 2), 0.1, np.float32), "R")
+        return tiny_model([helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=2,
+                                            name="lstm0", **attrs)],
+                          [tensor("x", TensorProto.FLOAT, ["n", 1, 3])],
+                          [tensor("y", TensorProto.FLOAT, ["n", 1, 1, 2])], [w, r])
+
+    det = tiny_model([helper.make_node("Det", ["x"], ["y"], name="det0")],
+                     [tensor("x", TensorProto.FLOAT, ["n", 3, 3])], [tensor("y", TensorProto.FLOAT, ["n"])])
+    for model, disable in ((det, ()), (lstm_model(), ["recurrent"])):
+        with pytest.raises(UnsupportedOperatorError, match="not supported") as info:
+            import_onnx(model, disable_steps=disable)
+        assert info.value.hint == "" and "set to 1" not in str(info.value)
+    with pytest.raises(UnsupportedOperatorError, match="clip") as info:
+        import_onnx(lstm_model(clip=1.0))
+    assert str(info.value).endswith("[dynamic dims n were set to 1]")
+
+
 def test_op_tvm_lacks_inside_if_branch_is_named():
     then_branch = helper.make_graph(
         [helper.make_node("Det", ["x"], ["t"], name="inner_det")],

@@ -52,7 +52,7 @@ from .pipeline import CONVERTER_STEP_NAMES
 from .loops import LOOP_CONVERTERS, importer_tracking
 from .recurrent import RECURRENT_CONVERTERS
 
-__all__ = ["corrected_converters", "CONVERTER_STEPS"]
+__all__ = ["corrected_converters", "CONVERTER_STEPS", "added_ops"]
 
 _state = threading.local()
 
@@ -330,6 +330,15 @@ CONVERTER_STEPS = CONVERTER_STEP_NAMES
 """The converter step names, in install order (same tuple as in ``pipeline``)."""
 
 _lock = threading.Lock()
+
+
+def added_ops() -> dict[str, str]:
+    """Op types TVM 0.27's importer has no converter for that a converter step adds
+    (``LSTM`` -> ``"recurrent"``, ``Loop`` -> ``"unroll_loops"``), to the step's name.
+    A step's converter may still refuse a node's attributes (see the step's module)."""
+    tvm_ops = _tvm_onnx._get_convert_map()
+    table = _converter_table(tvm_ops)
+    return {op: step for step in CONVERTER_STEPS for op in table[step] if op not in tvm_ops}
 
 
 @contextlib.contextmanager

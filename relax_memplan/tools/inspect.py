@@ -1,8 +1,10 @@
 """What an ONNX model needs before compiling it (``relax-memplan inspect``).
 
 Inputs with their dtypes and dims (symbolic dims by name; an unnamed one is called
-``<input>_dim<axis>``, the name ``--dim`` takes), opsets, op counts, the ops TVM's
-importer has no converter for (:func:`relax_memplan.frontend.unsupported_ops`), and
+``<input>_dim<axis>``, the name ``--dim`` takes), opsets, op counts, the ops that TVM's
+importer has no converter for but one of our preparation steps converts
+(:func:`relax_memplan.frontend.step_converted_ops`), the ops neither converts
+(:func:`relax_memplan.frontend.unsupported_ops` with every converter step), and
 ``--dim`` flags to start from, one per symbolic dim. The suggested ranges are placeholders:
 replace the upper end with the largest value the deployment will see.
 """
@@ -55,7 +57,12 @@ class ModelSummary:
     op_counts : dict of str to int
         Nodes per op type, most frequent first.
     unsupported_ops : dict of str to int
-        Op types TVM's importer has no converter for, with their node counts.
+        Op types that neither TVM's importer nor a preparation step converts, with their
+        node counts.
+    converted_ops : dict of str to dict
+        Op types TVM's importer has no converter for that a preparation step converts
+        (``{"LSTM": {"step": "recurrent", "nodes": 1}}``); the step's converter may still
+        refuse a node's attributes at import.
     symbolic_dims : list of str
         Names of the symbolic dims, in the order they first appear.
     suggested_dims : dict of str to str
@@ -69,6 +76,7 @@ class ModelSummary:
     num_nodes: int
     op_counts: Dict[str, int]
     unsupported_ops: Dict[str, int]
+    converted_ops: Dict[str, Dict] = field(default_factory=dict)
     symbolic_dims: List[str] = field(default_factory=list)
     suggested_dims: Dict[str, str] = field(default_factory=dict)
 
@@ -91,11 +99,17 @@ class ModelSummary:
         lines.append("outputs: " + ", ".join(self.outputs))
         lines.append(f"ops ({self.num_nodes} nodes): "
                      + ", ".join(f"{op} {n}" for op, n in self.op_counts.items()))
+        if self.converted_ops:
+            lines.append("ops imported through relax_memplan's converters: " + ", ".join(
+                f"{op} ({c['nodes']} node{'s' if c['nodes'] > 1 else ''}, step {c['step']})"
+                for op, c in self.converted_ops.items()))
         if self.unsupported_ops:
             lines.append("ops TVM cannot import: " + ", ".join(
                 f"{op} ({n} node{'s' if n > 1 else ''})" for op, n in self.unsupported_ops.items()))
         else:
-            lines.append("ops TVM cannot import: none (every op has a converter)")
+            lines.append("ops TVM cannot import: none (every op has a converter)"
+                         if not self.converted_ops else
+                         "ops TVM cannot import: none (with relax_memplan's converters)")
         if self.suggested_dims:
             lines.append("symbolic dims: " + ", ".join(self.symbolic_dims))
             lines.append(f"suggested flags (placeholder ranges: set the upper ends to the largest "
@@ -119,7 +133,8 @@ def suggest_dim_range(name: str) -> str:
 
 
 def inspect_onnx(model) -> ModelSummary:
-    """Summarize an ONNX model for compiling: inputs, dims, opsets, ops, unsupported ops.
+    """Summarize an ONNX model for compiling: inputs, dims, opsets, ops, the ops our
+    preparation steps convert, and the ops nothing converts.
 
     Parameters
     ----------
@@ -138,6 +153,7 @@ def inspect_onnx(model) -> ModelSummary:
 
     from .. import frontend
     from ..input_shapes import graph_inputs, input_dim_symbols
+    from ..onnx_prepare import CONVERTER_STEP_NAMES
 
     onnx_model = model if hasattr(model, "graph") else frontend.load_onnx(model)
     graph_inputs = graph_inputs(onnx_model)
@@ -158,7 +174,8 @@ def inspect_onnx(model) -> ModelSummary:
         opsets={entry.domain: entry.version for entry in onnx_model.opset_import},
         num_nodes=sum(ops.values()),
         op_counts=dict(ops.most_common()),
-        unsupported_ops=frontend.unsupported_ops(onnx_model),
+        unsupported_ops=frontend.unsupported_ops(onnx_model, CONVERTER_STEP_NAMES),
+        converted_ops=frontend.step_converted_ops(onnx_model),
         symbolic_dims=symbolic,
         suggested_dims={name: suggest_dim_range(name) for name in symbolic},
     )

@@ -2,6 +2,8 @@
 
 import json
 
+import numpy as np
+
 from onnx import TensorProto, helper
 
 from relax_memplan.cli import main
@@ -50,3 +52,34 @@ def test_cli_inspect_text_and_json(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["unsupported_ops"] == {"Det": 1}
     assert data["suggested_dims"]["seq"] == "1..128"
+
+
+def _recurrent_model(tmp_path):
+    """LSTM (our step recurrent converts it), RNN (nothing converts it) and Relu."""
+    hidden, features = 4, 3
+    weight = lambda name, *shape: helper.make_tensor(name, TensorProto.FLOAT, shape,
+                                                     [0.1] * int(np.prod(shape)))
+    graph = helper.make_graph(
+        [helper.make_node("LSTM", ["x", "W", "R"], ["y", "h"], hidden_size=hidden),
+         helper.make_node("RNN", ["x", "Wr", "Rr"], ["yr", "hr"], hidden_size=hidden),
+         helper.make_node("Relu", ["h"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", 1, features])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 1, hidden]),
+         helper.make_tensor_value_info("hr", TensorProto.FLOAT, [1, 1, hidden])],
+        [weight("W", 1, 4 * hidden, features), weight("R", 1, 4 * hidden, hidden),
+         weight("Wr", 1, hidden, features), weight("Rr", 1, hidden, hidden)])
+    path = tmp_path / "rnn.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                     .SerializeToString())
+    return path
+
+
+def test_ops_our_converter_steps_import_are_not_unsupported(tmp_path, capsys):
+    path = _recurrent_model(tmp_path)
+    summary = inspect_onnx(path)
+    assert summary.converted_ops == {"LSTM": {"step": "recurrent", "nodes": 1}}
+    assert summary.unsupported_ops == {"RNN": 1}
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "ops imported through relax_memplan's converters: LSTM (1 node, step recurrent)" in text
+    assert "ops TVM cannot import: RNN (1 node)" in text
