@@ -5,7 +5,8 @@ Phases (from ``tvm.relax.backend.<target>.pipeline``):
 1. ``library_dispatch`` -- (ours) ``AnnotateDimRanges`` and ``CheckIndexBounds``
    (index-value checks, see that module), then the target's library dispatch passes;
 2. ``legalize`` -- with ``fusion=True`` our graph-level fusion first (:func:`fusion_passes`),
-   ``ClampEmptySlices`` (ours: empty dynamic slices), LegalizeOps,
+   ``ExpandIntegerPower`` (ours: ``x**3`` as multiplications; TVM's CUDA ``pow`` gives NaN for
+   a negative base), ``ClampEmptySlices`` (ours: empty dynamic slices), LegalizeOps,
    AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR (and dlight GPU schedules for CUDA, with a rule that fails on a
    kernel skipped: :func:`~relax_memplan.schedules.gpu_schedule_pass`);
 3. ``dataflow_lower`` -- RewriteDataflowReshape, ToNonDataflow,
@@ -48,6 +49,7 @@ from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.reorder_for_memory import ReorderForMemory
+from .transform.expand_integer_power import ExpandIntegerPower
 from .transform.fold_matmul_reshape import FoldMatmulReshape
 from .transform.fuse_add_layer_norm import FuseAddLayerNorm
 from .transform.fuse_attention import FuseAttention
@@ -201,7 +203,8 @@ def backend_phases(
     if index_pass is not None:
         annotate.append(index_pass)
     # before LegalizeOps: TVM's dynamic_strided_slice gives a negative extent for an empty slice
-    legalize = [ClampEmptySlices()] + list(backend.legalize_passes(target))
+    # before LegalizeOps: TVM's pow gives NaN for a negative base on CUDA (expand_integer_power)
+    legalize = [ExpandIntegerPower(), ClampEmptySlices()] + list(backend.legalize_passes(target))
     if fusion:
         legalize = list(fusion_pass_list or fusion_passes(target)) + legalize
     if kind == "cuda":

@@ -2,7 +2,8 @@
 
 Where each runs in :func:`relax_memplan.get_pipeline`: ``AnnotateDimRanges`` and
 ``CheckIndexBounds`` first, on the imported module; ``FoldMatmulReshape``, ``RemoveDropout``,
-``FuseAttention`` and ``FuseAddLayerNorm`` (with ``fusion=True``) and ``ClampEmptySlices`` before ``LegalizeOps``; ``SpecializeKernels`` after ``FuseTIR``; ``PlanDynamicMemory``,
+``FuseAttention`` and ``FuseAddLayerNorm`` (with ``fusion=True``), ``ExpandIntegerPower`` and
+``ClampEmptySlices`` before ``LegalizeOps``; ``ReorderForMemory`` before ``CallTIRRewrite``; ``SpecializeKernels`` after ``FuseTIR``; ``PlanDynamicMemory``,
 ``PlanStaticMemory`` and ``InsertDimRangeCheck`` in place of TVM's ``StaticPlanBlockMemory``
 (after ``CallTIRRewrite``); ``RecordStorage`` after ``StaticPlanBlockMemory``.
 """
@@ -10,6 +11,7 @@ Where each runs in :func:`relax_memplan.get_pipeline`: ``AnnotateDimRanges`` and
 from .annotate_dim_ranges import AnnotateDimRanges
 from .check_index_bounds import CheckIndexBounds
 from .clamp_empty_slices import ClampEmptySlices
+from .expand_integer_power import ExpandIntegerPower
 from .fold_matmul_reshape import FoldMatmulReshape
 from .fuse_add_layer_norm import FuseAddLayerNorm
 from .fuse_attention import FuseAttention
@@ -18,12 +20,14 @@ from .plan_dynamic_memory import PlanDynamicMemory
 from .plan_static_memory import PlanStaticMemory
 from .record_storage import RecordStorage
 from .remove_dropout import RemoveDropout
+from .reorder_for_memory import ReorderForMemory
 from .specialize_kernels import SpecializeKernels
 
 __all__ = [
     "AnnotateDimRanges",
     "CheckIndexBounds",
     "ClampEmptySlices",
+    "ExpandIntegerPower",
     "FoldMatmulReshape",
     "FuseAddLayerNorm",
     "FuseAttention",
@@ -32,5 +36,6 @@ __all__ = [
     "PlanStaticMemory",
     "RecordStorage",
     "RemoveDropout",
+    "ReorderForMemory",
     "SpecializeKernels",
 ]
