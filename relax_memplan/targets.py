@@ -17,7 +17,7 @@ from typing import Optional
 
 from .errors import TargetError
 
-__all__ = ["DEFAULT_CUDA_ARCH", "CudaArch", "check_cuda_arch", "installed_cuda_arch",
+__all__ = ["DEFAULT_CUDA_ARCH", "CudaArch", "check_cuda_arch", "cuda_source", "installed_cuda_arch",
            "resolve_cuda_arch", "make_target"]
 
 DEFAULT_CUDA_ARCH = "sm_80"
@@ -108,3 +108,25 @@ def make_target(kind: str, cuda_arch: Optional[str] = None):
     if kind != "cuda":
         return tvm.target.Target(kind)
     return tvm.target.Target({"kind": "cuda", "arch": resolve_cuda_arch(cuda_arch).arch})
+
+
+def cuda_source(executable) -> str:
+    """CUDA C source of every ``cuda`` device module a built executable imports, joined.
+
+    Parameters
+    ----------
+    executable : tvm.relax.VMExecutable
+        What ``tvm.compile(..., target=<cuda>)`` returned (no GPU needed).
+
+    Returns
+    -------
+    str
+        The generated ``__global__`` kernels (empty when the executable has no cuda module).
+    """
+    stack, sources = [executable.mod], []
+    while stack:
+        module = stack.pop()
+        if module.kind == "cuda":
+            sources.append(module.inspect_source())
+        stack.extend(module.imports)
+    return "\n".join(sources)

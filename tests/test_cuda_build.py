@@ -35,7 +35,7 @@ from relax_memplan.config import load_config
 from relax_memplan.examples import example_cnn
 from relax_memplan.onnx_prepare import STEP_NAMES
 from relax_memplan.pipeline import backend_phases, get_pipeline
-from relax_memplan.targets import DEFAULT_CUDA_ARCH, installed_cuda_arch
+from relax_memplan.targets import DEFAULT_CUDA_ARCH, cuda_source, installed_cuda_arch
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
 from relax_memplan.transform.plan_static_memory import PlanStaticMemory
 from tests.conftest import REPO_ROOT, shared_model
@@ -98,14 +98,9 @@ def _check_all_kernels_bound(mod):
 
 def _cuda_source(executable) -> str:
     """CUDA C source of the executable's imported device module."""
-    stack, sources = [executable.mod], []
-    while stack:
-        module = stack.pop()
-        if module.kind == "cuda":
-            sources.append(module.inspect_source())
-        stack.extend(module.imports)
-    assert sources, "the executable imports no cuda module"
-    return "\n".join(sources)
+    source = cuda_source(executable)
+    assert source, "the executable imports no cuda module"
+    return source
 
 
 def _check_global_kernels(executable, prim_funcs):

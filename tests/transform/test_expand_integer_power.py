@@ -8,6 +8,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from relax_memplan.pipeline import get_pipeline
+from relax_memplan.targets import cuda_source
 from relax_memplan.transform import ExpandIntegerPower
 from relax_memplan.transform.expand_integer_power import small_integer_exponent
 
@@ -79,15 +80,6 @@ def test_a_broadcasting_power_is_left_alone():
     assert pass_.expanded == 0
 
 
-def _cuda_source(executable) -> str:
-    stack, sources = [executable.mod], []
-    while stack:
-        module = stack.pop()
-        if module.kind == "cuda":
-            sources.append(module.inspect_source())
-        stack.extend(module.imports)
-    return "\n".join(sources)
-
 
 def test_cuda_build_has_no_pow_where_tvm_alone_emits_one():
     # regression: on an H200, TVM's CUDA kernel for power(x, 3) returned NaN for every x < 0
@@ -96,6 +88,6 @@ def test_cuda_build_has_no_pow_where_tvm_alone_emits_one():
     sm90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
     mod = _power_module(3.0)
     plain = tvm.compile(mod, sm90)  # TVM's default pipeline for cuda
-    assert "pow" in _cuda_source(plain)
+    assert "pow" in cuda_source(plain)
     ours = tvm.compile(mod, sm90, relax_pipeline=get_pipeline(sm90))
-    assert "pow" not in _cuda_source(ours)
+    assert "pow" not in cuda_source(ours)
