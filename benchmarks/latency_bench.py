@@ -5,7 +5,7 @@ rounds, with the same thread count (``TVM_NUM_THREADS`` and onnxruntime's
 ``intra_op_num_threads``):
 
 * ``ours``: ``get_pipeline(host_target(), schedule=True)`` (our CPU schedules, host CPU);
-* ``tvm``: ``get_pipeline("llvm", planner="tvm")`` (TVM's legalize/fuse pipeline, no
+* ``tvm``: ``get_pipeline("llvm", planner="tvm", fusion=False)`` (TVM's legalize/fuse pipeline, no
   schedules, TVM's memory planner);
 * ``ort``: onnxruntime's CPUExecutionProvider, its idle workers not spinning (they would
   take the cores from the TVM runs interleaved with it).
@@ -183,7 +183,7 @@ def bench_model(label, path, shapes, values, threads, rounds, generic_llvm=False
     host = tvm.target.Target("llvm") if generic_llvm else host_target()
     ours, ours_s = _build(mod, host, get_pipeline(host, schedule=True))
     base, base_s = _build(mod, tvm.target.Target("llvm"),
-                          get_pipeline(tvm.target.Target("llvm"), planner="tvm"))
+                          get_pipeline(tvm.target.Target("llvm"), planner="tvm", fusion=False))
     ort_run, _ = _ort_runner(path, feeds, threads)
     ours_run, base_run = _tvm_runner(ours, arrays), _tvm_runner(base, arrays)
     want = ort_run()

@@ -36,7 +36,7 @@ def compile_module(
     progress=None,
     schedule: bool = False,
     check_indices: bool = True,
-    fusion: bool = False,
+    fusion: bool = True,
     library_path=None,
 ) -> CompileResult:
     """Build a fixed-shape Relax module with our pipeline (and TVM's), run it on ``inputs``
@@ -80,7 +80,7 @@ def compile_onnx(
     prepare: bool = True,
     schedule: bool = False,
     check_indices: bool = True,
-    fusion: bool = False,
+    fusion: bool = True,
     library_path=None,
 ) -> CompileResult:
     """Import an ONNX model with fixed shapes, compile, run, verify and report:

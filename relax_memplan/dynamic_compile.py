@@ -32,7 +32,7 @@ def compile_onnx_dynamic(
     dispatch: Optional[Mapping[str, Sequence[int]]] = None,
     schedule: bool = False,
     check_indices: bool = True,
-    fusion: bool = False,
+    fusion: bool = True,
     sample_shapes: int = 3,
     measure: bool = True,
     verify: bool = False,

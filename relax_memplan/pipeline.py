@@ -124,7 +124,7 @@ def backend_phases(
     dispatch_pass: Optional[SpecializeKernels] = None,
     schedule: bool = False,
     index_pass: Optional[CheckIndexBounds] = None,
-    fusion: bool = False,
+    fusion: bool = True,
     fusion_pass_list: Optional[Sequence[tvm.transform.Pass]] = None,
     reorder_pass: Optional[ReorderForMemory] = None,
 ):
@@ -164,7 +164,7 @@ def backend_phases(
         module: index values that would leave their tensor are refused or checked.
     fusion : bool
         Run our graph-level fusion passes (:func:`fusion_passes`) first in the ``legalize``
-        phase, before ``LegalizeOps``; TVM's FuseOps/FuseTIR then fuse what is left.
+        phase, before ``LegalizeOps`` (default); TVM's FuseOps/FuseTIR then fuse what is left.
     fusion_pass_list : list of tvm.transform.Pass, optional
         Configured fusion passes (from :func:`fusion_passes`) to run instead, with
         ``fusion=True``; read :func:`fusion_counts` of them after the build.
@@ -245,7 +245,7 @@ def get_pipeline(
     schedule: bool = False,
     check_indices: bool = True,
     index_pass: Optional[CheckIndexBounds] = None,
-    fusion: bool = False,
+    fusion: bool = True,
     fusion_pass_list: Optional[Sequence[tvm.transform.Pass]] = None,
     reorder_pass: Optional[ReorderForMemory] = None,
 ) -> tvm.transform.Pass:
@@ -288,8 +288,8 @@ def get_pipeline(
         A configured instance to run instead of one made from ``check_indices`` (read its
         ``refused``, ``checked`` and ``proved`` attributes after the build).
     fusion : bool
-        Our graph-level fusion before ``LegalizeOps`` (see :func:`fusion_passes`); off by
-        default.
+        Our graph-level fusion before ``LegalizeOps`` (see :func:`fusion_passes`); on by
+        default, as in the CLI and the config (``False``: TVM's FuseOps/FuseTIR alone).
     fusion_pass_list : list of tvm.transform.Pass, optional
         Configured fusion passes to run instead of new ones, with ``fusion=True`` (read
         :func:`fusion_counts` of them after the build).
