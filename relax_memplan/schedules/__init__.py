@@ -22,6 +22,7 @@ from tvm import tirx
 from tvm.s_tir import dlight
 from tvm.target import Target
 
+from .codegen_guard import CodegenGuard, vector_codegen_risk
 from .cpu_conv import DirectConv
 from .cpu_fallback import SpatialFallback
 from .cpu_gemv import DotProductGEMV
@@ -32,6 +33,7 @@ from .gpu import GuardedRule, gpu_schedule_pass, gpu_schedule_rules, schedule_gp
 
 __all__ = [
     "IS_SCHEDULED_ATTR",
+    "CodegenGuard",
     "DirectConv",
     "DotProductGEMV",
     "GenericMatmul",
@@ -48,6 +50,7 @@ __all__ = [
     "schedule_prim_func",
     "schedule_gpu_prim_func",
     "simd_lanes",
+    "vector_codegen_risk",
 ]
 
 IS_SCHEDULED_ATTR = "tirx.is_scheduled"
@@ -65,7 +68,10 @@ def cpu_schedule_rules() -> list:
     guarded (:class:`GuardedRule`): any failure inside them, e.g. GEMV's assertion on a
     reduction of length 1 (bert at seq 1), leaves the function unscheduled. GEMV is
     only tried on plain dot products (:class:`DotProductGEMV`): on a convolution with a
-    one-pixel output it produces vector code LLVM needs minutes to compile.
+    one-pixel output it produces vector code LLVM needs minutes to compile, and its
+    result is dropped by :class:`CodegenGuard` when it vectorises a loop wider than 64
+    lanes or one that encloses the reduction loop (per-lane gathers: the VAD model's
+    ``[seq, 1, 64] @ [64, 1]`` head did not compile in 15 min for an AVX-512 host).
     ``Reduction`` is kept only when its parallel loop runs over the rows
     (:class:`RowReduction`: with one row it recomputes the row per output).
     :class:`SpatialFallback` (guarded too) comes last: parallel outer loops and short
@@ -76,7 +82,7 @@ def cpu_schedule_rules() -> list:
     list of tvm.s_tir.dlight.ScheduleRule
     """
     return [StaticMatmul(), GenericMatmul(), DirectConv(),
-            GuardedRule(DotProductGEMV(dlight.cpu.GEMV())), GuardedRule(RowReduction(dlight.cpu.Reduction())),
+            GuardedRule(CodegenGuard(DotProductGEMV(dlight.cpu.GEMV()))), GuardedRule(RowReduction(dlight.cpu.Reduction())),
             GuardedRule(SpatialFallback())]
 
 

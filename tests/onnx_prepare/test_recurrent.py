@@ -49,6 +49,9 @@ VARIANTS = {
                                   linear_before_reset=1, initial_states=True),
     "gru_forward_lbr_h5": dict(op_type="GRU", linear_before_reset=1, hidden=5),
     "gru_bidirectional_h12": dict(op_type="GRU", direction="bidirectional", hidden=12),
+    # 16 lanes (hidden a multiple of 16), two lane blocks per step
+    "gru_bidirectional_states_h32": dict(op_type="GRU", direction="bidirectional", hidden=32,
+                                         initial_states=True),
 }
 
 
