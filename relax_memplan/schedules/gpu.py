@@ -26,6 +26,7 @@ leaves nothing behind.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Optional, Union
 
 import tvm
@@ -36,8 +37,28 @@ from tvm.target import Target
 __all__ = ["GuardedRule", "gpu_schedule_rules", "gpu_schedule_pass", "schedule_gpu_prim_func"]
 
 
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+_BUG_TYPES = (AttributeError, NameError, TypeError, ImportError)
+
+
+def _bug_in_our_code(err: Exception) -> bool:
+    """Whether ``err`` is a programming error raised inside relax_memplan itself (its innermost
+    frame is in this package): such an error is a bug to report, not "the rule does not
+    apply"."""
+    if not isinstance(err, _BUG_TYPES):
+        return False
+    tb, last = err.__traceback__, None
+    while tb is not None:
+        last, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
+    return last is not None and Path(last).resolve().is_relative_to(_PACKAGE_DIR)
+
+
 class GuardedRule(dlight.ScheduleRule):
-    """A dlight rule whose exceptions mean "does not apply" (``None``).
+    """A dlight rule whose exceptions mean "does not apply" (``None``), except a programming
+    error (``AttributeError``, ``NameError``, ``TypeError``, ``ImportError``) raised inside
+    relax_memplan's own code, which is re-raised: otherwise a bug in one of our rules would
+    silently turn the rule off (it once left a guard doing nothing while the build it was
+    meant to save hung).
 
     Parameters
     ----------
@@ -59,6 +80,8 @@ class GuardedRule(dlight.ScheduleRule):
         try:
             return self.rule.apply(func, target, tunable)
         except Exception as err:  # pylint: disable=broad-except
+            if _bug_in_our_code(err):
+                raise
             # dlight rules raise AssertionError, ScheduleError, TVMError, IndexError... on
             # shapes they do not handle; any of them means: try the next rule.
             message = str(err).strip().splitlines()

@@ -1,5 +1,6 @@
 """GPU schedule rules made robust (a failing dlight rule falls through), and host_target."""
 
+import pytest
 import tvm
 from tvm.s_tir import dlight
 from tvm.script import tirx as T
@@ -37,6 +38,27 @@ def test_guarded_rule_failure_means_not_applicable_and_is_recorded():
         mod = dlight.ApplyDefaultSchedule(rule, dlight.gpu.Fallback())(
             tvm.IRModule({"main": _add_one}))
     assert "threadIdx.x" in mod["main"].script()
+
+
+class _BuggyOwnCode(dlight.ScheduleRule):
+    def apply(self, func, target, tunable):
+        from relax_memplan.schedules.codegen_guard import _extent
+
+        return _extent(object())  # an AttributeError raised inside our package (no .extent)
+
+
+class _AttributeErrorElsewhere(dlight.ScheduleRule):
+    def apply(self, func, target, tunable):
+        raise AttributeError("raised outside relax_memplan, as dlight's rules may")
+
+
+def test_guarded_rule_reraises_a_bug_in_our_own_code_but_not_elsewhere():
+    with pytest.raises(AttributeError):
+        GuardedRule(_BuggyOwnCode()).apply(_add_one, CUDA, False)
+    rule = GuardedRule(_AttributeErrorElsewhere())
+    assert rule.apply(_add_one, CUDA, False) is None
+    assert rule.failures == ["_AttributeErrorElsewhere: AttributeError: raised outside "
+                             "relax_memplan, as dlight's rules may"]
 
 
 def test_gpu_rules_are_tvms_order_with_fallback_unguarded():
