@@ -17,6 +17,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["relax_memplan", "relax_memplan.*"]),
+    py_modules=["relax_memplan_launch"],  # the console entry: Ctrl-C while TVM loads
     package_data={"relax_memplan": ["examples/*.onnx", "configs/*.yaml"]},
     install_requires=[
         "apache-tvm==0.27.0.post1",
@@ -29,5 +30,5 @@ setup(
         "plot": ["matplotlib"],
         "bench": ["omnimalloc==1.0.0"],
     },
-    entry_points={"console_scripts": ["relax-memplan=relax_memplan.cli:main"]},
+    entry_points={"console_scripts": ["relax-memplan=relax_memplan_launch:main"]},
 )

@@ -81,3 +81,27 @@ def test_import_onnx_runs_the_preparation_steps_by_default_with_fixed_shapes():
     assert not info.dynamic_dims_kept
     with pytest.raises(ModelLoadError):
         import_onnx(path, prepare_steps=())
+
+
+def test_ctrl_c_while_the_cli_imports_is_one_line_and_exit_130(monkeypatch, capsys):
+    # a newcomer's Ctrl-C in the first second (TVM loading) printed a KeyboardInterrupt traceback
+    import importlib
+
+    import relax_memplan_launch
+
+    def interrupted(name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib, "import_module", interrupted)
+    assert relax_memplan_launch.main(["--version"]) == 130
+    assert capsys.readouterr().err == "relax-memplan: interrupted\n"
+
+
+def test_console_entry_runs_the_cli(capsys):
+    import relax_memplan_launch
+    from relax_memplan import __version__
+
+    with pytest.raises(SystemExit) as done:  # argparse's --version exits
+        relax_memplan_launch.main(["--version"])
+    assert done.value.code == 0
+    assert __version__ in capsys.readouterr().out
