@@ -13,7 +13,8 @@ matmul, ``matmul(x, W1)`` with an optional ``add(., b1)``; the activation is the
                                                # writes it, R.nn.gelu, relu, ...
     y = R.add(R.matmul(a, W2), b2)            # (..., H), b1/b2 optional
 
-where every intermediate of ``h .. a`` is read only inside the block. It becomes, for ``k``
+where every intermediate of ``h .. a`` is read only inside the block, ``W1``/``W2`` are 2-d, and
+biases and the activation's constants are scalars or 1-d (the same for every row). It becomes, for ``k``
 chunks along one leading axis of ``x``::
 
     x_i = R.strided_slice(x, [axis], [b_i], [e_i]); y_i = <the block on x_i>
@@ -225,7 +226,7 @@ class _Rewriter(relax.PyExprMutator):
             for arg in value.args:
                 if isinstance(arg, relax.Var):
                     stack.append(arg)
-                elif not isinstance(arg, tvm.ir.GenericConst):
+                elif not (isinstance(arg, tvm.ir.GenericConst) and _row_free(arg)):
                     return None
         return (region, h) if h is not None else None
 
@@ -257,6 +258,11 @@ class _Rewriter(relax.PyExprMutator):
         if _is_op(h_value, ("relax.add",)) and not self._single(h_value.args[0]):
             return None
         x = mm1.args[0]
+        biases = [b for b in (b2, h_value.args[1] if _is_op(h_value, ("relax.add",)) else None)
+                  if b is not None]
+        if not all(_ndim(w) == 2 for w in (mm1.args[1], mm2.args[1])) or \
+                not all(_row_free(b) for b in biases):
+            return None  # a weight or bias that differs between rows cannot follow a chunk
         plan = self._plan(x, h, var)
         if plan is None:
             return None
@@ -339,6 +345,16 @@ class _Rewriter(relax.PyExprMutator):
 
     def _order(self, var):
         return self.positions[var.name]
+
+
+def _ndim(expr) -> int:
+    ty = expr.ty
+    return ty.ndim if isinstance(ty, relax.TensorType) else -1
+
+
+def _row_free(expr) -> bool:
+    """A scalar or 1-d operand (broadcast along the last axis only): the same for every row."""
+    return 0 <= _ndim(expr) <= 1
 
 
 def _sections_never_empty(k: int, lo: int, hi: Optional[int], widest: int = 1 << 16) -> int:

@@ -137,3 +137,39 @@ def test_gpt2_tanh_gelu_blocks_are_chunked_with_the_same_values():
 def test_negative_threshold_is_refused():
     with pytest.raises(ValueError, match="min_hidden_bytes"):
         ChunkFeedForward(min_hidden_bytes=-1)
+
+
+def test_split_sections_are_lowered_until_none_can_be_empty():
+    from relax_memplan.transform.chunk_feed_forward import _sections_never_empty
+
+    assert _sections_never_empty(4, 8, 8) == 4          # 2, 2, 2, 2
+    assert _sections_never_empty(4, 5, 5) == 3          # 4 would give 2, 2, 1, 0
+    assert _sections_never_empty(4, 4, 9) == 2          # 4 fails at n = 5, 3 at n = 4 (2, 2, 0)
+    assert _sections_never_empty(4, 2, None) == 1       # no upper bound: not checked
+
+
+def _mlp(bias_shape):
+    """x (8, 16) @ W1 (16, 64) + b1 ``bias_shape`` -> relu -> @ W2 (64, 16) + b2, + x."""
+    from tvm import relax
+
+    rng = np.random.default_rng(0)
+    const = lambda *s: relax.const(rng.standard_normal(s).astype("float32"))  # noqa: E731
+    x = relax.Var("x", relax.TensorType((8, 16), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, const(16, 64))),
+                                     const(*bias_shape)))
+            y = bb.emit(relax.op.matmul(bb.emit(relax.op.nn.relu(h)), const(64, 16)))
+            z = bb.emit(relax.op.add(y, const(16)))
+            out = bb.emit_output(relax.op.add(z, x))  # the residual
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_bias_that_differs_between_rows_is_not_chunked():
+    """b1 of shape (8, 64) gives each row its own bias: a chunk of x would meet all 8 rows."""
+    _, chunker = _chunk(_mlp((64,)), min_hidden_bytes=0, memory_check=False)
+    assert chunker.chunked == 1  # the 1-d bias: chunked (so the refusal below is the shape's)
+    out, chunker = _chunk(_mlp((8, 64)), min_hidden_bytes=0, memory_check=False)
+    assert chunker.chunked == 0 and _ops(out, "R.concat") == 0
