@@ -63,8 +63,6 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=_HERE / "results" / "ffn_chunk.json")
     args = parser.parse_args(argv)
-    import tvm
-
     cfg = dict(hidden=768, layers=args.layers, heads=12, ffn=3072, batch=8,
                max_seq=args.max_seq)
     seqs = [int(s) for s in args.seqs.split(",")]

@@ -14,8 +14,8 @@ matmul, ``matmul(x, W1)`` with an optional ``add(., b1)``; the activation is the
     y = R.add(R.matmul(a, W2), b2)            # (..., H), b1/b2 optional
 
 where every intermediate of ``h .. a`` is read only inside the block, ``W1``/``W2`` are 2-d, and
-biases and the activation's constants are scalars or 1-d (the same for every row). It becomes, for ``k``
-chunks along one leading axis of ``x``::
+biases and the activation's constants are scalars or 1-d (the same for every row). It
+becomes, for ``k`` chunks along one leading axis of ``x``::
 
     x_i = R.strided_slice(x, [axis], [b_i], [e_i]); y_i = <the block on x_i>
     y = R.concat([y_0, ..., y_{k-1}], axis)
@@ -29,14 +29,25 @@ Rule (when it applies):
 
 - the wide tensor's size (at the function's ``tir_var_upper_bound`` when symbolic) is at least
   ``min_hidden_bytes`` (default 1 MiB): small blocks keep their kernel count;
-- ``k = ceil(F / H)`` chunks (the wide tensor's chunk no bigger than the block's input/output),
-  cut along the first leading axis that is static with ``n >= 2`` (``k`` capped at ``n``), or
-  symbolic with ``tir_var_lower_bound >= 2`` (``k`` capped at that bound; the slice bounds are
-  symbolic expressions). No such axis: skipped (``skipped["axis"]``);
+- ``k = max(2, ceil(F / H))`` chunks (the wide tensor's chunk no bigger than the block's
+  input/output), cut along a leading axis (not the last) of length ``n >= 2``: static, or
+  symbolic with ``tir_var_lower_bound >= 2`` (``n`` is that bound). The first axis with
+  ``n >= k`` is taken, else the longest, and ``k`` is capped at ``n``. A static axis is cut by
+  ``strided_slice`` at ``floor(i * n / k)`` (chunks differ by at most one row); a symbolic one by
+  TVM's ``split`` in ``k`` sections (``ceil(n / k)`` rows each, the last the rest), ``k`` lowered
+  until no section can be empty for any length in the dim's declared range (an empty chunk
+  crashed the VM); an unknown upper bound or a range over 65536 long: not cut. The ``k`` input
+  chunks of a split are live together; the wide tensor is still one chunk at a time. No such
+  axis: skipped (``skipped["axis"]``);
 - the function's peak live bytes after TVM's fusion and lowering
   (:func:`~relax_memplan.analysis.lowered_peak.lowered_peak_live_bytes`) must drop with all the
   function's sites chunked; otherwise none is (``skipped["peak"]``). All or nothing, because
-  identical layers share one peak: chunking one of twelve lowers nothing.
+  identical layers share one peak: chunking one of twelve lowers nothing. This costs two
+  lowerings of the function at compile time.
+
+Cost: per block ``2 k`` matmul kernels instead of 2, plus the slices (or one split) and one
+concat, each a copy of an (n, ..., H) tensor; vars are told apart by name (as the importer
+names them, unique per function).
 """
 
 from __future__ import annotations
