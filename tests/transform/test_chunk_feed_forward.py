@@ -121,7 +121,7 @@ def test_gpt2_tanh_gelu_blocks_are_chunked_with_the_same_values():
     passes = _passes(min_hidden_bytes=0, memory_check=False)
     ex = tvm.compile(mod, _LLVM, relax_pipeline=get_pipeline(_LLVM, fusion=True,
                                                               fusion_pass_list=passes))
-    ref_ex = tvm.compile(mod, _LLVM, relax_pipeline=get_pipeline(_LLVM))
+    ref_ex = tvm.compile(mod, _LLVM, relax_pipeline=get_pipeline(_LLVM, fusion=False))
     rng = np.random.default_rng(0)
     args = []
     for p in mod["main"].params[:int(mod["main"].attrs["num_input"])]:
