@@ -17,7 +17,8 @@ Every row uses our CPU schedules (``schedule=True``) and one target, llvm with t
    (one arena per call, sized for the actual seq), naive allocator (as the README advises).
 5. **exact arena + specialization + fused attention** -- row 4 with ``fusion=True`` (our
    graph-level fusion: attention as one streaming-softmax kernel, no (batch, heads, seq, seq)
-   score tensor; residual add + LayerNorm where it removes a kernel).
+   score tensor; residual add + LayerNorm where it removes a kernel; the FFN over row chunks
+   where that lowers the peak).
 
 ``--max-seq 512`` widens the symbolic range to seq in [1, 512] (bucket 512 added; row 1 pads to
 512) so that ``--seqs`` may hold 256 and 512. The exact plans of rows 4 and 5 give the lower
@@ -27,8 +28,12 @@ Measured (``--layers 1 --rows exact_spec,exact_spec_fused --max-seq 512 --seqs 1
 bound row 5 / row 4 = 1.000 at seq 128, 0.667 at 256, 0.353 at 512; bytes per call 22.0 / 22.0,
 44.0 / 62.9, 88.1 / 226.5 MB. At seq 128 the peak is in the FFN, not at the scores: the
 (8, 128, 3072) GELU output (12.6 MB) with its input and output (8, 128, 768) (3.1 MB each) is
-the whole 18.9 MB lower bound, while a score tensor is 6.3 MB; only computing the FFN in row
-chunks would lower it (not done). The layers repeat, so one layer gives the ratio of twelve.
+the whole 18.9 MB lower bound, while a score tensor is 6.3 MB. With ``ChunkFeedForward`` (the
+FFN over 4 chunks of the batch, in our fusion passes since) the same command measured 0.667 at
+seq 128, 0.444 at 256, 0.235 at 512 (bytes per call 15.7 / 22.0, 31.5 / 62.9, 62.9 / 226.5 MB;
+``benchmarks/results/bert_case_ffn_chunk.json``, ``--repeats 3``); row 5 with / without the
+chunking alone: ``benchmarks/ffn_chunk_bench.py``. The layers repeat, so one layer gives the
+ratio of twelve.
 
 Per row and seq: bytes allocated per call (every ``vm.builtin.alloc_storage``, naive
 allocator, ``run_and_measure``), median ms per call (``--repeats`` calls after a warm-up;

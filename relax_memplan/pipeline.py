@@ -50,6 +50,7 @@ from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.reorder_for_memory import ReorderForMemory
 from .transform.expand_integer_power import ExpandIntegerPower
+from .transform.chunk_feed_forward import ChunkFeedForward
 from .transform.fold_matmul_reshape import FoldMatmulReshape
 from .transform.fuse_add_layer_norm import FuseAddLayerNorm
 from .transform.fuse_attention import FuseAttention
@@ -86,20 +87,23 @@ def fusion_passes(target: tvm.target.Target) -> list:
     :class:`~relax_memplan.transform.fuse_attention.FuseAttention` (its kernel scheduled for
     ``target``: CPU for llvm, CUDA for cuda) and
     :class:`~relax_memplan.transform.fuse_add_layer_norm.FuseAddLayerNorm` (its scheduled CPU
-    kernel for ``llvm``/``c``, else a compute the target's default schedule rules schedule),
-    on every target. Give the list to ``get_pipeline(..., fusion_pass_list=...)`` and read
+    kernel for ``llvm``/``c``, else a compute the target's default schedule rules schedule) and
+    :class:`~relax_memplan.transform.chunk_feed_forward.ChunkFeedForward` (the feed-forward
+    block over row chunks where the lowered peak drops), on every target. Give the list to ``get_pipeline(..., fusion_pass_list=...)`` and read
     :func:`fusion_counts` after the build.
     """
     cpu = target.kind.name in ("llvm", "c")
     return [FoldMatmulReshape(), RemoveDropout(), FuseAttention(target=target),
-            FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target)]
+            FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target),
+            ChunkFeedForward(target=target)]
 
 
 def fusion_counts(passes) -> dict:
     """What the fusion passes of one build did: pattern -> count (``attention``: attention
     blocks fused into one kernel, ``dropout``: dropouts removed, ``add_layer_norm``: residual
     add + layer norm pairs fused into one kernel, ``matmul_reshape``: matmuls taken out of a
-    reshape sandwich so that FuseOps fuses their epilogue); a pattern whose pass did not run
+    reshape sandwich so that FuseOps fuses their epilogue, ``feed_forward_chunked``: feed-forward
+    blocks computed over row chunks); a pattern whose pass did not run
     is absent."""
     by_name = {p.info.name: p for p in passes}
     counts = {}
@@ -111,6 +115,8 @@ def fusion_counts(passes) -> dict:
         counts["matmul_reshape"] = int(by_name["FoldMatmulReshape"].folded)
     if "FuseAddLayerNorm" in by_name:
         counts["add_layer_norm"] = int(by_name["FuseAddLayerNorm"].fused)
+    if "ChunkFeedForward" in by_name:
+        counts["feed_forward_chunked"] = int(by_name["ChunkFeedForward"].chunked)
     return counts
 
 

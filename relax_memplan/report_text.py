@@ -188,7 +188,8 @@ def _fusion_line(report: CompileReport) -> str:
         return "  fusion: off"
     done = {"attention": "attention fused", "dropout": "dropout removed",
             "add_layer_norm": "add+layer norm fused",
-            "matmul_reshape": "matmul reshapes folded"}
+            "matmul_reshape": "matmul reshapes folded",
+            "feed_forward_chunked": "feed-forward chunked"}
     counts = ", ".join(f"{done.get(k, k)} {n}x" for k, n in report.fusion.items())
     line = f"  fusion: on ({counts or 'no pattern for this target'})"
     summary = report.fusion_summary

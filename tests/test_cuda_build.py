@@ -419,7 +419,7 @@ def test_fused_add_layer_norm_builds_a_gpu_kernel_for_sm90():
                 break
             legal = tvm.transform.Sequential(phase, name=name)(legal)
     assert fusion_counts(passes) == {"attention": 0, "dropout": 0, "add_layer_norm": 1,
-                                     "matmul_reshape": 0}
+                                     "matmul_reshape": 0, "feed_forward_chunked": 0}
     working = _check_all_kernels_bound(legal)
     fused = [n for n in working if "add_layer_norm" in n]
     assert fused, working
@@ -499,3 +499,28 @@ def test_gpu_check_tolerance_flags_a_wrong_value():
     row = _gpu_check().Row("c", "p", max_abs_error=2e-3, error_tolerance=1e-3)
     assert row.verified is False
     assert _gpu_check().Row("c", "p", max_abs_error=1e-4, error_tolerance=1e-3).verified
+
+
+def test_chunked_feed_forward_builds_gpu_kernels():
+    """ChunkFeedForward on the BERT case (batch 4, seq 32, threshold 0): the slices, the
+    per-chunk matmuls and the concat all get GPU schedules (dlight), none left as host code."""
+    from relax_memplan.pipeline import fusion_counts, fusion_passes  # pylint: disable=import-outside-toplevel
+    from relax_memplan.transform.chunk_feed_forward import ChunkFeedForward  # pylint: disable=import-outside-toplevel
+
+    spec = importlib.util.spec_from_file_location("bert_case",
+                                                  REPO_ROOT / "benchmarks" / "bert_case.py")
+    bert_case = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bert_case)
+    mod, _ = frontend.import_onnx(bert_case.build_bert(64, 1, 2, 256), {
+        "hidden_states": (4, 32, 64), "attention_mask": (4, 1, 1, 32)})
+    passes = [p for p in fusion_passes(CUDA) if p.info.name != "ChunkFeedForward"] + \
+        [ChunkFeedForward(min_hidden_bytes=0, target=CUDA)]
+    legal = _legalized(mod, fusion=True, fusion_pass_list=passes)
+    assert fusion_counts(passes)["feed_forward_chunked"] == 1
+    working = _check_all_kernels_bound(legal)
+    assert any("concat" in n for n in working), working
+    passes = passes[:-1] + [ChunkFeedForward(min_hidden_bytes=0, target=CUDA)]
+    executable = tvm.compile(mod, CUDA, relax_pipeline=get_pipeline(
+        CUDA, fusion=True, fusion_pass_list=passes))
+    assert fusion_counts(passes)["feed_forward_chunked"] == 1
+    _check_global_kernels(executable, working)
