@@ -139,12 +139,17 @@ def shape_series(reports: Mapping[str, object]) -> Tuple[List[Dict[str, int]], D
     (list of dict, dict of str to list)
         The dims of each shape, and ``"lower bound"``, ``"arena (<strategy>)"``, ``"our
         build, run (<strategy>)"`` and ``"TVM default build, run"``; the run series only
-        where some shape ran.
+        where some shape ran, no arena series for a strategy whose plan placed nothing
+        (``not_planned_reason``), no lower bound when none placed anything.
     """
     first = next(iter(reports.values()))
     order = sorted(range(len(first.shapes)), key=lambda k: tuple(first.shapes[k].dims.values()))
-    series: Dict[str, List] = {"lower bound": [first.shapes[k].lower_bound_bytes for k in order]}
-    for name, report in reports.items():
+    planned = {n: r for n, r in reports.items() if r.not_planned_reason is None}
+    series: Dict[str, List] = {}
+    if planned:
+        lower = next(iter(planned.values()))
+        series["lower bound"] = [lower.shapes[k].lower_bound_bytes for k in order]
+    for name, report in planned.items():
         series[f"arena ({name})"] = [report.shapes[k].arena_bytes for k in order]
     for name, report in reports.items():
         run = [report.shapes[k].runtime_alloc_bytes for k in order]

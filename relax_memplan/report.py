@@ -240,6 +240,7 @@ class ShapeMeasurement:
     max_abs_diff_vs_tvm_default: Optional[float] = None
     peak_step: Optional[int] = None
     live_at_peak: Optional[List[str]] = None
+    planned: bool = True
 
     def record_comparison(self, comparison) -> None:
         """Keep a :class:`relax_memplan.verify.Comparison` with the reference at this shape."""
@@ -255,14 +256,22 @@ class ShapeMeasurement:
         return not self.nonfinite_mismatches and self.max_abs_error <= self.error_tolerance
 
     @property
-    def arena_over_lower_bound(self) -> float:
-        """Our arena at this shape / the lower bound at this shape."""
+    def arena_over_lower_bound(self) -> Optional[float]:
+        """Our arena at this shape / the lower bound at this shape; None when our plan placed
+        nothing (``planned`` false: every tensor left to TVM, no arena to compare)."""
+        if not self.planned:
+            return None
         return self.arena_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
 
     def to_dict(self) -> Dict:
-        """JSON-ready dict, with the ratio and the verdict."""
-        return dict(vars(self), arena_over_lower_bound=round(self.arena_over_lower_bound, 4),
-                    verified=self.verified)
+        """JSON-ready dict, with the ratio and the verdict; ``arena_bytes``,
+        ``lower_bound_bytes`` and the ratio are null when ``planned`` is false."""
+        ratio = self.arena_over_lower_bound
+        out = dict(vars(self), arena_over_lower_bound=None if ratio is None else round(ratio, 4),
+                   verified=self.verified)
+        if not self.planned:
+            out.update(arena_bytes=None, lower_bound_bytes=None)
+        return out
 
 
 @dataclass
@@ -287,6 +296,10 @@ class CompileReport:
         One row per measured shape (one row, dims ``{}``, for a fixed-shape build).
     planned_tensors : int
         Symbolic tensors in the dynamic arena.
+    not_planned_reason : str, optional
+        Symbolic dims: why the dynamic plan placed nothing (every tensor left to TVM's
+        planner; the rows then have ``planned`` false and no arena); None when it placed some.
+        In the JSON as ``planned`` (bool) and ``not_planned_reason``.
     left_to_tvm : dict of str to str
         Symbolic tensors left to TVM, with the reason.
     checked : dict
@@ -334,6 +347,7 @@ class CompileReport:
     tensors: List[Dict] = field(default_factory=list)
     fusion_summary: Optional[Dict[str, int]] = None
     loops: List = field(default_factory=list)
+    not_planned_reason: Optional[str] = None
 
     @property
     def is_static(self) -> bool:
@@ -366,7 +380,9 @@ class CompileReport:
                         if k not in ("name", "left_to_tvm")})
             out["functions"] = {name: f.to_dict() for name, f in self.functions.items()}
         else:
-            out.update({"planned_tensors": self.planned_tensors, "left_to_tvm": self.left_to_tvm,
+            out.update({"planned": self.not_planned_reason is None,
+                        "not_planned_reason": self.not_planned_reason,
+                        "planned_tensors": self.planned_tensors, "left_to_tvm": self.left_to_tvm,
                         "ratio_check": self.checked, "specialized_kernels": self.specialized,
                         "buckets": {n: list(v) for n, v in self.buckets.items()},
                         "tensors": self.tensors})

@@ -133,17 +133,19 @@ def _ranges_text(report: CompileReport) -> str:
 
 def _table_text(report: CompileReport) -> List[str]:
     """One row per sampled shape: LB, arena, ratio, bytes of both builds, error, verdict."""
-    lines = [f"relax-memplan dynamic report: {report.model}",
-             f"  target {_target_text(report)}; strategy {report.strategy}; "
-             f"{_ranges_text(report)}; {report.planned_tensors} tensors in the arena",
-             f"  {'dims':<28}{'LB':>12}{'arena':>12}{'x LB':>9}{'run ours':>12}{'run TVM':>12}"
+    lines = [f"relax-memplan dynamic report: {report.model}"]
+    if report.not_planned_reason is not None:
+        lines.append(f"  NOT PLANNED: every tensor left to TVM's planner "
+                     f"({report.not_planned_reason}); no arena, no ratio to the lower bound")
+    lines += [f"  target {_target_text(report)}; strategy {report.strategy}; "
+              f"{_ranges_text(report)}; {report.planned_tensors} tensors in the arena",
+              f"  {'dims':<28}{'LB':>12}{'arena':>12}{'x LB':>9}{'run ours':>12}{'run TVM':>12}"
              f"{'max err':>10}"]
     compared = report.verified is not None
     if compared:
         lines[-1] += f"{'tol':>10}  verify"
     for s in report.shapes:
-        row = (f"  {_dims_text(s.dims):<28}{s.lower_bound_bytes:>12,}{s.arena_bytes:>12,}"
-               f"{s.arena_over_lower_bound:>9.3f}{_num(s.runtime_alloc_bytes):>12}"
+        row = (f"  {_dims_text(s.dims):<28}{_plan_cells(s)}{_num(s.runtime_alloc_bytes):>12}"
                f"{_num(s.tvm_default_runtime_alloc_bytes):>12}{_error(s):>10}")
         lines.append(row + (_verdict(s) if compared else ""))
     lines += _check_lines(report.shapes)
@@ -160,6 +162,18 @@ def _table_text(report: CompileReport) -> List[str]:
     lines += _loop_lines(report)
     lines += [f"  note: {n}" for n in report.notes]
     return lines
+
+
+def _plan_cells(s: ShapeMeasurement) -> str:
+    """The LB, arena and x LB cells of a row (33 characters), or that nothing was planned."""
+    if not s.planned:
+        return f"{'not planned (left to TVM)':>33}"
+    return f"{s.lower_bound_bytes:>12,}{s.arena_bytes:>12,}{s.arena_over_lower_bound:>9.3f}"
+
+
+def _ratio_cell(s: ShapeMeasurement) -> str:
+    """The x LB cell of the side-by-side table (9 characters)."""
+    return f"{'-':>9}" if s.arena_over_lower_bound is None else f"{s.arena_over_lower_bound:>9.3f}"
 
 
 _LOOP_FORMS = {"kernel": "time loop inside one kernel", "unrolled": "unrolled"}
@@ -268,9 +282,9 @@ def format_side_by_side(reports: Mapping[str, CompileReport]) -> str:
     lines.append(cols + f"{'run TVM':>12}{'max err':>10}" + ("  verify" if compared else ""))
     for k, row in enumerate(first.shapes):
         same = [reports[n].shapes[k] for n in names]
-        text = f"  {_dims_text(row.dims):<28}{row.lower_bound_bytes:>12,}"
-        text += "".join(f"{s.arena_over_lower_bound:>9.3f}{_num(s.runtime_alloc_bytes):>12}"
-                        for s in same)
+        lbs = [s.lower_bound_bytes for s in same if s.planned]
+        text = f"  {_dims_text(row.dims):<28}{_num(lbs[0] if lbs else None):>12}"
+        text += "".join(f"{_ratio_cell(s)}{_num(s.runtime_alloc_bytes):>12}" for s in same)
         errors = [s.max_abs_error for s in same if s.max_abs_error is not None]
         text += f"{_num(row.tvm_default_runtime_alloc_bytes):>12}"
         text += f"{max(errors):>10.2g}" if errors else f"{'-':>10}"

@@ -23,6 +23,7 @@ from tvm import relax
 
 from .analysis.liveness import dtype_size_bytes
 from .errors import INDEX_CHECK_MESSAGE, IndexValueError, RunError, summarize_error
+from .vm_errors import describe_input_mismatch
 
 __all__ = ["RuntimeMemory", "run_and_measure", "run_checked", "recording_interrupts",
            "raise_if_interrupted",
@@ -204,13 +205,19 @@ def run_checked(executable: tvm.runtime.Executable, inputs: Sequence[np.ndarray]
     IndexValueError
         The call stopped at one of our index checks (:data:`INDEX_CHECK_MESSAGE`).
     RunError
-        The call failed otherwise (TVM's error summarized on one line: :func:`summarize_error`).
+        An input's shape or dtype differs from the function's annotation (the input and the
+        expected shape named: :func:`relax_memplan.vm_errors.describe_input_mismatch`), or
+        the call failed otherwise (TVM's error summarized on one line: :func:`summarize_error`).
     KeyboardInterrupt
         Ctrl-C during the call, whatever type TVM turned it into.
     """
     try:
         return run_and_measure(executable, inputs, func_name=func_name)
     except Exception as err:  # noqa: BLE001 - TVM raises many types; one clear message
+        expecter = "the library" if build_name.startswith("library") else build_name
+        mismatch = describe_input_mismatch(str(err), inputs, expecter=expecter)
+        if mismatch is not None:
+            raise RunError(f"running {func_name} of {build_name} failed: {mismatch}") from None
         at = (", ".join(f"{k}={v}" for k, v in dims.items()) if dims is not None
               else "inputs " + ", ".join(str(tuple(np.shape(x))) for x in inputs))
         index_check = INDEX_CHECK_MESSAGE in str(err)

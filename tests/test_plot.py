@@ -89,3 +89,21 @@ def test_shape_chart_without_a_run_has_no_run_series(tmp_path):
                                                   "arena (exact)": [128, 576]}
     out = plot_shapes({"exact": report}, tmp_path / "s.png", title="m")
     assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_shape_series_draw_no_arena_for_a_plan_that_placed_nothing():
+    """Regression: an unplanned dynamic build (all left to TVM) drew its 0 B arena and lower bound."""
+    from relax_memplan.plot import shape_series
+    from relax_memplan.report import CompileReport
+
+    rows = [_row({"b": 1}, 0, 0, 700, 700), _row({"b": 4}, 0, 0, 900, 900)]
+    for row in rows:
+        row.planned = False
+    unplanned = CompileReport(model="m", strategy="exact", dims={"b": (1, 4)}, shapes=rows,
+                              not_planned_reason="offset expression too long")
+    assert shape_series({"exact": unplanned})[1] == {"our build, run (exact)": [700, 900],
+                                                     "TVM default build, run": [700, 900]}
+    planned = CompileReport(model="m", strategy="upper_bound", dims={"b": (1, 4)},
+                            shapes=[_row({"b": 1}, 128, 512), _row({"b": 4}, 512, 512)])
+    series = shape_series({"exact": unplanned, "upper_bound": planned})[1]
+    assert series["lower bound"] == [128, 512] and "arena (exact)" not in series

@@ -69,6 +69,18 @@ def test_side_by_side_prints_shared_notes_once_and_the_others_per_strategy():
     assert lines[5:] == ["  fusion: off", "  note: imported", "  exact: note: only exact"]
 
 
+def test_side_by_side_shows_no_ratio_for_a_strategy_that_planned_nothing():
+    reports = {}
+    for name, planned, arena in (("exact", True, 96), ("buckets", False, 0)):
+        r = CompileReport(model="m", strategy=name, dims={"n": (1, 4)},
+                          not_planned_reason=None if planned else "offset expression too long")
+        r.shapes.append(ShapeMeasurement({"n": 1}, 200, arena, 64 if planned else 0,
+                                         tvm_default_runtime_alloc_bytes=900, planned=planned))
+        reports[name] = r
+    lines = format_side_by_side(reports).splitlines()
+    assert lines[4].split() == ["n=1", "64", "1.500", "200", "-", "200", "900", "-"]
+
+
 def test_text_shows_the_ten_largest_tensors_live_at_the_peak():
     tensors = [{"name": f"t{k}", "producer": f"fused_kernel_{k}", "shape": [k + 1], "dtype": "float32",
                 "size_bytes": 4 * (k + 1), "live_range": [0, 3], "arena": 0, "offset_bytes": 64 * k}

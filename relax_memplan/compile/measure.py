@@ -129,7 +129,8 @@ def add_rows(builds: Sequence[StrategyBuild], dims: Mapping[str, int]) -> None:
     for b in builds:
         arena, lower_bound = arena_at(b.report, b.dyn, dims)
         row = ShapeMeasurement(dims=dict(dims), runtime_alloc_bytes=None, arena_bytes=arena,
-                               lower_bound_bytes=lower_bound)
+                               lower_bound_bytes=lower_bound,
+                               planned=b.report.not_planned_reason is None)
         if b.kernels is not None:
             row.kernel_paths = sorted(set(dispatch_path(b.kernels.specialized, dims).values()))
         b.report.shapes.append(row)

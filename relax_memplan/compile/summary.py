@@ -57,8 +57,9 @@ def summarize_dynamic(report: CompileReport, dyn, kernels) -> None:
     classes) and the specialized kernels, into ``report``."""
     fplan = dyn.plans.get("main")
     if fplan is None or not fplan.planned:
-        report.notes.append("no symbolic tensor was planned: "
-                            + (fplan.fallback_reason if fplan else "main has no symbolic tensors"))
+        reason = fplan.fallback_reason if fplan else "main has no symbolic tensors"
+        report.notes.append("no symbolic tensor was planned: " + reason)
+        report.not_planned_reason = reason.removesuffix("; left to TVM")
     else:
         report.planned_tensors = len(fplan.planned)
         report.tensors = dynamic_tensors(fplan)

@@ -9,6 +9,7 @@ from typing import Dict, List, Mapping
 import numpy as np
 
 from ..errors import ModelLoadError, RelaxMemplanError, ShapeSpecError, summarize_error
+from ..vm_errors import describe_loader_error
 
 __all__ = ["RunOutputs", "function_params", "run_library", "save_outputs"]
 
@@ -36,12 +37,17 @@ def _load(path):
 
     if not os.path.isfile(path):
         raise ModelLoadError(f"{path}: no such library file")
+    if os.fspath(path).lower().endswith(".onnx"):
+        library = os.path.splitext(os.path.basename(path))[0] + ".so"
+        raise ModelLoadError(f"{path} is an ONNX model, not a compiled library: compile it "
+                             f"first with `relax-memplan compile {path} -o {library}`")
     try:
         lib = tvm.runtime.load_module(os.fspath(path))
         return lib, relax.VirtualMachine(lib, tvm.cpu())
     except Exception as err:  # noqa: BLE001 - TVM raises many types; one clear message
-        raise ModelLoadError(f"{path}: cannot load as a Relax VM library: "
-                             f"{summarize_error(err)}") from None
+        message = describe_loader_error(os.fspath(path), str(err), tvm.cuda(0).exist)
+        raise ModelLoadError(message or f"{path}: cannot load as a Relax VM library: "
+                                        f"{summarize_error(err)}") from None
 
 
 def function_params(vm, func_name: str = "main") -> List[str]:
@@ -79,11 +85,13 @@ def run_library(path, inputs: Mapping[str, np.ndarray], func_name: str = "main")
     Raises
     ------
     ModelLoadError
-        The file is missing or is not a Relax VM library.
+        The file is missing, is an ONNX model (compile it first), was built for CUDA and
+        there is no CUDA GPU here, or is otherwise not a Relax VM library.
     ShapeSpecError
         An input is missing or named that the function does not take (the message lists them).
     RunError
-        The call failed: a dim outside its declared range, a shape the build does not accept,
+        The call failed: an input's shape or dtype differs from the library's (input and
+        expected shape named), a dim outside its declared range,
         an index out of range (one line, the input shapes named).
     """
     from ..runtime import run_checked

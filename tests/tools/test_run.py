@@ -73,3 +73,73 @@ def test_cli_run_missing_input_and_missing_library_are_one_line(library, tmp_pat
     assert "missing input(s) b; main takes a, b" in err
     err = _one_line_error(capsys, ["run", str(tmp_path / "nope.so")])
     assert "no such library file" in err
+
+
+def _static_gather_model():
+    """y = table[ids], ids: int64 [5, 3] (a static batch of 5), table a [10, 4] initializer."""
+    table = helper.make_tensor("t", TensorProto.FLOAT, [10, 4], np.arange(40, dtype="float32"))
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["t", "ids"], ["y"], axis=0)], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [5, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 3, 4])], initializer=[table])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture(scope="module")
+def static_library(tmp_path_factory):
+    mod, _ = import_onnx(_static_gather_model())
+    ex = tvm.compile(mod, "llvm", relax_pipeline=get_pipeline("llvm"))
+    path = tmp_path_factory.mktemp("run_static") / "gather.so"
+    export_library(ex, path)
+    return path
+
+
+def _run_error(capsys, library, tmp_path, **arrays) -> str:
+    argv = ["run", str(library)]
+    for name, value in arrays.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        argv += ["--input", f"{name}={tmp_path / (name + '.npy')}"]
+    return _one_line_error(capsys, argv)
+
+
+def test_cli_run_wrong_static_shape_names_input_and_expected_shape(static_library, tmp_path,
+                                                                   capsys):
+    err = _run_error(capsys, static_library, tmp_path, ids=np.zeros((1, 3), "int64"))
+    assert err.endswith("input ids has shape (1, 3); the library expects (5, 3)"), err
+    err = _run_error(capsys, static_library, tmp_path, ids=np.zeros((5,), "int64"))
+    assert err.endswith("input ids has shape (5,); the library expects (5, 3)"), err
+
+
+def test_cli_run_wrong_dtype_names_input_and_expected_dtype(static_library, tmp_path, capsys):
+    err = _run_error(capsys, static_library, tmp_path, ids=np.zeros((5, 3), "float32"))
+    assert err.endswith("input ids has dtype float32; the library expects int64"), err
+
+
+def test_cli_run_symbolic_dim_mismatch_names_bound_value(library, tmp_path, capsys):
+    err = _run_error(capsys, library, tmp_path, a=np.ones((3, 4), "float32"),
+                     b=np.ones((2, 4), "float32"))
+    assert err.endswith("input b has shape (2, 4); the library expects (n, 4) "
+                        "(dim 0 was bound to 3 by an earlier input)"), err
+    err = _run_error(capsys, library, tmp_path, a=np.ones((3, 5), "float32"),
+                     b=np.ones((3, 4), "float32"))
+    assert err.endswith("input a has shape (3, 5); the library expects (n, 4)"), err
+
+
+def test_cli_run_onnx_model_says_compile_it_first(tmp_path, capsys):
+    import onnx
+
+    model = tmp_path / "model.onnx"
+    onnx.save(_two_input_model(), model)
+    err = _one_line_error(capsys, ["run", str(model)])
+    assert err.endswith(f"{model} is an ONNX model, not a compiled library: compile it first "
+                        f"with `relax-memplan compile {model} -o model.so`"), err
+
+
+@pytest.mark.skipif(tvm.cuda(0).exist, reason="the message is for a machine without a CUDA GPU")
+def test_cli_run_cuda_library_without_gpu_says_it_needs_cuda(tmp_path, capsys):
+    lib = tmp_path / "x.so"
+    assert main(["compile", "--target", "cuda", "--cuda-arch", "sm_80", "-o", str(lib)]) == 0
+    capsys.readouterr()
+    err = _one_line_error(capsys, ["run", str(lib)])
+    assert err.endswith(f"{lib}: the library was built for CUDA and needs a CUDA GPU; no CUDA "
+                        "GPU is available here (tvm.cuda(0).exist is false)"), err
