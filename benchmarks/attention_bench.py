@@ -20,11 +20,8 @@ Usage: python benchmarks/attention_bench.py [--seqs 32,128,256,512] [--batch 8] 
 from __future__ import annotations
 
 import argparse
-import collections
 import json
-import re
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # measure this checkout, not another installed copy
 
 from relax_memplan.compile import build  # noqa: E402
+from relax_memplan.runtime import kernel_profile  # noqa: E402
 from relax_memplan.schedules import host_target  # noqa: E402
 
 BUILDS = {"default": ("llvm", False), "schedule": (None, True)}  # None: host_target()
@@ -72,40 +70,7 @@ def attention_block(batch: int, seq: int, heads: int, head_dim: int, seed: int =
 def kernel_times(vm, args, rounds: int, sync=None):
     """Kernel name without digits -> seconds per ``main`` call (mean over ``rounds``);
     ``sync`` (e.g. a GPU device's ``sync``) is called around every kernel."""
-    total = collections.defaultdict(float)
-    started = {}
-
-    def hook(_func, name, before_run, _ret, *_args):
-        if name.startswith("vm.builtin."):
-            return 0
-        if sync is not None:
-            sync()
-        if before_run:
-            started[name] = time.perf_counter()
-        else:
-            total[re.sub(r"\d+", "", name)] += time.perf_counter() - started[name]
-        return 0
-
-    vm.set_instrument(hook)
-    for _ in range(rounds):
-        vm["main"](*args)
-    vm.set_instrument(lambda *_a: 0)
-    return {k: t / rounds for k, t in total.items()}
-
-
-def kernels_per_call(vm, args) -> int:
-    """Packed calls one ``main`` call makes that are not ``vm.builtin.*``."""
-    calls = []
-
-    def hook(_func, name, before_run, _ret, *_args):
-        if before_run and not name.startswith("vm.builtin."):
-            calls.append(name)
-        return 0
-
-    vm.set_instrument(hook)
-    vm["main"](*args)
-    vm.set_instrument(lambda *_a: 0)
-    return len(calls)
+    return {k: s for k, (s, _n) in kernel_profile(vm, args, rounds, sync=sync).items()}
 
 
 def measure(mod, arrays, build_name: str, rounds: int, repeats: int) -> dict:

@@ -51,9 +51,7 @@ Usage: python benchmarks/fusion_bench.py [--seq 128] [--schedule] [--kernel-seqs
 from __future__ import annotations
 
 import argparse
-import collections
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -71,6 +69,7 @@ sys.path.insert(0, str(REPO))  # measure this checkout, not another installed co
 from relax_memplan.compile import build  # noqa: E402
 from relax_memplan.compile.fusion_summary import ort_optimized_nodes  # noqa: E402
 from relax_memplan.frontend import import_onnx, make_random_inputs, run_onnxruntime  # noqa: E402
+from relax_memplan.runtime import kernel_profile, kernels_per_call  # noqa: E402
 from relax_memplan.transform.plan_static_memory import PlanStaticMemory  # noqa: E402
 
 MODELS = {"bert-tiny": "bert-tiny-randw.onnx", "gpt2-tiny": "gpt2-tiny-randw.onnx"}
@@ -79,20 +78,6 @@ OTHER_MODELS = {"mnist-8": ("mnist-8/model.onnx", None),
                 "squeezenet1.0": ("squeezenet1.0-randw.onnx", None),
                 "mobilenetv2-tiny": ("mobilenetv2-tiny.onnx", {"x": (1, 3, 96, 96)}),
                 "ultraface": ("ultraface-rfb-320-opset9.onnx", None)}
-
-
-def _kernels_per_call(vm, args) -> int:
-    names = []
-
-    def hook(_func, name, before_run, _ret, *_args):
-        if before_run and not name.startswith("vm.builtin."):
-            names.append(name)
-        return 0
-
-    vm.set_instrument(hook)
-    vm["main"](*args)
-    vm.set_instrument(lambda *_a: 0)
-    return len(names)
 
 
 def _median_s(call, repeat: int) -> float:
@@ -108,30 +93,6 @@ def _median_call_s(vm, args, repeat: int) -> float:
     return _median_s(lambda: vm["main"](*args), repeat)
 
 
-def _kernel_times(vm, args, rounds: int):
-    """Kernel name without numbers -> (seconds per ``main`` call, calls per ``main`` call)."""
-    total = collections.defaultdict(float)
-    calls = collections.Counter()
-    started = {}
-
-    def hook(_func, name, before_run, _ret, *_args):
-        if name.startswith("vm.builtin."):
-            return 0
-        if before_run:
-            started[name] = time.perf_counter()
-        else:
-            key = re.sub(r"\d+", "", name)
-            total[key] += time.perf_counter() - started[name]
-            calls[key] += 1
-        return 0
-
-    vm.set_instrument(hook)
-    for _ in range(rounds):
-        vm["main"](*args)
-    vm.set_instrument(lambda *_a: 0)
-    return {k: (total[k] / rounds, calls[k] / rounds) for k in total}
-
-
 def attention_kernel_ms(mod, args, rounds: int = 10, repeats: int = 7):
     """(fused attention ms, ms of the kernels it replaces) per ``main`` call, both scheduled."""
     vms = {}
@@ -142,7 +103,7 @@ def attention_kernel_ms(mod, args, rounds: int = 10, repeats: int = 7):
         vms[fusion]["main"](*args)
     fused, replaced = [], []
     for _ in range(repeats):  # interleaved; the min is the least disturbed round
-        plain, ours = (_kernel_times(vms[f], args, rounds) for f in (False, True))
+        plain, ours = (kernel_profile(vms[f], args, rounds) for f in (False, True))
         fused.append(ours["fused_attention"][0])
         replaced.append(sum(t * (n - ours.get(k, (0, 0))[1]) / n
                             for k, (t, n) in plain.items() if n > ours.get(k, (0, 0))[1]))
@@ -229,7 +190,7 @@ def bench_model(label: str, path: Path, seq: Optional[int], schedule: bool, repe
         builds[fusion] = {
             "vm": vm,
             "row": {
-                "kernels_per_call": _kernels_per_call(vm, args),
+                "kernels_per_call": kernels_per_call(vm, args),
                 "lower_bound_bytes": main.lower_bound_bytes,
                 "arena_bytes": main.arena_bytes,
                 "max_rel_error": float(np.abs(got - expected).max() / np.abs(expected).max()),

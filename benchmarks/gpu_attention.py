@@ -27,10 +27,11 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from attention_bench import kernel_times, kernels_per_call  # benchmarks/, next to this file
+from attention_bench import kernel_times  # benchmarks/, next to this file
 from relax_memplan import frontend
 from relax_memplan.compile import build
 from relax_memplan.errors import RelaxMemplanError
+from relax_memplan.runtime import kernels_per_call
 
 REL_TOL = 1e-4
 MODELS = {  # name -> (file, batch dim, seq dim)

@@ -129,25 +129,16 @@ def top_kernels(vm, arrays, count=5, repeats=5) -> list:
     """Per-kernel time of ``vm["main"]`` summed over ``repeats`` calls (VM instrument hook)."""
     import tvm
 
+    from relax_memplan.runtime import kernel_profile
+
     args = [tvm.runtime.tensor(a) for a in arrays]
-    totals, calls, started = defaultdict(float), defaultdict(int), {}
-
-    def _hook(func, name, before_run, ret, *_args):
-        if before_run:
-            started[name] = time.perf_counter()
-        else:
-            totals[name] += time.perf_counter() - started.pop(name, time.perf_counter())
-            calls[name] += 1
-
-    vm["main"](*args)
-    vm.set_instrument(_hook)
-    for _ in range(repeats):
-        vm["main"](*args)
-    vm.set_instrument(None)
-    whole = sum(totals.values())
-    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:count]
-    return [{"kernel": k, "ms_per_run": v / repeats * 1e3, "share_pct": 100 * v / whole,
-             "calls_per_run": calls[k] // repeats} for k, v in ranked]
+    vm["main"](*args)  # warm-up
+    profile = kernel_profile(vm, args, rounds=repeats, merge_numbered=False,
+                             include_builtins=True)
+    whole = sum(s for s, _n in profile.values())
+    ranked = sorted(profile.items(), key=lambda kv: -kv[1][0])[:count]
+    return [{"kernel": k, "ms_per_run": s * 1e3, "share_pct": 100 * s / whole,
+             "calls_per_run": int(n)} for k, (s, n) in ranked]
 
 
 def kernel_ratios(ours_vm, tvm_vm, arrays, count=5, repeats=5) -> list:

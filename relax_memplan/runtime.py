@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import re
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Iterator, List, Mapping, Sequence
 
@@ -25,8 +27,8 @@ from .analysis.liveness import dtype_size_bytes
 from .errors import INDEX_CHECK_MESSAGE, IndexValueError, RunError, summarize_error
 from .vm_errors import describe_input_mismatch
 
-__all__ = ["RuntimeMemory", "run_and_measure", "run_checked", "recording_interrupts",
-           "raise_if_interrupted",
+__all__ = ["RuntimeMemory", "kernel_profile", "kernels_per_call", "run_and_measure",
+           "run_checked", "recording_interrupts", "raise_if_interrupted",
            "to_numpy_list", "release_pooled_memory", "heap_bytes"]
 
 
@@ -260,3 +262,57 @@ def heap_bytes() -> int:
     gc.collect()
     info = libc.mallinfo2()
     return info.hblkhd + info.uordblks
+
+
+def kernel_profile(vm: relax.VirtualMachine, args: Sequence, rounds: int = 1, sync=None,
+                   merge_numbered: bool = True, include_builtins: bool = False) -> dict:
+    """Time every packed call of ``vm["main"](*args)`` with the VM's instrument hook.
+
+    Parameters
+    ----------
+    vm : tvm.relax.VirtualMachine
+    args : sequence of tvm.runtime.Tensor
+        The inputs of ``main``.
+    rounds : int
+        Calls of ``main`` timed; the result is the mean per call.
+    sync : callable, optional
+        Called before and after every kernel (a GPU device's ``sync``), so each kernel's time is
+        its own.
+    merge_numbered : bool
+        Key by the name without digits (``fused_matmul3_add2`` -> ``fused_matmul_add``), so one
+        kind of kernel sums over its numbered copies.
+    include_builtins : bool
+        Also time ``vm.builtin.*`` calls (allocation, views, shape checks).
+
+    Returns
+    -------
+    dict of str to (float, float)
+        Name -> (seconds per ``main`` call, calls per ``main`` call).
+    """
+    total, calls, started = {}, {}, {}
+
+    def hook(_func, name, before_run, _ret, *_args):
+        if not include_builtins and name.startswith("vm.builtin."):
+            return 0
+        if sync is not None:
+            sync()
+        if before_run:
+            started[name] = time.perf_counter()
+        else:
+            key = re.sub(r"\d+", "", name) if merge_numbered else name
+            total[key] = total.get(key, 0.0) + time.perf_counter() - started.pop(name)
+            calls[key] = calls.get(key, 0) + 1
+        return 0
+
+    vm.set_instrument(hook)
+    try:
+        for _ in range(rounds):
+            vm["main"](*args)
+    finally:
+        vm.set_instrument(lambda *_a: 0)
+    return {k: (total[k] / rounds, calls[k] / rounds) for k in total}
+
+
+def kernels_per_call(vm: relax.VirtualMachine, args: Sequence) -> int:
+    """Packed calls one ``vm["main"](*args)`` makes that are not ``vm.builtin.*`` (kernels)."""
+    return int(sum(n for _s, n in kernel_profile(vm, args, merge_numbered=False).values()))
