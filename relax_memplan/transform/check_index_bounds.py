@@ -83,6 +83,21 @@ class _Refusal:
     def _at(expr, values: Dict[str, int]) -> int:
         return evaluate_int(expr, values)
 
+    def _smallest_above(self, over: tvm.ir.Expr, top: Dict[str, int], name: str) -> str:
+        """``"; the smallest allowed <name> is N"`` when some value above the declared range has
+        ``over <= 0`` (the index fits once the dim is large enough, e.g. a frame count of
+        ``(samples - 192) // 512 + 1``), found by doubling then bisection; else ``""``."""
+        lo = top[name]
+        hi = max(2 * lo, 1)
+        while self._at(over, {**top, name: hi}) > 0:
+            if hi >= _UNBOUNDED_PROBE:
+                return ""
+            lo, hi = hi, min(2 * hi, _UNBOUNDED_PROBE)
+        while hi - lo > 1:  # over > 0 at lo, <= 0 at hi
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if self._at(over, {**top, name: mid}) <= 0 else (mid, hi)
+        return f"; the smallest allowed {name} is {hi}"
+
     def check(self, over: tvm.ir.Expr, what: str) -> None:
         """Raise if ``over > 0`` at some declared dim value (``over`` grows with each dim)."""
         free = {v.name for v in tirx.analysis.undefined_vars(over)}
@@ -103,7 +118,8 @@ class _Refusal:
         name = used[0]
         lo, hi = self.ranges[name].lower, top[name]
         if self._at(over, {**top, name: lo}) > 0:
-            raise IndexBoundsError(f"{declared}: {what} for every {name} in the range")
+            raise IndexBoundsError(f"{declared}: {what} for every {name} in the range"
+                                   f"{self._smallest_above(over, top, name)}")
         while lo < hi:  # largest value with over <= 0
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if self._at(over, {**top, name: mid}) <= 0 else (lo, mid - 1)

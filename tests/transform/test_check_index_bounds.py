@@ -185,3 +185,18 @@ def test_module_not_from_onnx_names_relax_op_and_var():
     assert check.checked == ["main: Gather (Relax take 'y')"]
     kernel = [f for gv, f in out.functions_items() if gv.name_hint == "relax_memplan_check_indices"]
     assert "index out of range in Gather (Relax take 'y'): valid [0, 4]" in kernel[0].script()
+
+
+def test_range_below_the_smallest_valid_value_names_it():
+    """Silero's frame count is (sequence - 192) // 512 + 1, so a range of 1..128 (what
+    ``inspect`` suggests as a placeholder) has no valid value: the refusal says where the
+    valid values start (regression: it only said "for every sequence in the range")."""
+    mod, _ = import_onnx(shared_model("silero-vad-op18-ifless.onnx"), keep_dynamic=True)
+    check = CheckIndexBounds()
+    with pytest.raises(Exception):
+        check(AnnotateDimRanges({"batch": (1, 8), "sequence": (1, 128)})(mod))
+    assert str(check.refused).endswith(
+        "for every sequence in the range; the smallest allowed sequence is 192")
+    ok = CheckIndexBounds()
+    ok(AnnotateDimRanges({"batch": (1, 8), "sequence": (192, 1024)})(mod))
+    assert ok.refused is None
