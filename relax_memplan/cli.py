@@ -159,9 +159,14 @@ def _add_tool_parsers(sub) -> None:
     b.add_argument("--warmup", type=int_at_least(0), default=3, metavar="K",
                    help="untimed calls per build first (default 3)")
     b.add_argument("--no-onnxruntime", action="store_true", help="time the two TVM builds only")
-    b.add_argument("--schedule", action="store_true",
-                   help="both TVM builds with our CPU schedules, for the host CPU (default: "
-                   "TVM's unscheduled kernels, plain llvm)")
+    b.add_argument("--schedule", action=argparse.BooleanOptionalAction, default=None,
+                   help="both TVM builds with our CPU schedules, for the host CPU (default "
+                   "from config; without: TVM's unscheduled kernels, plain llvm)")
+    b.add_argument("--fusion", action=argparse.BooleanOptionalAction, default=None,
+                   help="our graph-level fusion in both TVM builds (default from config: on)")
+    b.add_argument("--config", metavar="YAML",
+                   help="configuration file (see configs/default.yaml): planner settings, "
+                   "schedule, fusion, check_indices")
     b.add_argument("--json", metavar="JSON", help="also write the times as JSON")
     _add_verbosity(b)
 
@@ -342,7 +347,9 @@ def _inspect(args) -> int:
 
 def _bench(args) -> int:
     from .frontend import parse_shape_spec
+    from .config import load_config
     from .tools.bench import bench_onnx
+    from .transform.plan_static_memory import PlanStaticMemory
 
     if not args.no_onnxruntime:
         try:
@@ -352,11 +359,19 @@ def _bench(args) -> int:
                                     "(or give --no-onnxruntime)") from None
     if args.json:
         check_output_path("--json", args.json)
+    config = load_config(args.config)
+    planner = config.planner
+    plan_pass = PlanStaticMemory(alignment_bytes=planner.alignment_bytes,
+                                 algorithms=planner.algorithms,
+                                 time_limit_s=planner.time_limit_s, inplace=planner.inplace)
     progress = _progress(args)
     with native_log(_log_mode(args)):
         result = bench_onnx(args.model, parse_repeated(args.shape, parse_shape_spec, "--shape"),
-                            repeat=args.repeat, warmup=args.warmup,
-                            onnxruntime=not args.no_onnxruntime, schedule=args.schedule,
+                            repeat=args.repeat, warmup=args.warmup, plan_pass=plan_pass,
+                            onnxruntime=not args.no_onnxruntime,
+                            schedule=config.schedule if args.schedule is None else args.schedule,
+                            fusion=config.fusion if args.fusion is None else args.fusion,
+                            check_indices=config.check_indices,
                             input_values=parse_inputs(args.input), progress=progress)
         _finish(progress)
     print(result.format_text())

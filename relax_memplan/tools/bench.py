@@ -142,6 +142,7 @@ def bench_onnx(
     prepare: bool = True,
     schedule: bool = False,
     check_indices: bool = True,
+    fusion: bool = True,
     progress: Optional[Callable[[str], None]] = None,
 ) -> BenchResult:
     """Time our build, TVM's default build and onnxruntime on one model, interleaved.
@@ -170,6 +171,9 @@ def bench_onnx(
         Our CPU schedules in both TVM builds.
     check_indices : bool
         Run-time index checks in both TVM builds.
+    fusion : bool
+        Our graph-level fusion (:func:`relax_memplan.pipeline.fusion_passes`) in both TVM
+        builds (``False``: TVM's FuseOps/FuseTIR alone).
     progress : callable, optional
         Called with ``(message)`` before each phase.
 
@@ -212,9 +216,10 @@ def bench_onnx(
     # our schedules need the host CPU's vector width; plain llvm (SSE2) otherwise
     target = host_target() if schedule else "llvm"
     ours = build(mod, target, "relax_memplan", plan_pass, None, schedule=schedule,
-                 check_indices=check_indices)
+                 check_indices=check_indices, fusion=fusion)
     say("building with TVM's default planner (same kernels)")
-    theirs = build(mod, target, "tvm", None, None, schedule=schedule, check_indices=check_indices)
+    theirs = build(mod, target, "tvm", None, None, schedule=schedule, check_indices=check_indices,
+                   fusion=fusion)
     threads = tvm.runtime.num_threads()
     shapes_text = ", ".join(f"{n}{tuple(s)}" for n, s in info.input_shapes.items())
     runners = [("relax_memplan", _vm_runner(ours, arrays)),

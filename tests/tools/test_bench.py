@@ -67,3 +67,34 @@ def test_cli_bench_schedule_builds_both_with_our_schedules(tmp_path, capsys, mon
                  "--no-onnxruntime", "-q", "--schedule"]) == 0
     assert [(p, s) for p, _t, s in seen] == [("relax_memplan", True), ("tvm", True)]
     assert all('"mcpu"' in t for _p, t, _s in seen)
+
+
+def test_cli_bench_takes_fusion_and_config(tmp_path, capsys, monkeypatch):
+    """Newcomer trial: bench had no --fusion or --config, so a configured build could not be
+    timed. --no-fusion reaches both builds; a config's planner and schedule are used; a bad
+    config key is one clear error."""
+    import relax_memplan.compile as compile_pkg
+
+    seen = []
+    real = compile_pkg.build
+
+    def recording_build(mod, target, planner, plan_pass, *args, **kw):
+        seen.append((planner, kw.get("fusion"), kw.get("schedule"),
+                     getattr(plan_pass, "time_limit_s", None)))
+        return real(mod, target, planner, plan_pass, *args, **kw)
+
+    monkeypatch.setattr(compile_pkg, "build", recording_build)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model().SerializeToString())
+    config = tmp_path / "c.yaml"
+    config.write_text("planner:\n  time_limit_s: 0.25\nschedule: true\n")
+    run = ["bench", str(path), "--shape", "x=2,64", "--repeat", "1", "--warmup", "0",
+           "--no-onnxruntime", "-q"]
+    assert main(run + ["--no-fusion", "--config", str(config)]) == 0
+    assert seen == [("relax_memplan", False, True, 0.25), ("tvm", False, True, None)]
+    seen.clear()
+    assert main(run + ["--config", str(config), "--no-schedule"]) == 0
+    assert [(f, s) for _p, f, s, _t in seen] == [(True, False), (True, False)]
+    config.write_text("planner:\n  time_limit: 1\n")
+    assert main(run + ["--config", str(config)]) == 1
+    assert "time_limit" in capsys.readouterr().err
