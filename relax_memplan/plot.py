@@ -9,6 +9,8 @@ Needs matplotlib (``pip install relax_memplan[plot]``).
 
 from __future__ import annotations
 
+import os
+import textwrap
 from pathlib import Path
 from typing import Dict, List, Mapping, Sequence, Tuple
 
@@ -91,8 +93,9 @@ def plot_plan(function_plan, path, title: str = "") -> Path:
         unit, scale = byte_unit(arena.arena_bytes)
         layout, live = axes[2 * k, 0], axes[2 * k + 1, 0]
         _draw_layout(layout, placed, arena, unit, scale, steps, plt.get_cmap("tab20"))
-        layout.set_title(f"{title} {function_plan.name}: device {arena.device_index}, "
-                         f"{len(placed)} tensors in one arena ({arena.algorithm})".strip())
+        layout.set_title(_fit_title(f"{_short_name(title)} {function_plan.name}: device "
+                                    f"{arena.device_index}, {len(placed)} tensors in one arena "
+                                    f"({arena.algorithm})"))
         _draw_live_bytes(live, [t for t, _ in placed], arena, unit, scale, steps)
     fig.tight_layout()
     for k, arena in enumerate(arenas):  # after the layout: labels are fitted in pixels
@@ -102,6 +105,16 @@ def plot_plan(function_plan, path, title: str = "") -> Path:
         for t, offset in placed[:LABELLED_TENSORS]:
             _label(axes[2 * k, 0], t, offset, unit, scale)
     return _save(plt, fig, path)
+
+
+def _short_name(title: str) -> str:
+    """A model path as its file name (a long folder cut the title off the figure)."""
+    return os.path.basename(title) if os.sep in title else title
+
+
+def _fit_title(text: str, width: int = 70) -> str:
+    """``text`` stripped and wrapped to lines of at most ``width`` characters."""
+    return textwrap.fill(text.strip(), width)
 
 
 def _save(plt, fig, path) -> Path:
@@ -206,7 +219,8 @@ def plot_shapes(reports: Mapping[str, object], path, title: str = "") -> Path:
     ax.set_ylabel(f"bytes per call ({unit})")
     ax.set_ylim(0, max(peak, 1) / scale * 1.1)
     ran = any(label.startswith("our build, run") for label in series)
-    ax.set_title(f"{title} memory per shape{'' if ran else ' (not run: the plan only)'}".strip(),
+    ax.set_title(_fit_title(f"{_short_name(title)} memory per shape"
+                            f"{'' if ran else ' (not run: the plan only)'}"),
                  fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()

@@ -107,3 +107,16 @@ def test_shape_series_draw_no_arena_for_a_plan_that_placed_nothing():
                             shapes=[_row({"b": 1}, 128, 512), _row({"b": 4}, 512, 512)])
     series = shape_series({"exact": unplanned, "upper_bound": planned})[1]
     assert series["lower bound"] == [128, 512] and "arena (exact)" not in series
+
+
+def test_long_model_path_titles_fit_the_figure():
+    """Newcomer trial: a model given by a long path made the plan title run off the figure;
+    the title names the file and wraps at 70 characters."""
+    from relax_memplan.plot import _fit_title, _short_name
+
+    path = "/home/someone/projects/deploy/models/ultraface-rfb-320-opset9.onnx"
+    assert _short_name(path) == "ultraface-rfb-320-opset9.onnx"
+    assert _short_name("built-in example") == "built-in example"
+    text = _fit_title(f"{_short_name(path)} main: device 0, 123 tensors in one arena "
+                      f"(lowest_first_by_area)")
+    assert all(len(line) <= 70 for line in text.splitlines()) and "\n" in text
