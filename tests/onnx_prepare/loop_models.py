@@ -62,3 +62,82 @@ def scan_model(length=6, width=4, seq="static", seed=0):
                             num_scan_inputs=1, name="scan0")
     return tiny_model([node], [tensor("s0", F, [width]), tensor("xs", F, [n, width])],
                       [tensor("s_final", F, [width]), tensor("ys", F, [n, width])], [w])
+
+
+def cumsum_loop_model(width=3, seed=0):
+    """``Loop`` whose trip count is computed (``Shape(xs)[0]``) and whose body reads ``xs``
+    from the enclosing scope: ``acc' = acc + xs[iter] * w``; scan output ``acc'``."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array(rng.standard_normal(width).astype("float32"), "w")
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["xs", "iter"], ["row"], axis=0),
+         helper.make_node("Mul", ["row", "w"], ["scaled"]),
+         helper.make_node("Add", ["acc_in", "scaled"], ["acc_out"]),
+         helper.make_node("Identity", ["acc_out"], ["y_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [tensor("iter", TensorProto.INT64, []), tensor("cond_in", TensorProto.BOOL, []),
+         tensor("acc_in", F, [width])],
+        [tensor("cond_out", TensorProto.BOOL, []), tensor("acc_out", F, [width]),
+         tensor("y_out", F, [width])],
+    )
+    nodes = [helper.make_node("Shape", ["xs"], ["shape"]),
+             helper.make_node("Gather", ["shape", "zero"], ["M"], axis=0),
+             helper.make_node("Loop", ["M", "cond", "acc0"], ["acc_final", "ys"], body=body,
+                              name="cumsum")]
+    inits = [w, numpy_helper.from_array(np.array(True), "cond"),
+             numpy_helper.from_array(np.array(0, "int64"), "zero")]
+    return tiny_model(nodes, [tensor("xs", F, ["seq", width]), tensor("acc0", F, [width])],
+                      [tensor("acc_final", F, [width]), tensor("ys", F, ["seq", width])], inits)
+
+
+def passthrough_scan_model(width=4):
+    """``Scan`` with two carried values, one returned unchanged (``b' = b``): the body's
+    output is its own input."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["a_in", "x_t"], ["a_out"]),
+         helper.make_node("Identity", ["b_in"], ["b_out"]),
+         helper.make_node("Mul", ["a_out", "b_in"], ["y_t"])],
+        "body",
+        [tensor("a_in", F, [width]), tensor("b_in", F, [width]), tensor("x_t", F, [width])],
+        [tensor("a_out", F, [width]), tensor("b_out", F, [width]), tensor("y_t", F, [width])],
+    )
+    node = helper.make_node("Scan", ["a0", "b0", "xs"], ["a_final", "b_final", "ys"],
+                            body=body, num_scan_inputs=1, name="scan_pass")
+    return tiny_model([node], [tensor("a0", F, [width]), tensor("b0", F, [width]),
+                               tensor("xs", F, ["seq", width])],
+                      [tensor("a_final", F, [width]), tensor("b_final", F, [width]),
+                       tensor("ys", F, ["seq", width])])
+
+
+def axis_scan_model(width=3, reverse=True):
+    """``Scan`` over axis 1 of ``xs [width, seq]``, reversed, its output stacked on axis 1:
+    a running sum ``s' = s + x_t``."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["y_t"])],
+        "body", [tensor("s_in", F, [width]), tensor("x_t", F, [width])],
+        [tensor("s_out", F, [width]), tensor("y_t", F, [width])],
+    )
+    node = helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=body,
+                            num_scan_inputs=1, scan_input_axes=[1], scan_output_axes=[1],
+                            scan_input_directions=[int(reverse)], name="scan_axis")
+    return tiny_model([node], [tensor("s0", F, [width]), tensor("xs", F, [width, "seq"])],
+                      [tensor("s_final", F, [width]), tensor("ys", F, [width, "seq"])])
+
+
+def while_loop_model():
+    """``Loop`` without a trip count (a while loop on a run-time condition)."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["x_in", "x_in"], ["x_out"]),
+         helper.make_node("ReduceSum", ["x_out"], ["total"], keepdims=0),
+         helper.make_node("Less", ["total", "limit"], ["cond_out"])],
+        "body",
+        [tensor("iter", TensorProto.INT64, []), tensor("cond_in", TensorProto.BOOL, []),
+         tensor("x_in", F, [2])],
+        [tensor("cond_out", TensorProto.BOOL, []), tensor("x_out", F, [2])],
+        initializer=[numpy_helper.from_array(np.array(100.0, "float32"), "limit")],
+    )
+    node = helper.make_node("Loop", ["", "cond", "x0"], ["x_final"], body=body, name="while0")
+    return tiny_model([node], [tensor("x0", F, [2])], [tensor("x_final", F, [2])],
+                      [numpy_helper.from_array(np.array(True), "cond")])

@@ -1,0 +1,252 @@
+"""HoistLoopStorage: a loop body's storage allocated once per call of the model, not per
+iteration.
+
+Where it runs
+-------------
+In the finalize phase, right after ``LowerAllocTensor`` (every allocation is then an
+``R.memory.alloc_storage``: our arenas, TVM's storage tokens and the function outputs'
+storage) and before ``KillAfterLastUse``.  Only with our planner: the ``tvm`` baseline
+keeps TVM's behaviour (the body allocates on every iteration).
+
+What it does
+------------
+It works on the recursive loop form of :mod:`relax_memplan.onnx_prepare.recursive_loops`:
+a body function (attribute ``relax_memplan.loop_body``) called by a recursive driver
+(attribute ``relax_memplan.loop_driver`` = the body's name), itself called from the model.
+
+1. Every top-level ``alloc_storage`` of constant size in the body becomes a parameter of
+   the body.  A storage that holds a returned tensor (a loop-carried value) is an
+   *output slot*; the others (the arena of the body's temporaries, planned once by
+   :class:`~relax_memplan.transform.plan_static_memory.PlanStaticMemory`) are *shared*.
+2. The driver takes the shared storages and two copies ``A``/``B`` of every output slot:
+   it calls the body with ``A`` and itself with ``B, A`` swapped, so iteration ``t``
+   writes its carried values into one slot while it reads the previous iteration's from
+   the other (the body's carried outputs are fresh tensors, never an input or a view of
+   one: the converter guarantees it, and this pass checks it).
+3. Every other caller of the driver allocates the storages once, just before the call.
+
+Iterations then allocate nothing; a call of the model allocates the body's arena once
+and each output slot twice.  The pass leaves a body alone (and says why in
+:attr:`HoistLoopStorage.skipped`) when a returned value is not a tensor of its own
+storage, or when a storage's size is symbolic (one allocation per iteration remains for
+it, as with TVM).
+
+Function attributes
+-------------------
+Reads ``relax_memplan.loop_body``, ``relax_memplan.loop_carried`` and
+``relax_memplan.loop_driver``; writes
+``relax_memplan.hoisted_bytes`` (bytes allocated once instead of per iteration: shared
+storage plus both output slots) on each body it changed.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import tvm
+from tvm import relax, tirx
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from ..onnx_prepare.recursive_loops import LOOP_BODY_ATTR, LOOP_CARRIED_ATTR, LOOP_DRIVER_ATTR
+
+__all__ = ["HoistLoopStorage", "HOISTED_BYTES_ATTR"]
+
+HOISTED_BYTES_ATTR = "relax_memplan.hoisted_bytes"
+
+_ALLOC_STORAGE = "relax.memory.alloc_storage"
+_ALLOC_TENSOR = "relax.memory.alloc_tensor"
+
+
+def _op_name(value) -> Optional[str]:
+    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+        return value.op.name
+    return None
+
+
+class _Storage:
+    """One hoisted ``alloc_storage`` binding of a body."""
+
+    def __init__(self, var: relax.Var, call: relax.Call, output: bool):
+        self.var, self.call, self.output = var, call, output
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self.call.args[0].values[0])
+
+
+def _storages(func: relax.Function) -> Tuple[List[_Storage], Optional[str]]:
+    """The hoistable storages of a body, or a reason it cannot be hoisted."""
+    bindings = {b.var: b.value for block in func.body.blocks for b in block.bindings}
+    storages = {}
+    for var, value in bindings.items():
+        if _op_name(value) != _ALLOC_STORAGE:
+            continue
+        size = value.args[0]
+        if not (isinstance(size, relax.ShapeExpr) and len(size.values) == 1
+                and isinstance(size.values[0], tirx.IntImm)):
+            return [], f"storage '{var.name}' has a symbolic size"
+        storages[var] = value
+    outputs = set()
+    result = func.body.body
+    fields = result.fields if isinstance(result, relax.Tuple) else [result]
+    if isinstance(result, relax.Var) and isinstance(bindings.get(result), relax.Tuple):
+        fields = bindings[result].fields
+    params = set(func.params)
+    num_carried = int(func.attrs[LOOP_CARRIED_ATTR])
+    for field in fields[num_carried:]:
+        if _origin(field, bindings) not in params:
+            return [], f"scan output '{field}' is not a buffer written in place"
+    for field in fields[:num_carried]:
+        source = _origin(field, bindings)
+        value = bindings.get(source)
+        if _op_name(value) != _ALLOC_TENSOR or value.args[0] not in storages:
+            return [], (f"loop-carried value '{field}' is not a tensor of the body's own "
+                        "storage (it is an input or a view of one)")
+        outputs.add(value.args[0])
+    return [_Storage(v, c, v in outputs) for v, c in storages.items()], None
+
+
+_VIEW_OPS = ("relax.reshape", "relax.memory.view", "relax.match_cast")
+_VIEW_BUILTINS = ("vm.builtin.reshape", "vm.builtin.ensure_zero_offset")
+
+
+def _origin(expr, bindings):
+    """Follow variable copies and views (reshape, ``match_cast``, zero-offset views) back
+    to the binding that made the memory ``expr`` lives in."""
+    while isinstance(expr, relax.Var):
+        value = bindings.get(expr)
+        if isinstance(value, relax.Var):
+            expr = value
+        elif _op_name(value) in _VIEW_OPS:
+            expr = value.args[0]
+        elif (_op_name(value) == "relax.call_pure_packed"
+              and getattr(value.args[0], "global_symbol", None) in _VIEW_BUILTINS):
+            expr = value.args[1]
+        else:
+            return expr
+    return expr
+
+
+def _without_bindings(func: relax.Function, drop, extra_params) -> relax.Function:
+    blocks = []
+    for block in func.body.blocks:
+        kept = [b for b in block.bindings if b.var not in drop]
+        cls = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
+        blocks.append(cls(kept))
+    body = relax.SeqExpr(blocks, func.body.body)
+    return relax.Function(list(func.params) + list(extra_params), body, func.ret_ty,
+                          func.is_pure, func.attrs)
+
+
+@mutator
+class _ThreadStorage(PyExprMutator):
+    """In the driver: append the hoisted storages to the calls of the body and of itself
+    (each given as ``(old GlobalVar, new GlobalVar, extra arguments)``)."""
+
+    def __init__(self, mod, body, driver):
+        super().__init__(mod)
+        self.targets = [body, driver]
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        for old, new, extra in self.targets:
+            if call.op.same_as(old):
+                return relax.Call(new, list(call.args) + list(extra), call.attrs, call.ty_args)
+        return call
+
+
+@mutator
+class _AllocateBeforeCalls(PyExprMutator):
+    """In a caller of the driver: allocate the storages once, just before each call."""
+
+    def __init__(self, mod, driver, storages: List[_Storage], order: List[Tuple[int, str]]):
+        super().__init__(mod)
+        (self.old, self.new), self.storages, self.order = driver, storages, order
+        self.calls = 0
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not call.op.same_as(self.old):
+            return call
+        self.calls += 1
+        made = [self.builder_.emit(self.storages[k].call, f"loop_storage{k}{slot}")
+                for k, slot in self.order]
+        return relax.Call(self.new, list(call.args) + made, call.attrs, call.ty_args)
+
+
+@tvm.transform.module_pass(opt_level=0, name="HoistLoopStorage")
+class HoistLoopStorage:
+    """Move the storage of recursive loop bodies out of the loop (see the module docstring).
+
+    Attributes
+    ----------
+    hoisted : dict of str to int
+        Body function name -> bytes now allocated once per call instead of per iteration.
+    skipped : dict of str to str
+        Body function name -> why its storage stays per iteration.
+    """
+
+    def __init__(self):
+        self.hoisted: Dict[str, int] = {}
+        self.skipped: Dict[str, str] = {}
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        funcs = {gv: f for gv, f in mod.functions_items() if isinstance(f, relax.Function)}
+        for body_gv, body in funcs.items():
+            if body.attrs is None or LOOP_BODY_ATTR not in body.attrs:
+                continue
+            drivers = [gv for gv, f in funcs.items() if f.attrs is not None
+                       and str(f.attrs.get(LOOP_DRIVER_ATTR, "")) == body_gv.name_hint]
+            if len(drivers) != 1:
+                self.skipped[body_gv.name_hint] = f"{len(drivers)} driver functions"
+                continue
+            mod = self._hoist(mod, body_gv, drivers[0])
+        return mod
+
+    def _hoist(self, mod, body_gv, driver_gv) -> tvm.IRModule:
+        body = mod[body_gv]
+        storages, reason = _storages(body)
+        if reason is not None or not storages:
+            self.skipped[body_gv.name_hint] = reason or "nothing to hoist"
+            return mod
+        # driver parameters: shared storages, then output slots A, then B
+        order = ([(k, "") for k, s in enumerate(storages) if not s.output]
+                 + [(k, "a") for k, s in enumerate(storages) if s.output]
+                 + [(k, "b") for k, s in enumerate(storages) if s.output])
+        driver = mod[driver_gv]
+        params = {key: relax.Var(f"loop_storage{key[0]}{key[1]}", storages[key[0]].var.ty)
+                  for key in order}
+        body_args = [params[(k, "" if not s.output else "a")] for k, s in enumerate(storages)]
+        swapped = [params[(k, {"": "", "a": "b", "b": "a"}[slot])] for k, slot in order]
+        new_body = _without_bindings(body, {s.var for s in storages},
+                                     [s.var for s in storages])
+        new_body = new_body.with_attr(HOISTED_BYTES_ATTR, sum(
+            s.size_bytes * (2 if s.output else 1) for s in storages))
+        driver_params = list(driver.params) + [params[key] for key in order]
+        # the functions' signatures change: new GlobalVars typed with them
+        new_body_gv = _typed_global_var(body_gv.name_hint, new_body)
+        new_driver_gv = _typed_global_var(driver_gv.name_hint, relax.Function(
+            driver_params, driver.body, driver.ret_ty, driver.is_pure, driver.attrs))
+        mod = mod.clone()
+        del mod[body_gv]
+        del mod[driver_gv]
+        mod[new_body_gv] = new_body
+        threaded = _ThreadStorage(mod, (body_gv, new_body_gv, body_args),
+                                  (driver_gv, new_driver_gv, swapped))
+        mod[new_driver_gv] = relax.Function(driver_params, threaded.visit_expr(driver.body),
+                                            driver.ret_ty, driver.is_pure, driver.attrs)
+        for gv, func in list(mod.functions_items()):
+            if not isinstance(func, relax.Function) or gv.same_as(new_driver_gv):
+                continue
+            alloc = _AllocateBeforeCalls(mod, (driver_gv, new_driver_gv), storages, order)
+            new_func = alloc.visit_expr(func)
+            if alloc.calls:
+                mod[gv] = new_func
+        self.hoisted[body_gv.name_hint] = int(new_body.attrs[HOISTED_BYTES_ATTR])
+        return mod
+
+
+def _typed_global_var(name: str, func: relax.Function) -> tvm.ir.GlobalVar:
+    gv = tvm.ir.GlobalVar(name)
+    relax.expr._update_type(gv, func.ty)  # pylint: disable=protected-access
+    return gv

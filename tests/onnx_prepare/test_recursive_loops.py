@@ -1,0 +1,149 @@
+"""The recursive loop form (ONNX Loop/Scan with a run-time trip count or sequence length):
+against onnxruntime at two lengths in one build, allocations per call independent of the
+length once HoistLoopStorage ran, and clear errors."""
+
+import warnings
+
+import numpy as np
+import pytest
+import tvm
+
+from relax_memplan.errors import UnsupportedOperatorError
+from relax_memplan.frontend import import_onnx, run_onnxruntime
+from relax_memplan.onnx_prepare import recursive_loops
+from relax_memplan.onnx_prepare.loop_facts import loops_of
+from relax_memplan.onnx_prepare.recursive_loops import MAX_RECURSIVE_ITERATIONS
+from relax_memplan.pipeline import get_pipeline
+from relax_memplan.runtime import run_and_measure
+from relax_memplan.transform.hoist_loop_storage import HoistLoopStorage
+
+from .loop_models import (axis_scan_model, cumsum_loop_model, loop_model,
+                          passthrough_scan_model, scan_model, while_loop_model)
+from .test_loops import assert_close
+
+RNG = np.random.default_rng(1)
+
+
+def build(model, planner="relax_memplan"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod, _ = import_onnx(model, keep_dynamic=True)
+    hoist = HoistLoopStorage()
+    ex = tvm.compile(mod, "llvm", relax_pipeline=get_pipeline("llvm", planner=planner,
+                                                              hoist_pass=hoist))
+    return mod, ex, hoist
+
+
+def allocs_vs_onnxruntime(ex, model, feeds) -> int:
+    """Run once; compare every output with onnxruntime; the number of VM allocations."""
+    measured = run_and_measure(ex, list(feeds.values()))
+    expected = run_onnxruntime(model, feeds)
+    assert len(measured.outputs) == len(expected)
+    for got, ref in zip(measured.outputs, expected):
+        assert_close(got, ref)
+    return measured.num_allocs
+
+
+def scan_feeds(length, width=64):
+    return {"s0": RNG.standard_normal(width).astype("float32"),
+            "xs": RNG.standard_normal((length, width)).astype("float32")}
+
+
+def loop_feeds(length, width=64):
+    return {"x0": RNG.standard_normal((1, width)).astype("float32"),
+            "M": np.array(length, "int64")}
+
+
+@pytest.mark.parametrize("model, feeds, body", [
+    (scan_model(seq="seq", width=64), scan_feeds, "scan0_body"),
+    (loop_model(trip_as_input=True, width=64), loop_feeds, "loop0_body"),
+])
+def test_symbolic_length_matches_onnxruntime_without_allocations_per_iteration(model, feeds,
+                                                                              body):
+    mod, ex, hoist = build(model)
+    assert [f.form for f in loops_of(mod)] == ["recursive"]
+    assert set(hoist.hoisted) == {body} and not hoist.skipped
+    # the body's arena once, its carried output in two 256-byte slots
+    assert hoist.hoisted[body] >= 2 * 256
+    assert allocs_vs_onnxruntime(ex, model, feeds(3)) == allocs_vs_onnxruntime(
+        ex, model, feeds(40))
+
+
+def test_tvm_planner_allocates_on_every_iteration():
+    """The baseline: without HoistLoopStorage the count grows with the length (so the
+    equality above is a real check)."""
+    model = scan_model(seq="seq", width=64)
+    _, ex, hoist = build(model, planner="tvm")
+    assert not hoist.hoisted
+    short, long = (allocs_vs_onnxruntime(ex, model, scan_feeds(n)) for n in (3, 40))
+    assert long - short >= 37
+
+
+def test_computed_trip_count_and_a_body_reading_the_outer_scope():
+    model = cumsum_loop_model()
+    mod, ex, hoist = build(model)
+    assert loops_of(mod)[0].form == "recursive" and hoist.hoisted
+    counts = [allocs_vs_onnxruntime(ex, model, {
+        "xs": RNG.standard_normal((n, 3)).astype("float32"),
+        "acc0": RNG.standard_normal(3).astype("float32")}) for n in (1, 3, 40)]
+    assert len(set(counts)) == 1
+
+
+def test_scan_over_axis_1_reversed():
+    model = axis_scan_model()
+    _, ex, _ = build(model)
+    for n in (2, 17):
+        allocs_vs_onnxruntime(ex, model, {"s0": RNG.standard_normal(3).astype("float32"),
+                                          "xs": RNG.standard_normal((3, n)).astype("float32")})
+
+
+def test_carried_value_returned_unchanged_gets_its_own_slot():
+    model = passthrough_scan_model()
+    _, ex, hoist = build(model)
+    assert hoist.hoisted and not hoist.skipped
+    counts = [allocs_vs_onnxruntime(ex, model, {
+        "a0": RNG.standard_normal(4).astype("float32"),
+        "b0": RNG.standard_normal(4).astype("float32"),
+        "xs": RNG.standard_normal((n, 4)).astype("float32")}) for n in (3, 40)]
+    assert counts[0] == counts[1]
+
+
+def test_hoisting_refuses_a_carried_value_that_is_a_body_input(monkeypatch):
+    """Without the converter's copy, ``b' = b`` returns an input: two swapping slots would
+    be unsafe, so the pass leaves the body to TVM (allocations per iteration), still exact."""
+    monkeypatch.setattr(recursive_loops, "_fresh_copy", lambda bb, value, where, i: value)
+    model = passthrough_scan_model()
+    _, ex, hoist = build(model)
+    assert not hoist.hoisted
+    assert "input or a view of one" in hoist.skipped["scan_pass_body"]
+    counts = [allocs_vs_onnxruntime(ex, model, {
+        "a0": RNG.standard_normal(4).astype("float32"),
+        "b0": RNG.standard_normal(4).astype("float32"),
+        "xs": RNG.standard_normal((n, 4)).astype("float32")}) for n in (3, 40)]
+    assert counts[1] > counts[0]
+
+
+def test_constant_trip_count_above_the_unroll_limit_is_recursive():
+    model = loop_model(trip=100, width=8)
+    mod, ex, _ = build(model)
+    assert [(f.form, int(f.iterations)) for f in loops_of(mod)] == [("recursive", 100)]
+    allocs_vs_onnxruntime(ex, model, {"x0": RNG.standard_normal((1, 8)).astype("float32")})
+
+
+def test_iterations_above_the_recursion_limit_raise_naming_the_node():
+    model = loop_model(trip_as_input=True, width=4)
+    _, ex, _ = build(model)
+    with pytest.raises(Exception, match=f"'loop0'.*above the recursive loop limit "
+                                        f"{MAX_RECURSIVE_ITERATIONS}"):
+        run_and_measure(ex, [np.zeros((1, 4), "float32"),
+                             np.array(MAX_RECURSIVE_ITERATIONS + 1, "int64")])
+
+
+@pytest.mark.parametrize("model, message", [
+    (while_loop_model(), "'while0'.*without a trip count"),
+    (loop_model(trip_as_input=True, cond_from_iter=True),
+     "'loop0'.*condition output is computed at run time"),
+])
+def test_unsupported_recursive_loops_name_the_node(model, message):
+    with pytest.raises(UnsupportedOperatorError, match=message):
+        import_onnx(model, keep_dynamic=True)
