@@ -176,7 +176,8 @@ def _ratio_cell(s: ShapeMeasurement) -> str:
     return f"{'-':>9}" if s.arena_over_lower_bound is None else f"{s.arena_over_lower_bound:>9.3f}"
 
 
-_LOOP_FORMS = {"kernel": "time loop inside one kernel", "unrolled": "unrolled"}
+_LOOP_FORMS = {"kernel": "time loop inside one kernel", "unrolled": "unrolled",
+               "recursive": "recursive (a body function per iteration)"}
 
 
 def _loop_lines(report: CompileReport) -> List[str]:
@@ -188,6 +189,9 @@ def _loop_lines(report: CompileReport) -> List[str]:
     rows = [s.dims for s in report.shapes] or [{}]
     for loop in report.loops:
         lines.append(f"    {loop.op} '{loop.node}': {_LOOP_FORMS.get(loop.form, loop.form)}")
+        if loop.form == "recursive" and loop.body_arena_bytes >= 0:
+            lines.append(f"      body {loop.function}: arena {loop.body_arena_bytes:,} B "
+                         f"(lower bound {loop.body_lower_bound_bytes:,} B)")
         for dims in rows:
             at = loop.at(dims)
             where = f"at {_dims_text(dims)}: " if dims else ""

@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 
 from ..errors import RelaxMemplanError, RunError, ShapeSpecError
-from ..onnx_prepare.loop_facts import loops_of
+from ..onnx_prepare.loop_facts import loops_of, with_body_plans
 from ..pipeline import fusion_counts, fusion_passes
 from ..report import CompileReport
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
@@ -262,7 +262,8 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                              arch=arch.arch if arch else None,
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
                              fusion=fusion_counts(b.fusion) if b.fusion is not None else None,
-                             loops=loops_of(source.mod))
+                             loops=with_body_plans(loops_of(source.mod),
+                                                   b.plan_pass.plans))
     if not dims:
         b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec)
         b.report.notes += fallbacks

@@ -83,16 +83,9 @@ def take_row_kernel(dtype: str, rank: int) -> tvm.tirx.PrimFunc:
 
 @lru_cache(maxsize=None)
 def write_row_kernel(dtype: str, rank: int) -> tvm.tirx.PrimFunc:
-    """``write_row(ys [T, d0..], y [d0..], i)``: ``ys[i] = y``, in place on ``ys``
-    (call it with ``relax.call_tir_inplace(..., inplace_indices=[0])``).
-
-    Parameters
-    ----------
-    dtype : str
-        Element type of both buffers.
-    rank : int
-        Rank of one row (``ys`` has ``rank + 1`` dims).
-    """
+    """``write_row(ys [T, d0..], y [d0..], i)``: ``ys[i] = y``, in place on ``ys`` (call it
+    with ``relax.call_tir_inplace(..., inplace_indices=[0])``); ``dtype`` and ``rank`` as
+    for :func:`take_row_kernel`."""
     return _parse(_source("write_row", "seq_h: T.handle, row_h: T.handle, i: T.int64",
                           dtype, rank, "SEQ = ROW"))
 

@@ -1,35 +1,40 @@
-"""Converter step ``unroll_loops``: ONNX ``Scan`` and ``Loop`` with a small constant trip count.
+"""Converter step ``unroll_loops``: ONNX ``Scan`` and ``Loop``, unrolled or recursive.
 
-TVM 0.27's ONNX importer has no ``Loop`` or ``Scan`` converter.  This step converts
-them by **unrolling**: the body graph is converted once per iteration with TVM's own
-subgraph converter (``ONNXGraphImporter._convert_subgraph``, the one ``If`` uses), the
-loop-carried values of one iteration bound to the body inputs of the next.
+TVM 0.27's ONNX importer has no ``Loop`` or ``Scan`` converter.  This step converts them
+in one of two forms; both convert the body graph with TVM's own subgraph converter
+(``ONNXGraphImporter._convert_subgraph``, the one ``If`` uses).
 
-Why unrolling, and when
------------------------
-Relax has no loop construct the VM runs without a function call per iteration (a
-recursive Relax function allocates its body's tensors on every call).  Unrolled, every
-iteration's tensors are ordinary bindings of one function: our planner sees their live
-ranges, the body of iteration ``t + 1`` reuses the arena region that iteration ``t``
-freed, loop-carried state takes two alternating slots, and nothing is allocated per
-iteration at run time (one arena per call, as for any graph).  The price is code size
-proportional to the trip count, so it is used only when the trip count is a compile-time
-constant of at most :data:`MAX_UNROLLED_ITERATIONS`:
+Which form, when, and why
+-------------------------
+* **Unrolled** -- the trip count / scan length is a compile-time constant of at most
+  :data:`MAX_UNROLLED_ITERATIONS`.  The body is converted once per iteration into
+  ``main``, the carried values of one iteration bound to the body inputs of the next.
+  Every iteration's tensors are ordinary bindings of one function: our planner sees
+  their live ranges, iteration ``t + 1`` reuses the arena region iteration ``t`` freed,
+  and there is no call per iteration, so it is the faster form.  Its price is code size
+  proportional to the trip count, hence the limit.  Each iteration's scan-output element
+  stays live until the final ``stack`` copies them into the output, so the scan outputs
+  take twice their size at the peak.
+* **Recursive** -- anything longer, a length known only at run time (a symbolic scan
+  length, a trip count given as an input or computed from a shape), or a reversed scan.  The body becomes a
+  Relax function called by a self-calling driver function, the scan outputs are
+  allocated once and written row by row in place
+  (:mod:`~relax_memplan.onnx_prepare.recursive_loops`), and
+  :class:`~relax_memplan.transform.hoist_loop_storage.HoistLoopStorage` moves the body's
+  storage out of the loop, so an iteration allocates nothing.  Each iteration is a few
+  VM calls, and the recursion depth is limited
+  (:data:`~relax_memplan.onnx_prepare.recursive_loops.MAX_RECURSIVE_ITERATIONS`, checked
+  at run time).
 
-* ``Loop``: trip count ``M`` a constant; ``cond`` absent or a constant true; the body's
-  condition output provably true (a constant, or the incoming condition passed through).
-* ``Scan`` (opset 9+): every scan input's scanned axis has a static length; forward
-  directions only.
+Supported: ``Loop`` with a trip count ``M`` (a constant, an input or a computed
+scalar), ``cond`` absent or a constant true and the body's condition output provably
+true (a constant, or the incoming condition passed through), loop-carried values and
+scan outputs; ``Scan`` (opset 9+) with any scan axes and directions.  Bodies may read values of the enclosing graph (passed to the recursive
+functions as loop-invariant parameters).
 
-What still costs memory: each iteration's scan-output element stays live until the
-final ``stack`` copies them into the output (Relax has no in-place write into a slice
-of the output), so the scan outputs take twice their size at the peak.  Carried state
-and the rest of the body are freed after the next iteration reads them.
-
-Anything else (a while loop, a symbolic trip count or scan length, a run-time condition,
-reverse scan directions) raises ``NotImplementedError`` with one line, turned into an
+Anything else (a while loop, a run-time condition) raises ``NotImplementedError`` with one line, turned into an
 :class:`~relax_memplan.errors.UnsupportedOperatorError` naming the node.  Recurrences
-with a symbolic length should use ``LSTM``/``GRU`` (step ``recurrent``: one kernel).
+``LSTM``/``GRU`` have their own step (``recurrent``: one kernel for the whole time loop).
 """
 
 from __future__ import annotations
@@ -189,9 +194,11 @@ def _recursive_loop(bb, body, count, carried, attr, where: str):
         return out[1:1 + len(carried)], out[1 + len(carried):]
 
     spec = make_spec(attr["tvm_custom"]["name"], where, count, carried, [], invariants)
-    final, scans, body_outs = emit_recursive_loop(bb, importer, spec, convert, num_scan)
+    final, scans, body_outs, function = emit_recursive_loop(bb, importer, spec, convert,
+                                                            num_scan)
     record_loop(node=spec.node, op="Loop", form="recursive", iterations=count,
-                carried_state_bytes=_total_bytes(carried), body_bytes=_total_bytes(body_outs))
+                carried_state_bytes=_total_bytes(carried), body_bytes=_total_bytes(body_outs),
+                function=function)
     return _results(final + scans)
 
 
@@ -222,11 +229,9 @@ class ScanConverter(_tvm_onnx.OnnxOpConverter):
         states, xs = list(inputs[:len(inputs) - num_scan]), list(inputs[len(inputs) - num_scan:])
         in_axes = [int(a) for a in attr.get("scan_input_axes", [0] * num_scan)]
         length = _scan_length(xs, in_axes, where)
-        if isinstance(length, int) and length <= MAX_UNROLLED_ITERATIONS:
-            for key in ("scan_input_directions", "scan_output_directions"):
-                if any(int(v) for v in attr.get(key, ())):
-                    raise NotImplementedError(f"{where}: reverse {key} is not supported "
-                                              "in the unrolled form")
+        reverse = any(int(v) for key in ("scan_input_directions", "scan_output_directions")
+                      for v in attr.get(key, ()))
+        if isinstance(length, int) and length <= MAX_UNROLLED_ITERATIONS and not reverse:
             return _unrolled_scan(bb, body, states, xs, in_axes, length, attr, where)
         return _recursive_scan(bb, body, states, xs, in_axes, attr, where)
 
@@ -294,9 +299,11 @@ def _recursive_scan(bb, body, states, xs, in_axes, attr, where: str):
         return out[:len(states)], out[len(states):]
 
     spec = make_spec(attr["tvm_custom"]["name"], where, count, states, xs, invariants)
-    final, scans, body_outs = emit_recursive_loop(bb, importer, spec, convert, num_out)
+    final, scans, body_outs, function = emit_recursive_loop(bb, importer, spec, convert,
+                                                            num_out)
     record_loop(node=spec.node, op="Scan", form="recursive", iterations=count,
-                carried_state_bytes=_total_bytes(states), body_bytes=_total_bytes(body_outs))
+                carried_state_bytes=_total_bytes(states), body_bytes=_total_bytes(body_outs),
+                function=function)
     scans = [_from_front(bb, y, a, bool(d)) for y, a, d in zip(scans, out_axes, out_dirs)]
     return _results(final + scans)
 

@@ -134,9 +134,9 @@ def emit_recursive_loop(bb, importer, spec: _Spec, convert_body, num_scan_out: i
 
     Returns
     -------
-    (list of relax.Expr, list of relax.Expr, list of relax.Expr)
-        Final carried values, scan outputs ``[count, ...]``, and the body's outputs
-        (one iteration's tensors, for the report).
+    (list of relax.Expr, list of relax.Expr, list of relax.Expr, str)
+        Final carried values, scan outputs ``[count, ...]``, the body's outputs (one
+        iteration's tensors, for the report) and the body function's name.
 
     Raises
     ------
@@ -158,7 +158,7 @@ def emit_recursive_loop(bb, importer, spec: _Spec, convert_body, num_scan_out: i
             + spec.carried + spec.xs + ys + list(spec.invariants.values()))
     result = bb.emit(relax.Call(loop_gv, args))
     items = [bb.emit(relax.TupleGetItem(result, k)) for k in range(len(spec.carried) + len(ys))]
-    return items[:len(spec.carried)], items[len(spec.carried):], body_outs
+    return items[:len(spec.carried)], items[len(spec.carried):], body_outs, body_gv.name_hint
 
 
 def _emit_body(bb, importer, spec: _Spec, convert_body, num_scan_out: int):

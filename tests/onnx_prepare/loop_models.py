@@ -110,7 +110,7 @@ def passthrough_scan_model(width=4):
                        tensor("ys", F, ["seq", width])])
 
 
-def axis_scan_model(width=3, reverse=True):
+def axis_scan_model(width=3, reverse=True, seq="seq"):
     """``Scan`` over axis 1 of ``xs [width, seq]``, reversed, its output stacked on axis 1:
     a running sum ``s' = s + x_t``."""
     body = helper.make_graph(
@@ -122,8 +122,8 @@ def axis_scan_model(width=3, reverse=True):
     node = helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=body,
                             num_scan_inputs=1, scan_input_axes=[1], scan_output_axes=[1],
                             scan_input_directions=[int(reverse)], name="scan_axis")
-    return tiny_model([node], [tensor("s0", F, [width]), tensor("xs", F, [width, "seq"])],
-                      [tensor("s_final", F, [width]), tensor("ys", F, [width, "seq"])])
+    return tiny_model([node], [tensor("s0", F, [width]), tensor("xs", F, [width, seq])],
+                      [tensor("s_final", F, [width]), tensor("ys", F, [width, seq])])
 
 
 def while_loop_model():

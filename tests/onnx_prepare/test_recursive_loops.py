@@ -2,12 +2,15 @@
 against onnxruntime at two lengths in one build, allocations per call independent of the
 length once HoistLoopStorage ran, and clear errors."""
 
+import json
 import warnings
 
 import numpy as np
+import onnx
 import pytest
 import tvm
 
+from relax_memplan.cli import main
 from relax_memplan.errors import UnsupportedOperatorError
 from relax_memplan.frontend import import_onnx, run_onnxruntime
 from relax_memplan.onnx_prepare import recursive_loops
@@ -89,10 +92,14 @@ def test_computed_trip_count_and_a_body_reading_the_outer_scope():
     assert len(set(counts)) == 1
 
 
-def test_scan_over_axis_1_reversed():
-    model = axis_scan_model()
-    _, ex, _ = build(model)
-    for n in (2, 17):
+@pytest.mark.parametrize("seq", ["seq", 5])
+def test_scan_over_axis_1_reversed(seq):
+    """Reversed: recursive even at a short constant length (the unrolled form has no
+    reverse directions)."""
+    model = axis_scan_model(seq=seq)
+    mod, ex, _ = build(model)
+    assert loops_of(mod)[0].form == "recursive"
+    for n in ((2, 17) if seq == "seq" else (5,)):
         allocs_vs_onnxruntime(ex, model, {"s0": RNG.standard_normal(3).astype("float32"),
                                           "xs": RNG.standard_normal((3, n)).astype("float32")})
 
@@ -147,3 +154,27 @@ def test_iterations_above_the_recursion_limit_raise_naming_the_node():
 def test_unsupported_recursive_loops_name_the_node(model, message):
     with pytest.raises(UnsupportedOperatorError, match=message):
         import_onnx(model, keep_dynamic=True)
+
+
+def test_cli_compile_with_a_dim_range_verifies_and_reports_the_body(tmp_path, capsys):
+    """``compile model.onnx --dim seq=1..64 --verify``: verified against onnxruntime at the
+    sampled lengths, the same allocations at each (TVM's build: more with the length), the
+    body's arena at its lower bound, the loop in the report."""
+    path, report = tmp_path / "scan.onnx", tmp_path / "r.json"
+    onnx.save(scan_model(seq="seq", width=64), str(path))
+    status = main(["compile", str(path), "--dim", "seq=1..64", "--verify", "--time-limit",
+                   "0.5", "--report", str(report)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    data = json.loads(report.read_text())
+    assert data["verified"] is True
+    ours = [s["runtime_num_allocs"] for s in data["shapes"]]
+    theirs = [s["tvm_default_runtime_num_allocs"] for s in data["shapes"]]
+    assert len(data["shapes"]) >= 2 and len(set(ours)) == 1
+    assert max(theirs) > min(theirs) + 40
+    [facts] = data["loops"]
+    assert (facts["form"], facts["function"]) == ("recursive", "scan0_body")
+    assert 0 < facts["body_arena_bytes"] <= 1.02 * facts["body_lower_bound_bytes"]
+    assert [s["iterations"] for s in facts["at_shapes"]] == [s["dims"]["seq"]
+                                                             for s in data["shapes"]]
+    assert "body scan0_body: arena" in out
