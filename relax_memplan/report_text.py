@@ -73,12 +73,17 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
     if f.planned_bytes != f.arena_bytes:
         lines.append(row("our planned total (arena + TVM)", f.planned_bytes))
     lines.append(f"  {'outputs / unplanned, per call':<38}{_fmt_bytes(f.unplanned_bytes):>30}")
+    if f.loop_storage_bytes:
+        lines.append(row("loop bodies' storage, per call", f.loop_storage_bytes))
     lines.append(row("our build, per call", f.expected_runtime_alloc_bytes))
     lines.append(row("TVM default build, per call", f.tvm_default_bytes))
     if f.saved_percent is not None:
         label = "saved vs TVM default" if f.saved_bytes >= 0 else "MORE than TVM default"
         lines.append(f"  {label:<38}{_fmt_bytes(abs(f.saved_bytes)):>30}  "
                      f"{abs(f.saved_percent):.1f} %")
+        if f.loop_storage_bytes:
+            lines.append("  (TVM's figure leaves out what its loop bodies allocate on every "
+                         "iteration: compare the run-time lines)")
     if f.runtime_alloc_bytes is not None:
         agree = "matches the plan" if f.runtime_matches_plan else (
             f"DIFFERS from the plan ({_fmt_bytes(f.expected_runtime_alloc_bytes)})"

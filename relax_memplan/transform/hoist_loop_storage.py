@@ -184,11 +184,15 @@ class HoistLoopStorage:
         Body function name -> bytes now allocated once per call instead of per iteration.
     skipped : dict of str to str
         Body function name -> why its storage stays per iteration.
+    allocated_in : dict of str to int
+        Caller function name (``main``) -> bytes of loop storage it now allocates per call
+        (constant sizes, on top of its own plan).
     """
 
     def __init__(self):
         self.hoisted: Dict[str, int] = {}
         self.skipped: Dict[str, str] = {}
+        self.allocated_in: Dict[str, int] = {}
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         funcs = {gv: f for gv, f in mod.functions_items() if isinstance(f, relax.Function)}
@@ -242,6 +246,8 @@ class HoistLoopStorage:
             new_func = alloc.visit_expr(func)
             if alloc.calls:
                 mod[gv] = new_func
+                self.allocated_in[gv.name_hint] = self.allocated_in.get(gv.name_hint, 0) + (
+                    alloc.calls * int(new_body.attrs[HOISTED_BYTES_ATTR]))
         self.hoisted[body_gv.name_hint] = int(new_body.attrs[HOISTED_BYTES_ATTR])
         return mod
 

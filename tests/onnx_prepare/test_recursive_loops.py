@@ -178,3 +178,18 @@ def test_cli_compile_with_a_dim_range_verifies_and_reports_the_body(tmp_path, ca
     assert [s["iterations"] for s in facts["at_shapes"]] == [s["dims"]["seq"]
                                                              for s in data["shapes"]]
     assert "body scan0_body: arena" in out
+
+
+def test_static_build_counts_the_loop_storage_in_the_plan(tmp_path, capsys):
+    """A constant trip count above the unroll limit: the static report's plan includes the
+    storage main allocates for the loop body, so the run-time bytes match it."""
+    path, report = tmp_path / "loop.onnx", tmp_path / "r.json"
+    onnx.save(loop_model(trip=100, width=64), str(path))
+    assert main(["compile", str(path), "--verify", "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(report.read_text())
+    fmain = data["functions"]["main"]
+    assert fmain["loop_storage_bytes"] == 512 + 2 * 256  # body arena, two carried slots
+    assert fmain["runtime_matches_plan"] is True
+    assert fmain["runtime_num_allocs"] < 10 < 100 < fmain["tvm_default_runtime_num_allocs"]
+    assert "loop bodies' storage, per call" in out
