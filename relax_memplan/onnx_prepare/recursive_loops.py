@@ -8,26 +8,30 @@ Form (built by :func:`emit_recursive_loop`)
   by TVM's subgraph converter, the carried outputs, and row ``i`` of every scan output
   written in place into the preallocated ``ys`` (``call_tir_inplace`` of ``write_row``);
   see :mod:`relax_memplan.kernels.loop_rows`.  Returns ``(carried'.., ys..)``.
-* ``<node>_loop(i, n, carried.., xs.., ys.., invariants..)`` -- ``if i < n`` calls the
-  body and then itself with ``i + 1``, else returns ``(carried.., ys..)``.
-* In the caller, the scan outputs ``[n, ...]`` are allocated once (``zeros``) and the
-  loop is called with ``i = 0``.
+* ``<node>_loop(i, n, carried.., xs.., ys.., invariants..)`` -- the driver: ``if i < n``
+  calls the body and then itself with ``i + 1``, else returns ``(carried.., ys..)``.
+* ``<node>_chunks(i, n, ...)`` -- runs the driver on ``[i, min(i + 64, n))`` and then
+  itself from there (:data:`CHUNK_ITERATIONS`), after checking ``n``.
+* In the caller, the scan outputs ``[n, ...]`` are allocated once (``zeros``) and
+  ``<node>_chunks`` is called with ``i = 0``.
 
 Every carried output of the body is a fresh tensor (a ``copy`` kernel after the body, so
-that it is never an input or a view of one), so that the body's outputs can
-live in two storage slots that swap every iteration once
+that it is never an input or a view of one), so that the body's outputs can live in two
+storage slots that swap every iteration once
 :class:`~relax_memplan.transform.hoist_loop_storage.HoistLoopStorage` has moved the
 body's allocations out of the loop: iteration ``t`` reads slot ``t % 2`` and writes slot
-``(t + 1) % 2``.  The functions carry :data:`LOOP_BODY_ATTR`, :data:`LOOP_CARRIED_ATTR`
-and :data:`LOOP_DRIVER_ATTR`, which that pass reads.
+``(t + 1) % 2``.  Every chunk but the last has an even length, so each chunk starts
+writing the same slot.  The functions carry :data:`LOOP_BODY_ATTR`,
+:data:`LOOP_CARRIED_ATTR`, :data:`LOOP_DRIVER_ATTR` and :data:`LOOP_OUTER_ATTR`, which that
+pass reads.
 
 Recursion depth
 ---------------
-The VM runs a Relax call as a C++ call: each iteration takes C++ stack.  With the
-default 8 MiB stack a loop of 2,000 iterations ran and one of 3,000 crashed (measured on
-this build); :data:`MAX_RECURSIVE_ITERATIONS` is therefore checked at run time (an
-``assert_op`` at the loop's entry), which raises a one-line error naming the node
-instead of crashing.
+The VM runs a Relax call as a C++ call: each level takes C++ stack.  With the default
+8 MiB stack a plain recursion of 2,000 iterations ran and one of 3,000 crashed (measured
+on this build).  In chunks of 64 the depth is ``n / 64 + 64``: at most 964 for
+:data:`MAX_RECURSIVE_ITERATIONS`, which is checked at run time (an ``assert_op`` at the
+entry of ``<node>_chunks``, a one-line error naming the node instead of a crash).
 """
 
 from __future__ import annotations
@@ -41,11 +45,15 @@ from ..kernels.loop_rows import (copy_kernel, iteration_kernel, take_row_kernel,
                                   write_row_kernel)
 
 __all__ = ["emit_recursive_loop", "make_spec", "trip_count_var", "outer_names",
-           "MAX_RECURSIVE_ITERATIONS", "LOOP_BODY_ATTR", "LOOP_CARRIED_ATTR",
-           "LOOP_DRIVER_ATTR"]
+           "MAX_RECURSIVE_ITERATIONS", "CHUNK_ITERATIONS", "LOOP_BODY_ATTR",
+           "LOOP_CARRIED_ATTR", "LOOP_DRIVER_ATTR", "LOOP_OUTER_ATTR"]
 
-MAX_RECURSIVE_ITERATIONS = 1000
-"""Largest iteration count of the recursive form, checked at run time (see module doc)."""
+CHUNK_ITERATIONS = 64
+"""Iterations per call of the inner driver (even: see the module docstring)."""
+
+MAX_RECURSIVE_ITERATIONS = CHUNK_ITERATIONS * 900
+"""Largest iteration count of the recursive form (57,600), checked at run time: the
+recursion is then at most 900 + 64 calls deep (see the module docstring)."""
 
 LOOP_BODY_ATTR = "relax_memplan.loop_body"
 """Function attribute of a loop body: the ONNX node name."""
@@ -56,6 +64,10 @@ LOOP_CARRIED_ATTR = "relax_memplan.loop_carried"
 
 LOOP_DRIVER_ATTR = "relax_memplan.loop_driver"
 """Function attribute of the recursive function that drives a loop body: the body's name."""
+
+LOOP_OUTER_ATTR = "relax_memplan.loop_outer"
+"""Function attribute of the recursive function that runs the driver chunk by chunk: the
+driver's name."""
 
 
 def outer_names(graph) -> List[str]:
@@ -145,7 +157,7 @@ def emit_recursive_loop(bb, importer, spec: _Spec, convert_body, num_scan_out: i
     """
     body_gv, rows, origin, body_outs = _emit_body(bb, importer, spec, convert_body,
                                                   num_scan_out)
-    loop_gv = _emit_loop(bb, spec, body_gv)
+    loop_gv = _emit_loop(bb, spec, _emit_loop(bb, spec, body_gv), chunk=CHUNK_ITERATIONS)
     count = tvm.te.max(spec.count, tirx.IntImm("int64", 0))
     ys = []
     back = tvm.sym.Analyzer()  # the body's dims in the caller's terms
@@ -241,24 +253,36 @@ def _merge(bb, mod: tvm.IRModule, node: str):
     return target
 
 
-def _emit_loop(bb, spec: _Spec, body_gv):
-    """``loop(i, n, state..)``: ``if i < n: loop(i + 1, n, *body(i, state..))``."""
-    body = bb.get()[body_gv]
+def _emit_loop(bb, spec: _Spec, callee_gv, chunk: Optional[int] = None):
+    """A self-calling driver ``f(i, n, state..)``: ``if i < n`` run ``callee`` and call
+    itself on the rest.
+
+    Without ``chunk`` (the inner driver), ``callee`` is the body, run for iteration ``i``;
+    the driver calls itself with ``i + 1``.  With ``chunk`` (the outer driver), ``callee``
+    is the inner driver, run for iterations ``[i, min(i + chunk, n))``; the driver calls
+    itself with ``min(i + chunk, n)`` and checks ``n`` against
+    :data:`MAX_RECURSIVE_ITERATIONS` first.
+    """
+    callee = bb.get()[callee_gv]
+    skip = 1 if chunk is None else 2
     dims: Dict = {}
     i, n = tirx.Var("i", "int64"), tirx.Var("n", "int64")
-    state = [relax.Var(p.name, _fresh_type(p.ty, dims)) for p in list(body.params)[1:]]
+    state = [relax.Var(p.name, _fresh_type(p.ty, dims)) for p in list(callee.params)[skip:]]
     head = [relax.Var("i", relax.ShapeType([i])), relax.Var("n", relax.ShapeType([n]))]
     num_carried, num_xs = len(spec.carried), len(spec.xs)
-    num_out = len(body.ret_ty.fields)
+    num_out = len(callee.ret_ty.fields)
     positions = list(range(num_carried)) + list(
         range(num_carried + num_xs, num_carried + num_xs + num_out - num_carried))
     ret_ty = relax.TupleType([state[k].ty for k in positions])
-    # a placeholder gives the GlobalVar its type, so that the loop can call itself
+    # a placeholder gives the GlobalVar its type, so that the driver can call itself
     holder_params = [relax.Var(v.name, v.ty) for v in head + state]
     holder = relax.Function(holder_params, relax.Tuple([holder_params[2 + k] for k in positions]),
                             ret_ty)
-    loop_gv = bb.add_func(holder, f"{_identifier(spec.node)}_loop")
-    call = bb.normalize(relax.Call(body_gv, [head[0]] + state))
+    suffix = "loop" if chunk is None else "chunks"
+    loop_gv = bb.add_func(holder, f"{_identifier(spec.node)}_{suffix}")
+    following = i + 1 if chunk is None else tvm.te.min(i + chunk, n)
+    args = [head[0]] + ([] if chunk is None else [relax.ShapeExpr([following])])
+    call = bb.normalize(relax.Call(callee_gv, args + state))
     step = relax.Var("step", call.ty)
     steps = [relax.VarBinding(step, call)]
     nxt = list(state)
@@ -266,23 +290,25 @@ def _emit_loop(bb, spec: _Spec, body_gv):
         item = relax.Var(f"next{j}", call.ty.fields[j])
         steps.append(relax.VarBinding(item, relax.TupleGetItem(step, j)))
         nxt[k] = item
-    rec_call = bb.normalize(relax.Call(loop_gv, [relax.ShapeExpr([i + 1]), head[1]] + nxt))
+    rec_call = bb.normalize(relax.Call(loop_gv, [relax.ShapeExpr([following]), head[1]] + nxt))
     rec = relax.Var("rec", rec_call.ty)
     steps.append(relax.VarBinding(rec, rec_call))
     then = relax.SeqExpr([relax.BindingBlock(steps)], rec)
     done = relax.Var("done", ret_ty)
     els = relax.SeqExpr([relax.BindingBlock([relax.VarBinding(
         done, relax.Tuple([state[k] for k in positions]))])], done)
-    message = (f"{spec.where}: {{}} iterations are above the recursive loop limit "
-               f"{MAX_RECURSIVE_ITERATIONS}")
-    check = relax.Var("check", relax.TupleType([]))
     res = relax.Var("res", ret_ty)
-    block = relax.BindingBlock([
-        relax.VarBinding(check, relax.op.assert_op(
-            relax.prim_value(n <= MAX_RECURSIVE_ITERATIONS), [relax.prim_value(n)], message)),
-        relax.VarBinding(res, relax.If(i < n, then, els))])
-    func = relax.Function(head + state, relax.SeqExpr([block], res), ret_ty)
-    func = func.with_attrs({LOOP_DRIVER_ATTR: body_gv.name_hint, "relax.force_pure": True})
+    bindings = [relax.VarBinding(res, relax.If(i < n, then, els))]
+    if chunk is not None:
+        message = (f"{spec.where}: {{}} iterations are above the recursive loop limit "
+                   f"{MAX_RECURSIVE_ITERATIONS}")
+        bindings.insert(0, relax.VarBinding(relax.Var("check", relax.TupleType([])),
+                                            relax.op.assert_op(
+            relax.prim_value(n <= MAX_RECURSIVE_ITERATIONS), [relax.prim_value(n)], message)))
+    func = relax.Function(head + state, relax.SeqExpr([relax.BindingBlock(bindings)], res),
+                          ret_ty)
+    attr = LOOP_DRIVER_ATTR if chunk is None else LOOP_OUTER_ATTR
+    func = func.with_attrs({attr: callee_gv.name_hint, "relax.force_pure": True})
     bb.update_func(loop_gv, bb.normalize(func))
     return loop_gv
 

@@ -23,7 +23,10 @@ a body function (attribute ``relax_memplan.loop_body``) called by a recursive dr
    writes its carried values into one slot while it reads the previous iteration's from
    the other (the body's carried outputs are fresh tensors, never an input or a view of
    one: the converter guarantees it, and this pass checks it).
-3. Every other caller of the driver allocates the storages once, just before the call.
+3. The outer driver (attribute ``relax_memplan.loop_outer``, which runs the driver chunk
+   by chunk, every chunk but the last of even length) passes the same storages to every
+   chunk: each chunk starts writing slot ``A`` and reads what the last chunk wrote in ``B``.
+4. Every other caller allocates the storages once, just before the call.
 
 Iterations then allocate nothing; a call of the model allocates the body's arena once
 and each output slot twice.  The pass leaves a body alone (and says why in
@@ -33,8 +36,8 @@ it, as with TVM).
 
 Function attributes
 -------------------
-Reads ``relax_memplan.loop_body``, ``relax_memplan.loop_carried`` and
-``relax_memplan.loop_driver``; writes
+Reads ``relax_memplan.loop_body``, ``relax_memplan.loop_carried``,
+``relax_memplan.loop_driver`` and ``relax_memplan.loop_outer``; writes
 ``relax_memplan.hoisted_bytes`` (bytes allocated once instead of per iteration: shared
 storage plus both output slots) on each body it changed.
 """
@@ -47,7 +50,8 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..onnx_prepare.recursive_loops import LOOP_BODY_ATTR, LOOP_CARRIED_ATTR, LOOP_DRIVER_ATTR
+from ..onnx_prepare.recursive_loops import (LOOP_BODY_ATTR, LOOP_CARRIED_ATTR,
+                                            LOOP_DRIVER_ATTR, LOOP_OUTER_ATTR)
 
 __all__ = ["HoistLoopStorage", "HOISTED_BYTES_ATTR"]
 
@@ -140,12 +144,12 @@ def _without_bindings(func: relax.Function, drop, extra_params) -> relax.Functio
 
 @mutator
 class _ThreadStorage(PyExprMutator):
-    """In the driver: append the hoisted storages to the calls of the body and of itself
-    (each given as ``(old GlobalVar, new GlobalVar, extra arguments)``)."""
+    """Append the hoisted storages to calls: ``targets`` is a list of ``(old GlobalVar,
+    new GlobalVar, extra arguments)``."""
 
-    def __init__(self, mod, body, driver):
+    def __init__(self, mod, targets):
         super().__init__(mod)
-        self.targets = [body, driver]
+        self.targets = targets
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -217,32 +221,34 @@ class HoistLoopStorage:
         order = ([(k, "") for k, s in enumerate(storages) if not s.output]
                  + [(k, "a") for k, s in enumerate(storages) if s.output]
                  + [(k, "b") for k, s in enumerate(storages) if s.output])
-        driver = mod[driver_gv]
-        params = {key: relax.Var(f"loop_storage{key[0]}{key[1]}", storages[key[0]].var.ty)
-                  for key in order}
-        body_args = [params[(k, "" if not s.output else "a")] for k, s in enumerate(storages)]
-        swapped = [params[(k, {"": "", "a": "b", "b": "a"}[slot])] for k, slot in order]
         new_body = _without_bindings(body, {s.var for s in storages},
                                      [s.var for s in storages])
         new_body = new_body.with_attr(HOISTED_BYTES_ATTR, sum(
             s.size_bytes * (2 if s.output else 1) for s in storages))
-        driver_params = list(driver.params) + [params[key] for key in order]
-        # the functions' signatures change: new GlobalVars typed with them
         new_body_gv = _typed_global_var(body_gv.name_hint, new_body)
-        new_driver_gv = _typed_global_var(driver_gv.name_hint, relax.Function(
-            driver_params, driver.body, driver.ret_ty, driver.is_pure, driver.attrs))
         mod = mod.clone()
         del mod[body_gv]
-        del mod[driver_gv]
         mod[new_body_gv] = new_body
-        threaded = _ThreadStorage(mod, (body_gv, new_body_gv, body_args),
-                                  (driver_gv, new_driver_gv, swapped))
-        mod[new_driver_gv] = relax.Function(driver_params, threaded.visit_expr(driver.body),
-                                            driver.ret_ty, driver.is_pure, driver.attrs)
+        # the driver: the body gets slot A, the next iteration A and B swapped
+        params = _params(storages, order)
+        body_args = [params[(k, "" if not s.output else "a")] for k, s in enumerate(storages)]
+        swapped = [params[(k, {"": "", "a": "b", "b": "a"}[slot])] for k, slot in order]
+        mod, top = self._thread(mod, driver_gv, params, order, [(body_gv, new_body_gv,
+                                                                  body_args)], swapped)
+        # the outer driver (chunks of even length): the same slots to every chunk
+        outers = [gv for gv, f in mod.functions_items() if isinstance(f, relax.Function)
+                  and f.attrs is not None
+                  and str(f.attrs.get(LOOP_OUTER_ATTR, "")) == driver_gv.name_hint]
+        for outer_gv in outers:
+            params = _params(storages, order)
+            straight = [params[key] for key in order]
+            mod, outer_top = self._thread(mod, outer_gv, params, order,
+                                          [(driver_gv, top, straight)], straight)
+            driver_gv, top = outer_gv, outer_top
         for gv, func in list(mod.functions_items()):
-            if not isinstance(func, relax.Function) or gv.same_as(new_driver_gv):
+            if not isinstance(func, relax.Function) or gv.same_as(top):
                 continue
-            alloc = _AllocateBeforeCalls(mod, (driver_gv, new_driver_gv), storages, order)
+            alloc = _AllocateBeforeCalls(mod, (driver_gv, top), storages, order)
             new_func = alloc.visit_expr(func)
             if alloc.calls:
                 mod[gv] = new_func
@@ -250,6 +256,26 @@ class HoistLoopStorage:
                     alloc.calls * int(new_body.attrs[HOISTED_BYTES_ATTR]))
         self.hoisted[body_gv.name_hint] = int(new_body.attrs[HOISTED_BYTES_ATTR])
         return mod
+
+    @staticmethod
+    def _thread(mod, gv, params, order, callees, self_args):
+        """``gv`` with the storages as parameters, passed to ``callees`` (``(old GlobalVar,
+        new GlobalVar, arguments)``) and, as ``self_args``, to itself; a new GlobalVar."""
+        func = mod[gv]
+        new_params = list(func.params) + [params[key] for key in order]
+        new_gv = _typed_global_var(gv.name_hint, relax.Function(
+            new_params, func.body, func.ret_ty, func.is_pure, func.attrs))
+        threaded = _ThreadStorage(mod, callees + [(gv, new_gv, self_args)])
+        new_func = relax.Function(new_params, threaded.visit_expr(func.body), func.ret_ty,
+                                  func.is_pure, func.attrs)
+        del mod[gv]
+        mod[new_gv] = new_func
+        return mod, new_gv
+
+
+def _params(storages, order):
+    return {key: relax.Var(f"loop_storage{key[0]}{key[1]}", storages[key[0]].var.ty)
+            for key in order}
 
 
 def _typed_global_var(name: str, func: relax.Function) -> tvm.ir.GlobalVar:

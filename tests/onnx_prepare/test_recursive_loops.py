@@ -193,3 +193,13 @@ def test_static_build_counts_the_loop_storage_in_the_plan(tmp_path, capsys):
     assert fmain["runtime_matches_plan"] is True
     assert fmain["runtime_num_allocs"] < 10 < 100 < fmain["tvm_default_runtime_num_allocs"]
     assert "loop bodies' storage, per call" in out
+
+
+def test_long_sequences_run_in_chunks_with_the_same_allocations():
+    """Past one chunk (64 iterations), an odd last chunk, and 5,001 iterations (a plain
+    recursion of 3,000 crashed the VM's C++ stack)."""
+    model = scan_model(seq="seq", width=8)
+    _, ex, hoist = build(model)
+    assert hoist.hoisted
+    counts = [allocs_vs_onnxruntime(ex, model, scan_feeds(n, width=8)) for n in (64, 129, 5001)]
+    assert len(set(counts)) == 1
