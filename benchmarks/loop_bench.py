@@ -8,7 +8,8 @@ and VM allocations per call, side by side.
   on every iteration);
 * ``ort``: onnxruntime, CPUExecutionProvider, same thread count.
 
-Median of ``--rounds`` interleaved rounds (each round runs every runner once); the machine
+Median of ``--rounds`` interleaved rounds (each round runs every runner once, after one
+warm-up run; ``latency_bench``'s timer and onnxruntime session); the machine
 is shared, so read the spread (10th-90th percentile in % of the median), not one number.
 
 Usage: TVM_NUM_THREADS=1 python benchmarks/loop_bench.py [--rounds 30] [--json PATH]
@@ -19,9 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # measure this checkout
 sys.path.insert(0, str(REPO / "tests"))
 
-import onnxruntime as ort  # noqa: E402
+import onnx  # noqa: E402
 import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
@@ -39,6 +39,8 @@ from onnx_prepare.loop_models import scan_model  # noqa: E402
 from relax_memplan.frontend import import_onnx  # noqa: E402
 from relax_memplan.pipeline import get_pipeline  # noqa: E402
 from relax_memplan.runtime import run_and_measure  # noqa: E402
+
+from latency_bench import _interleaved, _ort_runner  # noqa: E402  (same folder)
 
 WIDTH = 64
 LENGTHS = (16, 64, 256, 900)
@@ -57,32 +59,6 @@ def _tvm_runner(ex, feeds):
     return lambda: vm["main"](*args)
 
 
-def _ort_runner(model, feeds, threads):
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sess = ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
-    return lambda: sess.run(None, feeds)
-
-
-def _time(runners, rounds):
-    samples = {name: [] for name in runners}
-    for _ in range(rounds):
-        for name, fn in runners.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - t0)
-    out = {}
-    for name, values in samples.items():
-        values.sort()
-        median = statistics.median(values)
-        lo, hi = values[len(values) // 10], values[(len(values) * 9) // 10]
-        out[name] = {"median_us": median * 1e6,
-                     "spread_pct": 100 * (hi - lo) / median if median else 0.0}
-    return out
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
@@ -91,6 +67,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     symbolic = scan_model(seq="seq", width=WIDTH)
+    path = Path(tempfile.mkdtemp()) / "scan.onnx"
+    onnx.save(symbolic, str(path))
     recursive, rec_tvm = _build(symbolic), _build(symbolic, planner="tvm")
     rows = []
     for length in LENGTHS:
@@ -98,14 +76,15 @@ def main(argv=None):
                  "xs": rng.standard_normal((length, WIDTH)).astype("float32")}
         runners = {"recursive": _tvm_runner(recursive, feeds),
                    "rec-tvm": _tvm_runner(rec_tvm, feeds),
-                   "ort": _ort_runner(symbolic, feeds, args.threads)}
+                   "ort": _ort_runner(path, feeds, args.threads)[0]}
         allocs = {"recursive": run_and_measure(recursive, list(feeds.values())).num_allocs,
                   "rec-tvm": run_and_measure(rec_tvm, list(feeds.values())).num_allocs}
         if length <= 64:
             fixed = _build(scan_model(length=length, width=WIDTH))
             runners["unrolled"] = _tvm_runner(fixed, feeds)
             allocs["unrolled"] = run_and_measure(fixed, list(feeds.values())).num_allocs
-        rows.append({"length": length, "times": _time(runners, args.rounds), "allocs": allocs})
+        rows.append({"length": length, "times": _interleaved(runners, args.rounds),
+                     "allocs": allocs})
     _print(rows, args)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"width": WIDTH, "threads": args.threads,
@@ -123,11 +102,11 @@ def _print(rows, args):
         t, a = row["times"], row["allocs"]
 
         def cell(name):
-            return (f"{t[name]['median_us']:.0f} ±{t[name]['spread_pct']:.0f}%"
+            return (f"{t[name]['median_ms'] * 1e3:.0f} ±{t[name]['spread_pct']:.0f}%"
                     if name in t else "-")
 
         def ratio(x, y):
-            return f"{t[x]['median_us'] / t[y]['median_us']:.2f}" if x in t and y in t else "-"
+            return f"{t[x]['median_ms'] / t[y]['median_ms']:.2f}" if x in t and y in t else "-"
         print(" ".join(f"{v:>14}" for v in (
             row["length"], cell("recursive"), cell("unrolled"), cell("rec-tvm"), cell("ort"),
             ratio("recursive", "unrolled"), ratio("recursive", "ort"), a["recursive"],

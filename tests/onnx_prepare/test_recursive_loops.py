@@ -203,3 +203,23 @@ def test_long_sequences_run_in_chunks_with_the_same_allocations():
     assert hoist.hoisted
     counts = [allocs_vs_onnxruntime(ex, model, scan_feeds(n, width=8)) for n in (64, 129, 5001)]
     assert len(set(counts)) == 1
+
+
+def test_kernel_profile_skips_relax_function_calls():
+    """Regression: the VM instrument hook also sees calls between Relax functions; a
+    recursive driver calling itself made ``kernel_profile`` fail (KeyError), and a driver is
+    not a kernel.  Kernels per call grow by the body's kernels per iteration."""
+    from relax_memplan.runtime import kernel_profile, kernels_per_call
+
+    _, ex, _ = build(scan_model(seq="seq", width=4))
+    vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+
+    def args(n):
+        return [tvm.runtime.tensor(np.zeros(4, "float32")),
+                tvm.runtime.tensor(np.zeros((n, 4), "float32"))]
+    profile = kernel_profile(vm, args(5))
+    assert not any(name.endswith(("_loop", "_chunks", "_body")) for name in profile)
+    assert profile["take_row"][1] == 5 and profile["write_row"][1] == 5
+    per_iteration = kernels_per_call(vm, args(4)) - kernels_per_call(vm, args(3))
+    assert per_iteration >= 3  # take_row, the cell, copy, write_row (some fused)
+    assert kernels_per_call(vm, args(6)) - kernels_per_call(vm, args(3)) == 3 * per_iteration
