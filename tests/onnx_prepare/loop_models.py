@@ -141,3 +141,33 @@ def while_loop_model():
     node = helper.make_node("Loop", ["", "cond", "x0"], ["x_final"], body=body, name="while0")
     return tiny_model([node], [tensor("x0", F, [2])], [tensor("x_final", F, [2])],
                       [numpy_helper.from_array(np.array(True), "cond")])
+
+
+def two_scans_model(width=4):
+    """Two ``Scan`` nodes in a row (the second scans the first's outputs) and, in the
+    first one's body, a ``Loop`` of a constant trip count 2 (unrolled inside the body)."""
+    inner = helper.make_graph(
+        [helper.make_node("Add", ["v_in", "v_in"], ["v_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "inner", [tensor("iter", TensorProto.INT64, []), tensor("cond_in", TensorProto.BOOL, []),
+                  tensor("v_in", F, [width])],
+        [tensor("cond_out", TensorProto.BOOL, []), tensor("v_out", F, [width])])
+    first = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["sum"]),
+         helper.make_node("Loop", ["two", "true", "sum"], ["s_out"], body=inner, name="inner"),
+         helper.make_node("Tanh", ["s_out"], ["y_t"])],
+        "first", [tensor("s_in", F, [width]), tensor("x_t", F, [width])],
+        [tensor("s_out", F, [width]), tensor("y_t", F, [width])],
+        initializer=[numpy_helper.from_array(np.array(2, "int64"), "two"),
+                     numpy_helper.from_array(np.array(True), "true")])
+    second = helper.make_graph(
+        [helper.make_node("Mul", ["p_in", "y_in"], ["p_out"]),
+         helper.make_node("Identity", ["p_out"], ["z_t"])],
+        "second", [tensor("p_in", F, [width]), tensor("y_in", F, [width])],
+        [tensor("p_out", F, [width]), tensor("z_t", F, [width])])
+    nodes = [helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=first,
+                              num_scan_inputs=1, name="scan_a"),
+             helper.make_node("Scan", ["s_final", "ys"], ["p_final", "zs"], body=second,
+                              num_scan_inputs=1, name="scan_b")]
+    return tiny_model(nodes, [tensor("s0", F, [width]), tensor("xs", F, ["seq", width])],
+                      [tensor("p_final", F, [width]), tensor("zs", F, ["seq", width])])

@@ -21,7 +21,8 @@ from relax_memplan.runtime import run_and_measure
 from relax_memplan.transform.hoist_loop_storage import HoistLoopStorage
 
 from .loop_models import (axis_scan_model, cumsum_loop_model, loop_model,
-                          passthrough_scan_model, scan_model, while_loop_model)
+                          passthrough_scan_model, scan_model, two_scans_model,
+                          while_loop_model)
 from .test_loops import assert_close
 
 RNG = np.random.default_rng(1)
@@ -223,3 +224,14 @@ def test_kernel_profile_skips_relax_function_calls():
     per_iteration = kernels_per_call(vm, args(4)) - kernels_per_call(vm, args(3))
     assert per_iteration >= 3  # take_row, the cell, copy, write_row (some fused)
     assert kernels_per_call(vm, args(6)) - kernels_per_call(vm, args(3)) == 3 * per_iteration
+
+
+def test_two_loops_and_a_loop_inside_a_body():
+    model = two_scans_model()
+    mod, ex, hoist = build(model)
+    assert sorted(f.node for f in loops_of(mod) if f.form == "recursive") == ["scan_a", "scan_b"]
+    assert set(hoist.hoisted) == {"scan_a_body", "scan_b_body"}
+    counts = [allocs_vs_onnxruntime(ex, model, {
+        "s0": RNG.standard_normal(4).astype("float32") * 0.1,
+        "xs": RNG.standard_normal((n, 4)).astype("float32") * 0.1}) for n in (3, 40)]
+    assert counts[0] == counts[1]
