@@ -142,6 +142,9 @@ def _table_text(report: CompileReport) -> List[str]:
     if report.not_planned_reason is not None:
         lines.append(f"  NOT PLANNED: every tensor left to TVM's planner "
                      f"({report.not_planned_reason}); no arena, no ratio to the lower bound")
+        if any(loop.form == "recursive" and loop.body_arena_bytes >= 0 for loop in report.loops):
+            lines.append("  (that is main's symbolic tensors: the bodies of recursive loops have "
+                         "their own static plans, see 'loops and recurrences')")
     lines += [f"  target {_target_text(report)}; strategy {report.strategy}; "
               f"{_ranges_text(report)}; {report.planned_tensors} tensors in the arena",
               f"  {'dims':<28}{'LB':>12}{'arena':>12}{'x LB':>9}{'run ours':>12}{'run TVM':>12}"

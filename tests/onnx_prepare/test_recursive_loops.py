@@ -179,6 +179,7 @@ def test_cli_compile_with_a_dim_range_verifies_and_reports_the_body(tmp_path, ca
     assert [s["iterations"] for s in facts["at_shapes"]] == [s["dims"]["seq"]
                                                              for s in data["shapes"]]
     assert "body scan0_body: arena" in out
+    assert "the bodies of recursive loops have their own static plans" in out
 
 
 def test_static_build_counts_the_loop_storage_in_the_plan(tmp_path, capsys):
