@@ -10,8 +10,9 @@ element.  ``write_row`` is called with ``call_tir_inplace`` so that the output s
 ``[T, ...]`` is allocated once, before the loop, and never copied (no ``stack`` at the
 end, unlike the unrolled form).
 
-All kernels take any rank, any dtype and symbolic dims, carry ``tirx.is_scheduled`` (no schedule rule touches them) and ``op_pattern`` opaque
-(FuseOps leaves them alone).  The caller guarantees ``0 <= i < T``.
+All kernels take any rank, any dtype and symbolic dims, carry ``tirx.is_scheduled`` (no
+schedule rule touches them) and ``op_pattern`` opaque (FuseOps leaves them alone).  The
+caller guarantees ``0 <= i < T``.
 """
 
 from __future__ import annotations

@@ -9,32 +9,33 @@ Which form, when, and why
 * **Unrolled** -- the trip count / scan length is a compile-time constant of at most
   :data:`MAX_UNROLLED_ITERATIONS`.  The body is converted once per iteration into
   ``main``, the carried values of one iteration bound to the body inputs of the next.
-  Every iteration's tensors are ordinary bindings of one function: our planner sees
-  their live ranges, iteration ``t + 1`` reuses the arena region iteration ``t`` freed,
-  and there is no call per iteration, so it is the faster form.  Its price is code size
+  Every iteration's tensors are ordinary bindings of one function: our planner sees their
+  live ranges, iteration ``t + 1`` reuses the arena region iteration ``t`` freed, and
+  there is no call per iteration, so it is the faster form.  Its price is code size
   proportional to the trip count, hence the limit.  Each iteration's scan-output element
   stays live until the final ``stack`` copies them into the output, so the scan outputs
   take twice their size at the peak.
 * **Recursive** -- anything longer, a length known only at run time (a symbolic scan
-  length, a trip count given as an input or computed from a shape), or a reversed scan.  The body becomes a
-  Relax function called by a self-calling driver function, the scan outputs are
-  allocated once and written row by row in place
+  length, a trip count given as an input or computed from a shape), or a reversed scan.
+  The body becomes a Relax function called by a self-calling driver function, the scan
+  outputs are allocated once and written row by row in place
   (:mod:`~relax_memplan.onnx_prepare.recursive_loops`), and
   :class:`~relax_memplan.transform.hoist_loop_storage.HoistLoopStorage` moves the body's
-  storage out of the loop, so an iteration allocates nothing.  Each iteration is a few
-  VM calls, and the recursion depth is limited
+  storage out of the loop, so an iteration allocates nothing.  Each iteration is a few VM
+  calls, and the recursion depth is limited
   (:data:`~relax_memplan.onnx_prepare.recursive_loops.MAX_RECURSIVE_ITERATIONS`, checked
   at run time).
 
-Supported: ``Loop`` with a trip count ``M`` (a constant, an input or a computed
-scalar), ``cond`` absent or a constant true and the body's condition output provably
-true (a constant, or the incoming condition passed through), loop-carried values and
-scan outputs; ``Scan`` (opset 9+) with any scan axes and directions.  Bodies may read values of the enclosing graph (passed to the recursive
-functions as loop-invariant parameters).
+Supported: ``Loop`` with a trip count ``M`` (a constant, an input or a computed scalar),
+``cond`` absent or a constant true and the body's condition output provably true (a
+constant, or the incoming condition passed through), loop-carried values and scan outputs;
+``Scan`` (opset 9+) with any scan axes and directions.  Bodies may read values of the
+enclosing graph (passed to the recursive functions as loop-invariant parameters).
 
-Anything else (a while loop, a run-time condition) raises ``NotImplementedError`` with one line, turned into an
-:class:`~relax_memplan.errors.UnsupportedOperatorError` naming the node.  Recurrences
-``LSTM``/``GRU`` have their own step (``recurrent``: one kernel for the whole time loop).
+Anything else (a while loop, a run-time condition) raises ``NotImplementedError`` with one
+line, turned into an :class:`~relax_memplan.errors.UnsupportedOperatorError` naming the
+node.  Recurrences ``LSTM``/``GRU`` have their own step (``recurrent``: one kernel for the
+whole time loop).
 """
 
 from __future__ import annotations

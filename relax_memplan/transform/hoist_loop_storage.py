@@ -29,17 +29,20 @@ a body function (attribute ``relax_memplan.loop_body``) called by a recursive dr
 4. Every other caller allocates the storages once, just before the call.
 
 Iterations then allocate nothing; a call of the model allocates the body's arena once
-and each output slot twice.  The pass leaves a body alone (and says why in
-:attr:`HoistLoopStorage.skipped`) when a returned value is not a tensor of its own
-storage, or when a storage's size is symbolic (one allocation per iteration remains for
-it, as with TVM).
+and each output slot twice.  A storage sized by the body's symbolic dims (a batch dim)
+is sized in the caller's dims: each dim is the same axis of the argument passed for the
+parameter it comes from, through the drivers' calls.  The pass leaves a body alone (and
+says why in :attr:`HoistLoopStorage.skipped`; the body then allocates on every
+iteration, as with TVM) when a returned value is not a tensor of its own storage, or
+when a size depends on the iteration number.
 
 Function attributes
 -------------------
 Reads ``relax_memplan.loop_body``, ``relax_memplan.loop_carried``,
 ``relax_memplan.loop_driver`` and ``relax_memplan.loop_outer``; writes
 ``relax_memplan.hoisted_bytes`` (bytes allocated once instead of per iteration: shared
-storage plus both output slots) on each body it changed.
+storage plus both output slots; sizes known only at run time count 0) on each body it
+changed.
 """
 
 from __future__ import annotations
@@ -74,8 +77,20 @@ class _Storage:
         self.var, self.call, self.output = var, call, output
 
     @property
+    def size(self):
+        """The size in bytes, an int or a PrimExpr of the body's dims."""
+        return self.call.args[0].values[0]
+
+    @property
     def size_bytes(self) -> int:
-        return int(self.call.args[0].values[0])
+        """The size in bytes when constant, else 0 (for the byte counts of the report)."""
+        return int(self.size) if isinstance(self.size, tirx.IntImm) else 0
+
+    def sized(self, size) -> relax.Call:
+        """This ``alloc_storage`` call with ``size`` (bytes, in the caller's dims)."""
+        args = list(self.call.args)
+        return relax.Call(self.call.op, [relax.ShapeExpr([size])] + args[1:], self.call.attrs,
+                          self.call.ty_args)
 
 
 def _storages(func: relax.Function) -> Tuple[List[_Storage], Optional[str]]:
@@ -86,9 +101,8 @@ def _storages(func: relax.Function) -> Tuple[List[_Storage], Optional[str]]:
         if _op_name(value) != _ALLOC_STORAGE:
             continue
         size = value.args[0]
-        if not (isinstance(size, relax.ShapeExpr) and len(size.values) == 1
-                and isinstance(size.values[0], tirx.IntImm)):
-            return [], f"storage '{var.name}' has a symbolic size"
+        if not (isinstance(size, relax.ShapeExpr) and len(size.values) == 1):
+            return [], f"storage '{var.name}' has no size expression"
         storages[var] = value
     outputs = set()
     result = func.body.body
@@ -131,6 +145,53 @@ def _origin(expr, bindings):
     return expr
 
 
+def _find_call(expr, gv) -> Optional[relax.Call]:
+    """A call of ``gv`` in ``expr`` (a function body: blocks, ``If`` branches)."""
+    if isinstance(expr, relax.SeqExpr):
+        for block in expr.blocks:
+            for binding in block.bindings:
+                found = _find_call(binding.value, gv)
+                if found is not None:
+                    return found
+        return _find_call(expr.body, gv)
+    if isinstance(expr, relax.If):
+        found = _find_call(expr.true_branch, gv)
+        return found if found is not None else _find_call(expr.false_branch, gv)
+    if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.GlobalVar) \
+            and expr.op.same_as(gv):
+        return expr
+    return None
+
+
+def _lift(size, callee: relax.Function, call: relax.Call):
+    """``size`` (a PrimExpr of ``callee``'s dims) in the dims of the function making
+    ``call``: each dim is matched to the same axis of the argument passed for the parameter
+    whose shape it is; ``None`` when a dim is no parameter's (the iteration number)."""
+    if isinstance(size, tirx.IntImm):
+        return size
+    analyzer = tvm.sym.Analyzer()
+    for var in tirx.analysis.undefined_vars(size, []):
+        source = None
+        for param, arg in zip(callee.params, call.args):
+            pshape, ashape = _shape(param), _shape(arg)
+            if pshape is None or ashape is None or len(pshape) != len(ashape):
+                continue
+            for pdim, adim in zip(pshape, ashape):
+                if pdim.same_as(var):
+                    source = adim
+        if source is None:
+            return None
+        analyzer.bind(var, source)
+    return analyzer.simplify(size)
+
+
+def _shape(expr):
+    ty = getattr(expr, "ty", None)
+    if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
+        return list(ty.shape.values)
+    return None
+
+
 def _without_bindings(func: relax.Function, drop, extra_params) -> relax.Function:
     blocks = []
     for block in func.body.blocks:
@@ -163,9 +224,11 @@ class _ThreadStorage(PyExprMutator):
 class _AllocateBeforeCalls(PyExprMutator):
     """In a caller of the driver: allocate the storages once, just before each call."""
 
-    def __init__(self, mod, driver, storages: List[_Storage], order: List[Tuple[int, str]]):
+    def __init__(self, mod, driver, storages: List[_Storage], order: List[Tuple[int, str]],
+                 sizes):
         super().__init__(mod)
         (self.old, self.new), self.storages, self.order = driver, storages, order
+        self.sizes, self.callee = sizes, mod[driver[1]]
         self.calls = 0
 
     def visit_call_(self, call):
@@ -173,9 +236,17 @@ class _AllocateBeforeCalls(PyExprMutator):
         if not call.op.same_as(self.old):
             return call
         self.calls += 1
-        made = [self.builder_.emit(self.storages[k].call, f"loop_storage{k}{slot}")
-                for k, slot in self.order]
+        made = []
+        for k, slot in self.order:
+            size = _lift(self.sizes[k], self.callee, call)
+            if size is None:
+                raise _NotHoistable(f"the size of storage {k} is not known before the loop")
+            made.append(self.builder_.emit(self.storages[k].sized(size), f"loop_storage{k}{slot}"))
         return relax.Call(self.new, list(call.args) + made, call.attrs, call.ty_args)
+
+
+class _NotHoistable(Exception):
+    """A storage whose size is not known where the loop is called."""
 
 
 @tvm.transform.module_pass(opt_level=0, name="HoistLoopStorage")
@@ -226,6 +297,12 @@ class HoistLoopStorage:
         new_body = new_body.with_attr(HOISTED_BYTES_ATTR, sum(
             s.size_bytes * (2 if s.output else 1) for s in storages))
         new_body_gv = _typed_global_var(body_gv.name_hint, new_body)
+        sizes = self._lifted_sizes(mod, body_gv, driver_gv, storages)
+        if sizes is None:
+            self.skipped[body_gv.name_hint] = ("a storage's size depends on the iteration "
+                                               "(not known before the loop)")
+            return mod
+        original = mod
         mod = mod.clone()
         del mod[body_gv]
         mod[new_body_gv] = new_body
@@ -248,14 +325,37 @@ class HoistLoopStorage:
         for gv, func in list(mod.functions_items()):
             if not isinstance(func, relax.Function) or gv.same_as(top):
                 continue
-            alloc = _AllocateBeforeCalls(mod, (driver_gv, top), storages, order)
-            new_func = alloc.visit_expr(func)
+            alloc = _AllocateBeforeCalls(mod, (driver_gv, top), storages, order, sizes)
+            try:
+                new_func = alloc.visit_expr(func)
+            except _NotHoistable as err:
+                self.skipped[body_gv.name_hint] = str(err)
+                return original
             if alloc.calls:
                 mod[gv] = new_func
                 self.allocated_in[gv.name_hint] = self.allocated_in.get(gv.name_hint, 0) + (
                     alloc.calls * int(new_body.attrs[HOISTED_BYTES_ATTR]))
         self.hoisted[body_gv.name_hint] = int(new_body.attrs[HOISTED_BYTES_ATTR])
         return mod
+
+    @staticmethod
+    def _lifted_sizes(mod, body_gv, driver_gv, storages):
+        """Each storage's size in the dims of the outermost driver (``None`` if one depends
+        on the iteration number)."""
+        sizes = [s.size for s in storages]
+        chain = [(body_gv, driver_gv)]
+        for gv, func in mod.functions_items():
+            if isinstance(func, relax.Function) and func.attrs is not None \
+                    and str(func.attrs.get(LOOP_OUTER_ATTR, "")) == driver_gv.name_hint:
+                chain.append((driver_gv, gv))
+        for callee_gv, caller_gv in chain:
+            call = _find_call(mod[caller_gv].body, callee_gv)
+            if call is None:
+                return None
+            sizes = [_lift(size, mod[callee_gv], call) for size in sizes]
+            if any(size is None for size in sizes):
+                return None
+        return sizes
 
     @staticmethod
     def _thread(mod, gv, params, order, callees, self_args):

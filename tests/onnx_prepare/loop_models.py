@@ -171,3 +171,48 @@ def two_scans_model(width=4):
                               num_scan_inputs=1, name="scan_b")]
     return tiny_model(nodes, [tensor("s0", F, [width]), tensor("xs", F, ["seq", width])],
                       [tensor("p_final", F, [width]), tensor("zs", F, ["seq", width])])
+
+
+def batch_scan_model(width=8, seed=0):
+    """``Scan`` with a symbolic batch as well: state ``s [B, width]``, ``xs [seq, B, width]``,
+    ``s' = tanh(s·W + x_t)``, scan output ``s'`` (the body's storage is sized by ``B``)."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array((rng.standard_normal((width, width)) / 3).astype("float32"), "W")
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["s_in", "W"], ["sw"]),
+         helper.make_node("Add", ["sw", "x_t"], ["pre"]),
+         helper.make_node("Tanh", ["pre"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["y_t"])],
+        "body", [tensor("s_in", F, ["B", width]), tensor("x_t", F, ["B", width])],
+        [tensor("s_out", F, ["B", width]), tensor("y_t", F, ["B", width])])
+    node = helper.make_node("Scan", ["s0", "xs"], ["s_final", "ys"], body=body,
+                            num_scan_inputs=1, name="scan_batch")
+    return tiny_model([node], [tensor("s0", F, ["B", width]), tensor("xs", F, ["seq", "B", width])],
+                      [tensor("s_final", F, ["B", width]), tensor("ys", F, ["seq", "B", width])],
+                      [w])
+
+
+def range_loop_model():
+    """``Loop`` whose body makes a tensor of ``iter + 1`` elements (``Range``, read by two
+    reductions, so it is materialized): its size depends on the iteration.
+    ``acc' = acc + sum(0..iter) + iter``."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["iter", "one"], ["stop"]),
+         helper.make_node("Range", ["zero", "stop", "one"], ["r"]),
+         helper.make_node("Cast", ["r"], ["rf"], to=F),
+         helper.make_node("ReduceSum", ["rf"], ["total"], keepdims=0),
+         helper.make_node("ReduceMax", ["rf"], ["top"], keepdims=0),
+         helper.make_node("Add", ["acc_in", "total"], ["partial"]),
+         helper.make_node("Add", ["partial", "top"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [tensor("iter", TensorProto.INT64, []), tensor("cond_in", TensorProto.BOOL, []),
+         tensor("acc_in", F, [])],
+        [tensor("cond_out", TensorProto.BOOL, []), tensor("acc_out", F, [])],
+        initializer=[numpy_helper.from_array(np.array(0, "int64"), "zero"),
+                     numpy_helper.from_array(np.array(1, "int64"), "one")])
+    node = helper.make_node("Loop", ["M", "cond", "acc0"], ["acc_final"], body=body,
+                            name="range_loop")
+    return tiny_model([node], [tensor("acc0", F, []), tensor("M", TensorProto.INT64, [])],
+                      [tensor("acc_final", F, [])],
+                      [numpy_helper.from_array(np.array(True), "cond")])

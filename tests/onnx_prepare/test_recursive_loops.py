@@ -20,9 +20,9 @@ from relax_memplan.pipeline import get_pipeline
 from relax_memplan.runtime import run_and_measure
 from relax_memplan.transform.hoist_loop_storage import HoistLoopStorage
 
-from .loop_models import (axis_scan_model, cumsum_loop_model, loop_model,
-                          passthrough_scan_model, scan_model, two_scans_model,
-                          while_loop_model)
+from .loop_models import (axis_scan_model, batch_scan_model, cumsum_loop_model, loop_model,
+                          passthrough_scan_model, range_loop_model, scan_model,
+                          two_scans_model, while_loop_model)
 from .test_loops import assert_close
 
 RNG = np.random.default_rng(1)
@@ -236,3 +236,27 @@ def test_two_loops_and_a_loop_inside_a_body():
         "s0": RNG.standard_normal(4).astype("float32") * 0.1,
         "xs": RNG.standard_normal((n, 4)).astype("float32") * 0.1}) for n in (3, 40)]
     assert counts[0] == counts[1]
+
+
+def test_body_storage_sized_by_a_symbolic_batch_is_hoisted():
+    """The body's storage depends on the batch ``B``: sized in main's dims, allocated once;
+    the count does not change with the length nor with the batch."""
+    model = batch_scan_model()
+    _, ex, hoist = build(model)
+    assert set(hoist.hoisted) == {"scan_batch_body"} and not hoist.skipped
+    counts = [allocs_vs_onnxruntime(ex, model, {
+        "s0": RNG.standard_normal((b, 8)).astype("float32"),
+        "xs": RNG.standard_normal((n, b, 8)).astype("float32")}) for n, b in ((3, 2), (40, 2),
+                                                                             (5, 3))]
+    assert len(set(counts)) == 1
+
+
+def test_storage_sized_by_the_iteration_stays_in_the_body():
+    """A body tensor of ``iter + 1`` elements: no size before the loop, so the pass leaves
+    that body to TVM's per-iteration allocation (and says so); results stay exact."""
+    model = range_loop_model()
+    _, ex, hoist = build(model)
+    assert not hoist.hoisted and "depends on the iteration" in hoist.skipped["range_loop_body"]
+    counts = [allocs_vs_onnxruntime(ex, model, {"acc0": np.array(0.5, "float32"),
+                                                "M": np.array(n, "int64")}) for n in (3, 40)]
+    assert counts[1] > counts[0]
