@@ -260,3 +260,14 @@ def test_storage_sized_by_the_iteration_stays_in_the_body():
     counts = [allocs_vs_onnxruntime(ex, model, {"acc0": np.array(0.5, "float32"),
                                                 "M": np.array(n, "int64")}) for n in (3, 40)]
     assert counts[1] > counts[0]
+
+
+@pytest.mark.parametrize("trip", [0, -2])
+def test_zero_or_negative_trip_count_returns_the_initial_state(trip):
+    model = loop_model(trip_as_input=True, width=4)
+    _, ex, _ = build(model)
+    feeds = {"x0": RNG.standard_normal((1, 4)).astype("float32"), "M": np.array(trip, "int64")}
+    got = run_and_measure(ex, list(feeds.values())).outputs
+    expected = run_onnxruntime(model, feeds)
+    assert got[1].shape == expected[1].shape == (0, 1, 4)
+    np.testing.assert_array_equal(got[0], expected[0])
