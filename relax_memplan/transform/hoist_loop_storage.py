@@ -33,8 +33,9 @@ and each output slot twice.  A storage sized by the body's symbolic dims (a batc
 is sized in the caller's dims: each dim is the same axis of the argument passed for the
 parameter it comes from, through the drivers' calls.  The pass leaves a body alone (and
 says why in :attr:`HoistLoopStorage.skipped`; the body then allocates on every
-iteration, as with TVM) when a returned value is not a tensor of its own storage, or
-when a size depends on the iteration number.
+iteration, as with TVM) when a returned value is not a tensor of its own storage.  A
+storage whose size depends on the iteration number stays in the body (allocated on every
+iteration, said in :attr:`HoistLoopStorage.kept`); the others are hoisted.
 
 Function attributes
 -------------------
@@ -262,11 +263,15 @@ class HoistLoopStorage:
     allocated_in : dict of str to int
         Caller function name (``main``) -> bytes of loop storage it now allocates per call
         (constant sizes, on top of its own plan).
+    kept : dict of str to str
+        Body function name -> the storages left in a hoisted body (sized by the iteration
+        number: still allocated on every iteration).
     """
 
     def __init__(self):
         self.hoisted: Dict[str, int] = {}
         self.skipped: Dict[str, str] = {}
+        self.kept: Dict[str, str] = {}
         self.allocated_in: Dict[str, int] = {}
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -288,6 +293,20 @@ class HoistLoopStorage:
         if reason is not None or not storages:
             self.skipped[body_gv.name_hint] = reason or "nothing to hoist"
             return mod
+        lifted = self._lifted_sizes(mod, body_gv, driver_gv, storages)
+        if lifted is None or any(size is None and s.output for s, size in zip(storages, lifted)):
+            self.skipped[body_gv.name_hint] = "the loop is not called as the converter makes it"
+            return mod
+        kept = [s for s, size in zip(storages, lifted) if size is None]
+        if kept:  # sized by the iteration number: allocated on every iteration, as with TVM
+            self.kept[body_gv.name_hint] = (
+                f"{len(kept)} storage(s) whose size depends on the iteration "
+                f"({', '.join(s.var.name for s in kept)}) stay in the body")
+        sizes = [size for size in lifted if size is not None]
+        storages = [s for s, size in zip(storages, lifted) if size is not None]
+        if not storages:
+            self.skipped[body_gv.name_hint] = self.kept.pop(body_gv.name_hint)
+            return mod
         # driver parameters: shared storages, then output slots A, then B
         order = ([(k, "") for k, s in enumerate(storages) if not s.output]
                  + [(k, "a") for k, s in enumerate(storages) if s.output]
@@ -297,11 +316,6 @@ class HoistLoopStorage:
         new_body = new_body.with_attr(HOISTED_BYTES_ATTR, sum(
             s.size_bytes * (2 if s.output else 1) for s in storages))
         new_body_gv = _typed_global_var(body_gv.name_hint, new_body)
-        sizes = self._lifted_sizes(mod, body_gv, driver_gv, storages)
-        if sizes is None:
-            self.skipped[body_gv.name_hint] = ("a storage's size depends on the iteration "
-                                               "(not known before the loop)")
-            return mod
         original = mod
         mod = mod.clone()
         del mod[body_gv]
@@ -340,8 +354,8 @@ class HoistLoopStorage:
 
     @staticmethod
     def _lifted_sizes(mod, body_gv, driver_gv, storages):
-        """Each storage's size in the dims of the outermost driver (``None`` if one depends
-        on the iteration number)."""
+        """Each storage's size in the dims of the outermost driver (an item ``None`` where it
+        depends on the iteration number; ``None`` when a driver does not call the body)."""
         sizes = [s.size for s in storages]
         chain = [(body_gv, driver_gv)]
         for gv, func in mod.functions_items():
@@ -352,9 +366,8 @@ class HoistLoopStorage:
             call = _find_call(mod[caller_gv].body, callee_gv)
             if call is None:
                 return None
-            sizes = [_lift(size, mod[callee_gv], call) for size in sizes]
-            if any(size is None for size in sizes):
-                return None
+            sizes = [None if size is None else _lift(size, mod[callee_gv], call)
+                     for size in sizes]
         return sizes
 
     @staticmethod
