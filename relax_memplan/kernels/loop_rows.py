@@ -20,7 +20,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import tvm
-from tvm.script import tirx as T  # noqa: F401 -- the parsed sources refer to T
+from tvm.script import tirx as T  # noqa: F401  (the parsed sources refer to T)
 
 from .recurrence import OPAQUE
 
