@@ -11,7 +11,9 @@ Phases (from ``tvm.relax.backend.<target>.pipeline``):
    kernel skipped: :func:`~relax_memplan.schedules.gpu_schedule_pass`);
 3. ``dataflow_lower`` -- RewriteDataflowReshape, ToNonDataflow,
    RemovePurityChecking, CallTIRRewrite;
-4. ``finalize`` -- memory planning, then LowerAllocTensor, KillAfterLastUse,
+4. ``finalize`` -- memory planning, then LowerAllocTensor, (ours)
+   :class:`~relax_memplan.transform.hoist_loop_storage.HoistLoopStorage` (recursive loop
+   bodies allocate once per call, not per iteration; our planner only), KillAfterLastUse,
    LowerRuntimeBuiltin, ComputePrimValue, VMShapeLower, AttachGlobalSymbol, and
    :class:`~relax_memplan.transform.annotate_no_alias.AnnotateNoAlias` (with
    either planner: without it, TVM 0.27's LLVM codegen drops ``noalias`` from
@@ -45,6 +47,7 @@ from .transform.annotate_dim_ranges import AnnotateDimRanges
 from .transform.annotate_no_alias import AnnotateNoAlias
 from .transform.check_index_bounds import CheckIndexBounds
 from .transform.clamp_empty_slices import ClampEmptySlices
+from .transform.hoist_loop_storage import HoistLoopStorage
 from .transform.insert_dim_range_check import InsertDimRangeCheck
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
@@ -133,6 +136,7 @@ def backend_phases(
     fusion: bool = True,
     fusion_pass_list: Optional[Sequence[tvm.transform.Pass]] = None,
     reorder_pass: Optional[ReorderForMemory] = None,
+    hoist_pass: Optional[HoistLoopStorage] = None,
 ):
     """TVM's per-target phases, with the memory planner chosen.
 
@@ -177,6 +181,9 @@ def backend_phases(
     reorder_pass : ReorderForMemory, optional
         Runs first in ``dataflow_lower`` (after FuseTIR and the schedules, before
         ``CallTIRRewrite``): binding order of least peak live bytes.
+    hoist_pass : HoistLoopStorage, optional
+        A configured instance (read its ``hoisted``/``skipped`` after the build); with our
+        planner a default one runs right after ``LowerAllocTensor`` when this is ``None``.
 
     Returns
     -------
@@ -204,6 +211,9 @@ def backend_phases(
         finalize.append(p)
         if p.info.name == "StaticPlanBlockMemory" and record_pass is not None:
             finalize.append(record_pass)
+        if p.info.name == "LowerAllocTensor" and ours:
+            # recursive loop bodies: their storage allocated once per call, not per iteration
+            finalize.append(hoist_pass if hoist_pass is not None else HoistLoopStorage())
     finalize.append(AnnotateNoAlias())
     annotate = [AnnotateDimRanges(dim_ranges)] if dim_ranges else []
     if index_pass is not None:
@@ -254,6 +264,7 @@ def get_pipeline(
     fusion: bool = True,
     fusion_pass_list: Optional[Sequence[tvm.transform.Pass]] = None,
     reorder_pass: Optional[ReorderForMemory] = None,
+    hoist_pass: Optional[HoistLoopStorage] = None,
 ) -> tvm.transform.Pass:
     """The Relax pipeline to give ``tvm.compile(mod, target, relax_pipeline=...)``.
 
@@ -302,6 +313,9 @@ def get_pipeline(
     reorder_pass : ReorderForMemory, optional
         Memory-aware binding order (``relax_memplan`` planner only; see
         :func:`backend_phases`); read its ``blocks`` after the build.
+    hoist_pass : HoistLoopStorage, optional
+        A configured instance (``relax_memplan`` planner only; read its ``hoisted`` and
+        ``skipped`` after the build).
 
     Returns
     -------
@@ -326,7 +340,8 @@ def get_pipeline(
                             dispatch=dispatch, dispatch_pass=dispatch_pass,
                             schedule=schedule, index_pass=index_pass, fusion=fusion,
                             fusion_pass_list=fusion_pass_list,
-                            reorder_pass=reorder_pass if mine else None)
+                            reorder_pass=reorder_pass if mine else None,
+                            hoist_pass=hoist_pass)
     dump = Path(dump_dir) if dump_dir is not None else None
 
     @tvm.transform.module_pass(opt_level=0, name=f"RelaxMemplanPipeline_{planner}")

@@ -68,6 +68,9 @@ class FunctionMemoryReport:
         compare with :attr:`expected_runtime_alloc_bytes`.
     tvm_default_unplanned_bytes : int
         The part of ``tvm_default_bytes`` in tensors TVM's planner leaves.
+    loop_storage_bytes : int
+        Storage of the recursive loop bodies this function calls, allocated once per call
+        by it (:class:`~relax_memplan.transform.hoist_loop_storage.HoistLoopStorage`).
     num_runtime_sized_allocs : int
         Allocations (with our pipeline) whose size is only known at run time
         (symbolic shapes); they are not in ``planned_bytes``/``unplanned_bytes``.
@@ -122,6 +125,7 @@ class FunctionMemoryReport:
     unplanned_bytes: int = 0
     tvm_default_bytes: int = 0
     tvm_default_unplanned_bytes: int = 0
+    loop_storage_bytes: int = 0
     num_runtime_sized_allocs: int = 0
     algorithm: str = ""
     fallback: Optional[str] = None
@@ -144,8 +148,9 @@ class FunctionMemoryReport:
 
     @property
     def expected_runtime_alloc_bytes(self) -> int:
-        """What the static plan says one call allocates: planned + unplanned bytes."""
-        return self.planned_bytes + self.unplanned_bytes
+        """What the static plan says one call allocates: planned + unplanned bytes, plus the
+        storage of the recursive loop bodies it calls (allocated once per call)."""
+        return self.planned_bytes + self.unplanned_bytes + self.loop_storage_bytes
 
     @property
     def saved_bytes(self) -> int:

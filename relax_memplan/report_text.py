@@ -73,12 +73,17 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
     if f.planned_bytes != f.arena_bytes:
         lines.append(row("our planned total (arena + TVM)", f.planned_bytes))
     lines.append(f"  {'outputs / unplanned, per call':<38}{_fmt_bytes(f.unplanned_bytes):>30}")
+    if f.loop_storage_bytes:
+        lines.append(row("loop bodies' storage, per call", f.loop_storage_bytes))
     lines.append(row("our build, per call", f.expected_runtime_alloc_bytes))
     lines.append(row("TVM default build, per call", f.tvm_default_bytes))
     if f.saved_percent is not None:
         label = "saved vs TVM default" if f.saved_bytes >= 0 else "MORE than TVM default"
         lines.append(f"  {label:<38}{_fmt_bytes(abs(f.saved_bytes)):>30}  "
                      f"{abs(f.saved_percent):.1f} %")
+        if f.loop_storage_bytes:
+            lines.append("  (TVM's figure leaves out what its loop bodies allocate on every "
+                         "iteration: compare the run-time lines)")
     if f.runtime_alloc_bytes is not None:
         agree = "matches the plan" if f.runtime_matches_plan else (
             f"DIFFERS from the plan ({_fmt_bytes(f.expected_runtime_alloc_bytes)})"
@@ -137,6 +142,9 @@ def _table_text(report: CompileReport) -> List[str]:
     if report.not_planned_reason is not None:
         lines.append(f"  NOT PLANNED: every tensor left to TVM's planner "
                      f"({report.not_planned_reason}); no arena, no ratio to the lower bound")
+        if any(loop.form == "recursive" and loop.body_arena_bytes >= 0 for loop in report.loops):
+            lines.append("  (that is main's symbolic tensors: the bodies of recursive loops have "
+                         "their own static plans, see 'loops and recurrences')")
     lines += [f"  target {_target_text(report)}; strategy {report.strategy}; "
               f"{_ranges_text(report)}; {report.planned_tensors} tensors in the arena",
               f"  {'dims':<28}{'LB':>12}{'arena':>12}{'x LB':>9}{'run ours':>12}{'run TVM':>12}"
@@ -176,7 +184,8 @@ def _ratio_cell(s: ShapeMeasurement) -> str:
     return f"{'-':>9}" if s.arena_over_lower_bound is None else f"{s.arena_over_lower_bound:>9.3f}"
 
 
-_LOOP_FORMS = {"kernel": "time loop inside one kernel", "unrolled": "unrolled"}
+_LOOP_FORMS = {"kernel": "time loop inside one kernel", "unrolled": "unrolled",
+               "recursive": "recursive (a body function per iteration)"}
 
 
 def _loop_lines(report: CompileReport) -> List[str]:
@@ -188,6 +197,9 @@ def _loop_lines(report: CompileReport) -> List[str]:
     rows = [s.dims for s in report.shapes] or [{}]
     for loop in report.loops:
         lines.append(f"    {loop.op} '{loop.node}': {_LOOP_FORMS.get(loop.form, loop.form)}")
+        if loop.form == "recursive" and loop.body_arena_bytes >= 0:
+            lines.append(f"      body {loop.function}: arena {loop.body_arena_bytes:,} B "
+                         f"(lower bound {loop.body_lower_bound_bytes:,} B)")
         for dims in rows:
             at = loop.at(dims)
             where = f"at {_dims_text(dims)}: " if dims else ""

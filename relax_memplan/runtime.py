@@ -291,9 +291,11 @@ def kernel_profile(vm: relax.VirtualMachine, args: Sequence, rounds: int = 1, sy
     """
     total, calls, started = {}, {}, {}
 
-    def hook(_func, name, before_run, _ret, *_args):
+    def hook(func, name, before_run, _ret, *_args):
         if not include_builtins and name.startswith("vm.builtin."):
             return 0
+        if _is_relax_function(func):
+            return 0  # a call of another Relax function (a loop driver), not a kernel
         if sync is not None:
             sync()
         if before_run:
@@ -311,6 +313,13 @@ def kernel_profile(vm: relax.VirtualMachine, args: Sequence, rounds: int = 1, sy
     finally:
         vm.set_instrument(lambda *_a: 0)
     return {k: (total[k] / rounds, calls[k] / rounds) for k in total}
+
+
+def _is_relax_function(func) -> bool:
+    """Whether an instrumented call is a VM closure (a Relax function calling another, such
+    as a recursive loop driver calling itself) rather than a packed function."""
+    cls = type(func)
+    return f"{cls.__module__}.{cls.__name__}" == "relax.vm.Closure"
 
 
 def kernels_per_call(vm: relax.VirtualMachine, args: Sequence) -> int:

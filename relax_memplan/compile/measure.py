@@ -41,6 +41,7 @@ class StrategyBuild:
     plan_pass: Optional[object] = None
     record: Optional[object] = None
     fusion: Optional[list] = None
+    hoist: Optional[object] = None
 
 
 @dataclass

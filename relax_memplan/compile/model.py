@@ -18,9 +18,10 @@ import numpy as np
 import tvm
 
 from ..errors import RelaxMemplanError, RunError, ShapeSpecError
-from ..onnx_prepare.loop_facts import loops_of
+from ..onnx_prepare.loop_facts import loops_of, with_body_plans
 from ..pipeline import fusion_counts, fusion_passes
 from ..report import CompileReport
+from ..transform.hoist_loop_storage import HoistLoopStorage
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
 from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.record_storage import RecordStorage
@@ -225,7 +226,8 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
     """Our build with one strategy; its library written right away (before any run)."""
     plan_pass = options.plan_pass if options.plan_pass is not None else PlanStaticMemory()
     b = StrategyBuild(strategy=strategy, executable=None, report=None, plan_pass=plan_pass,
-                      fusion=fusion_passes(options.tvm_target) if options.fusion else None)
+                      fusion=fusion_passes(options.tvm_target) if options.fusion else None,
+                      hoist=HoistLoopStorage())
     kernel_options = dict(schedule=options.schedule, check_indices=options.check_indices,
                           fusion=options.fusion, fusion_pass_list=b.fusion)
     dump_dir = options.dump_dir
@@ -235,7 +237,8 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
         b.record = RecordStorage()
         say(f"building with relax_memplan's planner for {_target_words(options)}")
         b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, b.record,
-                             dump_dir, reorder_pass=options.reorder_pass, **kernel_options)
+                             dump_dir, reorder_pass=options.reorder_pass, hoist_pass=b.hoist,
+                             **kernel_options)
     else:
         b.dyn = options.dynamic_pass or PlanDynamicMemory(
             strategy=strategy, alignment_bytes=plan_pass.alignment_bytes,
@@ -247,7 +250,8 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
         say(f"building once with relax_memplan's {strategy} plan for {_target_words(options)}")
         b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, None, dump_dir,
                              dynamic_pass=b.dyn, dim_ranges=dims, dispatch_pass=b.kernels,
-                             reorder_pass=options.reorder_pass, **kernel_options)
+                             reorder_pass=options.reorder_pass, hoist_pass=b.hoist,
+                             **kernel_options)
     if options.library_path is not None:
         b.library_path = library_path_for(options.library_path, strategy, several)
         export_library(b.executable, b.library_path)
@@ -262,9 +266,11 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                              arch=arch.arch if arch else None,
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
                              fusion=fusion_counts(b.fusion) if b.fusion is not None else None,
-                             loops=loops_of(source.mod))
+                             loops=with_body_plans(loops_of(source.mod),
+                                                   b.plan_pass.plans))
     if not dims:
-        b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec)
+        b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec,
+                                                         b.hoist)
         b.report.notes += fallbacks
         if b.fusion is not None and "main" in b.report.functions:
             # what fusion changed: builds the Relax phases again without and with it

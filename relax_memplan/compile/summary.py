@@ -12,9 +12,10 @@ __all__ = ["static_functions", "summarize_dynamic", "arena_at", "planned_tensors
            "dynamic_tensors", "tensors_at", "concrete_tensors"]
 
 
-def static_functions(plan_pass, ours_rec, tvm_rec) -> Tuple[Dict[str, FunctionMemoryReport],
-                                                             List[str]]:
-    """One :class:`FunctionMemoryReport` per planned function, and a note per fallback."""
+def static_functions(plan_pass, ours_rec, tvm_rec, hoist=None
+                     ) -> Tuple[Dict[str, FunctionMemoryReport], List[str]]:
+    """One :class:`FunctionMemoryReport` per planned function, and a note per fallback
+    (``hoist``: the build's ``HoistLoopStorage``, whose loop storage a caller allocates)."""
     functions: Dict[str, FunctionMemoryReport] = {}
     notes: List[str] = []
     for fname, fplan in plan_pass.plans.items():
@@ -34,6 +35,7 @@ def static_functions(plan_pass, ours_rec, tvm_rec) -> Tuple[Dict[str, FunctionMe
             arena_bytes=fplan.arena_bytes,
             planned_bytes=ours.planned_bytes if ours else fplan.arena_bytes,
             unplanned_bytes=ours.unplanned_bytes if ours else 0,
+            loop_storage_bytes=hoist.allocated_in.get(fname, 0) if hoist is not None else 0,
             tvm_default_bytes=theirs.static_total_bytes if theirs else 0,
             tvm_default_unplanned_bytes=theirs.unplanned_bytes if theirs else 0,
             num_runtime_sized_allocs=ours.num_symbolic if ours else 0,

@@ -12,7 +12,7 @@ Quantities (bytes, iterations) are PrimExprs of the graph's symbolic dims or int
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Union
 
 import tvm
@@ -21,7 +21,7 @@ from tvm import relax, tirx
 from ..analysis.dims import evaluate_bytes
 
 __all__ = ["LoopFacts", "record_loop", "collecting_loops", "attach_loops", "loops_of",
-           "LOOPS_ATTR"]
+           "with_body_plans", "LOOPS_ATTR"]
 
 LOOPS_ATTR = "relax_memplan.loops"
 """Function attribute of ``main``: one map per loop/recurrence (see :class:`LoopFacts`)."""
@@ -40,14 +40,23 @@ class LoopFacts:
     node, op : str
         ONNX node name and op type (``LSTM``, ``GRU``, ``Loop``, ``Scan``).
     form : str
-        ``"kernel"`` (the time loop inside one TIR kernel) or ``"unrolled"``.
+        ``"kernel"`` (the time loop inside one TIR kernel), ``"unrolled"`` or
+        ``"recursive"`` (a body function called once per iteration by a self-calling
+        driver, see :mod:`~relax_memplan.onnx_prepare.recursive_loops`).
     iterations : int or PrimExpr
         Steps per call (a symbolic sequence length for a kernel).
     carried_state_bytes : int or PrimExpr
         Bytes of the state carried from one iteration to the next (one copy).
     body_bytes : int or PrimExpr
         Bytes one iteration works in: for a kernel its scratch output (0 when it keeps
-        the step's gates in registers); unrolled, the tensors one iteration produces.
+        the step's gates in registers); unrolled or recursive, the tensors one iteration
+        produces (static shapes only).
+    function : str
+        Recursive form: the body's Relax function ("" otherwise).
+    body_arena_bytes, body_lower_bound_bytes : int
+        Recursive form, after the build: the body function's arena (allocated once per
+        call of the model, not per iteration) and the peak live bytes of its planned
+        tensors; -1 when unknown (not built yet, or not planned by us).
     """
 
     node: str
@@ -56,6 +65,9 @@ class LoopFacts:
     iterations: Quantity
     carried_state_bytes: Quantity
     body_bytes: Quantity
+    function: str = ""
+    body_arena_bytes: int = -1
+    body_lower_bound_bytes: int = -1
 
     def at(self, dims: Mapping[str, int]) -> Dict[str, int]:
         """The quantities at ``dims`` (dim name -> value), as ints (-1 when a dim is missing)."""
@@ -67,6 +79,9 @@ class LoopFacts:
         out = {"node": self.node, "op": self.op, "form": self.form}
         out.update({k: _text(getattr(self, k))
                     for k in ("iterations", "carried_state_bytes", "body_bytes")})
+        if self.form == "recursive":
+            out.update(function=self.function, body_arena_bytes=self.body_arena_bytes,
+                       body_lower_bound_bytes=self.body_lower_bound_bytes)
         out["at_shapes"] = [{"dims": dict(d), **self.at(d)} for d in shapes]
         return out
 
@@ -121,7 +136,8 @@ def attach_loops(mod: tvm.IRModule, records: List[LoopFacts]) -> tvm.IRModule:
     """``mod`` with ``main`` carrying :data:`LOOPS_ATTR` (unchanged when no record)."""
     if not records or "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
         return mod
-    value = [{"node": r.node, "op": r.op, "form": r.form, "iterations": _as_expr(r.iterations),
+    value = [{"node": r.node, "op": r.op, "form": r.form, "function": r.function,
+              "iterations": _as_expr(r.iterations),
               "carried_state_bytes": _as_expr(r.carried_state_bytes),
               "body_bytes": _as_expr(r.body_bytes)} for r in records]
     mod = mod.shallow_copy() if hasattr(mod, "shallow_copy") else mod
@@ -146,7 +162,22 @@ def loops_of(mod: tvm.IRModule) -> List[LoopFacts]:
         quantities = {k: _simplified(entry[k])
                       for k in ("iterations", "carried_state_bytes", "body_bytes")}
         out.append(LoopFacts(node=str(entry["node"]), op=str(entry["op"]),
-                             form=str(entry["form"]), **quantities))
+                             form=str(entry["form"]), function=str(entry.get("function", "")),
+                             **quantities))
+    return out
+
+
+def with_body_plans(loops: List[LoopFacts], plans: Mapping) -> List[LoopFacts]:
+    """``loops`` with each recursive loop's body arena and lower bound filled from our
+    static planner's plans (``PlanStaticMemory.plans``: function name -> plan with
+    ``arena_bytes`` and ``lower_bound_bytes``)."""
+    out = []
+    for loop in loops:
+        plan = plans.get(loop.function) if loop.form == "recursive" else None
+        if plan is not None and plan.arenas:
+            loop = replace(loop, body_arena_bytes=int(plan.arena_bytes),
+                           body_lower_bound_bytes=int(plan.lower_bound_bytes))
+        out.append(loop)
     return out
 
 
