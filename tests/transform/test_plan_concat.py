@@ -199,3 +199,26 @@ def test_yolov8n_concats_in_place_match_onnxruntime():
     fplan = plan.plans["main"]
     assert fplan.concat_inplace == 9
     assert fplan.lower_bound_bytes <= fplan.arenas[0].lower_bound_without_concat_bytes
+
+
+def test_report_states_concats_in_place_and_refusals():
+    from relax_memplan.compile.summary import static_functions
+    from relax_memplan.report_text import _format_function
+    from relax_memplan.transform.record_storage import RecordStorage
+
+    plan = PlanStaticMemory(inplace=True, concat_inplace=True)
+    tvm.compile(_unfused(InplaceTrap), "llvm", relax_pipeline=get_pipeline("llvm", plan_pass=plan))
+    functions, _ = static_functions(plan, RecordStorage(), RecordStorage())
+    f = functions["main"]
+    assert f.concat_inplace == 0
+    assert f.concat_refusals == {"overwritten by in-place reuse": 1}
+    assert f.lower_bound_without_concat_bytes == f.lower_bound_bytes
+    text = "\n".join(_format_function(f))
+    assert "concat in place: 0 concatenations written in place; refused: 1 overwritten" in text
+
+    plan = PlanStaticMemory(concat_inplace=True)
+    tvm.compile(_unfused(InplaceTrap), "llvm", relax_pipeline=get_pipeline("llvm", plan_pass=plan))
+    f = static_functions(plan, RecordStorage(), RecordStorage())[0]["main"]
+    assert f.concat_inplace == 1 and f.concat_refusals == {}
+    assert f.lower_bound_without_concat_bytes > f.lower_bound_bytes
+    assert "concat_inplace" in f.to_dict()
