@@ -20,9 +20,12 @@ __all__ = ["nesting_from_groups", "absolute_deltas", "merged_buffers", "place_wi
 
 
 def nesting_from_groups(sharing: List[List[str]]) -> Dict[str, Tuple[str, int]]:
-    """In-place groups (tensors sharing one storage) as placements at delta 0: every member
-    but the first -> (first member, 0)."""
-    return {uid: (group[0], 0) for group in sharing for uid in group[1:]}
+    """In-place groups (tensors sharing one storage) as placements at delta 0, as a chain:
+    every member but the first -> (the member before it, 0). A chain, not a star, so that
+    any two members are ancestor and descendant: a chain's tensors may overlap in time
+    (``b`` written over ``a``, ``c`` over ``b``: ``b`` and ``c`` are live together at ``c``'s
+    call), and the validator accepts overlaps between ancestors only."""
+    return {uid: (group[k], 0) for group in sharing for k, uid in enumerate(group[1:])}
 
 
 def absolute_deltas(nested: Dict[str, Tuple[str, int]]) -> Dict[str, Tuple[str, int]]:

@@ -222,3 +222,34 @@ def test_report_states_concats_in_place_and_refusals():
     assert f.concat_inplace == 1 and f.concat_refusals == {}
     assert f.lower_bound_without_concat_bytes > f.lower_bound_bytes
     assert "concat_inplace" in f.to_dict()
+
+
+@I.ir_module
+class SplitConcat:
+    """The C2f shape of yolov8n: the two halves of a Split (items of a tuple literal after
+    CallTIRRewrite), a tensor computed from the second half, concatenated."""
+
+    @R.function
+    def main(x: R.Tensor((1, 128, 32, 32), "float32")):
+        with R.dataflow():
+            h = R.exp(x)
+            parts = R.split(h, 2, axis=1)
+            y0 = parts[0]
+            y1 = parts[1]
+            m = R.add(R.exp(y1), y1)
+            c = R.concat([y0, y1, m], axis=1)
+            s = R.sum(c, axis=[1])
+            R.output(s)
+        return s
+
+
+def test_split_halves_are_tuple_items_written_in_place():
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 128, 32, 32)).astype("float32")
+    plan, vm = _build(_unfused(SplitConcat), concat_inplace=True)
+    h = np.exp(x)
+    expected = np.concatenate([h, np.exp(h[:, 64:]) + h[:, 64:]], axis=1).sum(axis=1)
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    fplan = plan.plans["main"]
+    assert fplan.concat_inplace == 1
+    assert fplan.lower_bound_bytes < fplan.arenas[0].lower_bound_without_concat_bytes
