@@ -35,7 +35,7 @@ from tvm import relax
 from ..planner import Buffer, live_bytes_profile
 from ._inplace_plan import merged_buffers
 
-__all__ = ["ConcatPlan", "plan_concats"]
+__all__ = ["ConcatPlan", "plan_concats", "step_live_bytes"]
 
 
 @dataclass
@@ -58,13 +58,18 @@ class ConcatPlan:
     refusals: Counter = field(default_factory=Counter)
 
 
-def _sorted_profile(buffers: List[Buffer], num_steps: int) -> np.ndarray:
-    """Live bytes at every step, sorted from high to low."""
+def step_live_bytes(buffers: List[Buffer], num_steps: int) -> np.ndarray:
+    """Live bytes at each step ``0 .. num_steps`` (int64 array of ``num_steps + 1``)."""
     live = np.zeros(num_steps + 1, dtype=np.int64)
     events = live_bytes_profile(buffers)
     for (step, value), nxt in zip(events, events[1:] + [(num_steps + 1, 0)]):
         live[step:nxt[0]] = value
-    return np.sort(live)[::-1]
+    return live
+
+
+def _sorted_profile(buffers: List[Buffer], num_steps: int) -> np.ndarray:
+    """Live bytes at every step, sorted from high to low."""
+    return np.sort(step_live_bytes(buffers, num_steps))[::-1]
 
 
 def _lower(new: np.ndarray, old: np.ndarray) -> bool:

@@ -108,6 +108,9 @@ class ArenaPlan:
         The concat calls of this arena written in place (their call dropped).
     concat_refusals : dict of str to int
         Reason -> concat calls refused for it (:mod:`._concat_plan`).
+    nested, nested_without_concat : dict of str to (str, int)
+        Tensor uid -> (parent uid, byte delta) of the tensors placed inside another (in-place
+        chains at delta 0, concat inputs in their output), with and without the concats.
     """
 
     device_index: int
@@ -121,6 +124,8 @@ class ArenaPlan:
     lower_bound_without_concat_bytes: int = 0
     concat_sites: list = field(default_factory=list)
     concat_refusals: Dict[str, int] = field(default_factory=dict)
+    nested: Dict[str, Tuple[str, int]] = field(default_factory=dict)
+    nested_without_concat: Dict[str, Tuple[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -244,6 +249,8 @@ def _plan_function(
                 lower_bound_without_concat_bytes=peak_live_bytes(merged_buffers(buffers, nested)),
                 concat_sites=concats.applied,
                 concat_refusals=dict(concats.refusals),
+                nested=concats.nested,
+                nested_without_concat=nested,
             )
         )
     return arenas
