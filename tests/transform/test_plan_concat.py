@@ -253,3 +253,30 @@ def test_split_halves_are_tuple_items_written_in_place():
     fplan = plan.plans["main"]
     assert fplan.concat_inplace == 1
     assert fplan.lower_bound_bytes < fplan.arenas[0].lower_bound_without_concat_bytes
+
+
+@I.ir_module
+class ExternViewInput:
+    """The first input is the result of an extern call on a: it may be a view of a's storage
+    (or anything else), never a planned tensor of its own: refused."""
+
+    @R.function
+    def main(x: R.Tensor((1, 64, 32, 32), "float32"), y: R.Tensor((1, 64, 32, 32), "float32")):
+        a = R.exp(x)
+        v = R.call_pure_packed("vm.builtin.reshape", a, R.shape([1, 64, 32, 32]),
+                               ty_args=R.Tensor((1, 64, 32, 32), "float32"))
+        b = R.exp(y)
+        c = R.concat([v, b], axis=1)
+        s = R.sum(c)
+        return s
+
+
+def test_extern_result_input_is_refused_as_a_view():
+    x, y = (np.random.default_rng(k).uniform(-1, 1, (1, 64, 32, 32)).astype("float32")
+            for k in (3, 4))
+    plan, vm = _build(_unfused(ExternViewInput), concat_inplace=True)
+    fplan = plan.plans["main"]
+    assert fplan.concat_inplace == 0
+    assert fplan.concat_refusals == {"view or alias of other storage": 1}
+    got = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(y)).numpy()
+    np.testing.assert_allclose(got, np.exp(x).sum() + np.exp(y).sum(), rtol=1e-4)
