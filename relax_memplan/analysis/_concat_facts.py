@@ -52,7 +52,6 @@ class ConcatSite:
     binding_var: object = field(default=None, compare=False, repr=False)
 
 
-
 class ConcatFacts:
     """Mixin of the liveness analyzer; uses its ``_tensors``, ``_direct``, ``_alias``,
     ``_tensors_of``, ``_vars_in``, ``_is_prim_func`` and the ``_concat_table``,

@@ -120,7 +120,7 @@ def _unused_result(var) -> bool:
 
 
 def plan_concats(liveness, buffers: List[Buffer], nested: Dict[str, Tuple[str, int]],
-                 alignment_bytes: int) -> ConcatPlan:
+                 alignment_bytes: int, owns_unplaced: bool = True) -> ConcatPlan:
     """Choose the concatenations of one function to write in place.
 
     Parameters
@@ -134,6 +134,10 @@ def plan_concats(liveness, buffers: List[Buffer], nested: Dict[str, Tuple[str, i
         The in-place chains already decided (member -> (first of its chain, 0)).
     alignment_bytes : int
         Offset alignment; every prefix must be a multiple of it.
+    owns_unplaced : bool
+        Count the refusals of the sites whose output is in no arena (the first arena of a
+        function does, so that each refusal is counted once); a site whose output is in
+        another arena is that arena's.
 
     Returns
     -------
@@ -147,7 +151,11 @@ def plan_concats(liveness, buffers: List[Buffer], nested: Dict[str, Tuple[str, i
     in_pairs = overwritten | {u.out_uid for u in liveness.inplace}
     taken = set()
     current = _sorted_profile(merged_buffers(buffers, plan.nested), liveness.num_steps)
+    placed_anywhere = {t.uid for t in liveness.plannable}
     for site in liveness.concat_sites:
+        out_uid = tensors[site.output].uid if isinstance(site.output, int) else None
+        if out_uid not in planned and (out_uid in placed_anywhere or not owns_unplaced):
+            continue
         why = _site_refusal(site, tensors, overwritten, in_pairs, alignment_bytes)
         members = [tensors[i].uid for i in site.inputs] + [tensors[site.output].uid] \
             if why is None else []

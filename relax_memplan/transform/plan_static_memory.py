@@ -217,7 +217,7 @@ def _plan_function(
         groups.setdefault((t.device_index, t.storage_scope), []).append(t)
     inplace_nested = nesting_from_groups(liveness.sharing_groups())
     arenas = []
-    for (dev, scope), tensors in sorted(groups.items()):
+    for k, ((dev, scope), tensors) in enumerate(sorted(groups.items())):
         buffers = [
             Buffer(
                 id=t.uid,
@@ -230,7 +230,7 @@ def _plan_function(
         ]
         ids = {b.id for b in buffers}
         nested = {m: p for m, p in inplace_nested.items() if m in ids and p[0] in ids}
-        concats = plan_concats(liveness, buffers, nested, alignment_bytes)
+        concats = plan_concats(liveness, buffers, nested, alignment_bytes, owns_unplaced=k == 0)
         result, offsets = place_with_sharing(buffers, concats.nested, algorithms, time_limit_s)
         exact = [
             Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=max(t.size_bytes, 1))

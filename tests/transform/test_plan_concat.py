@@ -280,3 +280,15 @@ def test_extern_result_input_is_refused_as_a_view():
     assert fplan.concat_refusals == {"view or alias of other storage": 1}
     got = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(y)).numpy()
     np.testing.assert_allclose(got, np.exp(x).sum() + np.exp(y).sum(), rtol=1e-4)
+
+
+def test_a_concat_is_decided_and_counted_by_its_own_arena_only():
+    plan, _ = _build(_unfused(InplaceTrap), concat_inplace=True)
+    live = plan.plans["main"].liveness
+    # another arena (none of the concat's tensors in it): neither applied nor refused there
+    other = plan_concats(live, [Buffer("elsewhere", 0, live.num_steps, 64, 64)], {}, 64,
+                         owns_unplaced=False)
+    assert other.applied == [] and not other.refusals
+    own = plan_concats(live, [Buffer(t.uid, t.start, t.end, t.size_bytes, 64)
+                              for t in live.plannable], {}, 64)
+    assert len(own.applied) == 1 and not own.refusals
