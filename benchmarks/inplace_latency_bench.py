@@ -5,8 +5,11 @@ use our pipeline (same kernels, no schedules), differ only in those two steps, a
 in the same process in interleaved rounds (helpers of ``latency_bench.py``). The machine is
 shared: read the spread, not one number.
 
+With ``--concat`` a third build adds concatenations written in place
+(``PlanStaticMemory(concat_inplace=True)``) to the lowered one, timed in the same rounds.
+
 Usage: TVM_NUM_THREADS=2 python benchmarks/inplace_latency_bench.py [--rounds 15]
-       [--only ultraface-320 bert-tiny ...] [--json PATH]
+       [--only ultraface-320 bert-tiny ...] [--concat] [--json PATH]
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from latency_bench import MODELS, MODELS_DIR, _build, _interleaved, _tvm_runner  # noqa: E402
 
 
-def bench_model(label, path, shapes, values, rounds) -> dict:
+def bench_model(label, path, shapes, values, rounds, concat=False) -> dict:
     from relax_memplan.frontend import import_onnx, make_random_inputs
     from relax_memplan.pipeline import get_pipeline
     from relax_memplan.runtime import to_numpy_list
@@ -39,11 +42,19 @@ def bench_model(label, path, shapes, values, rounds) -> dict:
     lowered = PlanStaticMemory(inplace=True)
     vm_low, _ = _build(mod, "llvm", get_pipeline("llvm", plan_pass=lowered,
                                                   reorder_pass=ReorderForMemory()))
-    run_plain, run_low = _tvm_runner(vm_plain, arrays), _tvm_runner(vm_low, arrays)
+    runners = {"plain": _tvm_runner(vm_plain, arrays), "lowered": _tvm_runner(vm_low, arrays)}
+    if concat:
+        cc = PlanStaticMemory(inplace=True, concat_inplace=True)
+        runners["concat"] = _tvm_runner(_build(mod, "llvm", get_pipeline(
+            "llvm", plan_pass=cc, reorder_pass=ReorderForMemory()))[0], arrays)
+    ref = to_numpy_list(runners["plain"]())
     diff = max((float(np.abs(a.astype("float64") - b.astype("float64")).max()) if a.size else 0.0)
-               for a, b in zip(to_numpy_list(run_plain()), to_numpy_list(run_low())))
-    times = _interleaved({"plain": run_plain, "lowered": run_low}, rounds)
-    return {"model": label, "times": times, "max_abs_diff": diff,
+               for name, run in runners.items() if name != "plain"
+               for a, b in zip(ref, to_numpy_list(run())))
+    times = _interleaved(runners, rounds)
+    extra = {"concat_over_lowered": times["concat"]["median_ms"] / times["lowered"]["median_ms"],
+             "concat_inplace": cc.plans["main"].concat_inplace} if concat else {}
+    return {"model": label, "times": times, "max_abs_diff": diff, **extra,
             "lower_bound_plain_bytes": plain.plans["main"].lower_bound_bytes,
             "lower_bound_lowered_bytes": lowered.plans["main"].lower_bound_bytes,
             "ratio": times["lowered"]["median_ms"] / times["plain"]["median_ms"]}
@@ -53,6 +64,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--only", nargs="*")
+    parser.add_argument("--concat", action="store_true",
+                        help="also time the lowered build with concatenations in place")
     parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" /
                                               "inplace_latency.json"))
     args = parser.parse_args(argv)
@@ -62,12 +75,17 @@ def main(argv=None) -> None:
     for label, file, shapes, values in MODELS:
         if args.only and label not in args.only:
             continue
-        r = bench_model(label, MODELS_DIR / file, shapes, values, args.rounds)
+        r = bench_model(label, MODELS_DIR / file, shapes, values, args.rounds, args.concat)
         rows.append(r)
         p, q = r["times"]["plain"], r["times"]["lowered"]
         print(f"{label:<17}{p['median_ms']:>10.2f}{p['spread_pct']:>7.0f}%{q['median_ms']:>11.2f}"
               f"{q['spread_pct']:>7.0f}%{r['ratio']:>7.3f}{r['lower_bound_plain_bytes']:>11,}"
               f"{r['lower_bound_lowered_bytes']:>11,}{r['max_abs_diff']:>10.2g}", flush=True)
+        if args.concat:
+            c = r["times"]["concat"]
+            print(f"{'':<17}+concat in place ({r['concat_inplace']} concats): "
+                  f"{c['median_ms']:.2f} ms, spread {c['spread_pct']:.0f}%, "
+                  f"{r['concat_over_lowered']:.3f} x lowered", flush=True)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"models": rows}, indent=2) + "\n", encoding="utf-8")

@@ -221,7 +221,7 @@ def _build_options(args, config):
     plan_pass = PlanStaticMemory(
         alignment_bytes=planner.alignment_bytes, algorithms=planner.algorithms,
         time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s,
-        inplace=planner.inplace)
+        inplace=planner.inplace, concat_inplace=planner.concat_inplace)
     reorder_pass = ReorderForMemory() if planner.reorder else None
     common = dict(target=args.target, cuda_arch=args.cuda_arch or config.cuda_arch,
                   plan_pass=plan_pass, reorder_pass=reorder_pass, dump_dir=args.dump_ir,

@@ -111,6 +111,12 @@ class PlannerConfig:
         Let kernels write an output over an input that dies there
         (``PlanStaticMemory(inplace=True)``, :mod:`relax_memplan.analysis.inplace`). Off
         by default until every shared model's numerics are checked with it in the suite.
+    concat_inplace : bool
+        Write concatenations in place (``PlanStaticMemory(concat_inplace=True)``,
+        :mod:`relax_memplan.transform._concat_plan`): its own key, not ``inplace``, because it
+        is independent of the elementwise rule (either may be on alone; with both, an input
+        or output of a concat that in-place reuse would overwrite is refused). Static plans
+        only; off by default until more than yolov8n's numerics are checked with it.
     """
 
     algorithms: tuple[str, ...] | None = None
@@ -122,10 +128,11 @@ class PlannerConfig:
     size_class_growth: float = 4.0
     reorder: bool = False
     inplace: bool = False
+    concat_inplace: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "buckets", _check_buckets("planner.buckets", self.buckets))
-        for key in ("reorder", "inplace"):
+        for key in ("reorder", "inplace", "concat_inplace"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(f"planner.{key} must be true or false, "
                                   f"got {getattr(self, key)!r}")

@@ -81,6 +81,13 @@ class FunctionMemoryReport:
         Distinct kernels of the function that may write an output over an input.
     inplace_calls : int or None
         Calls that do (their input dies there); ``None`` when in-place reuse is off.
+    concat_inplace : int or None
+        Concatenations written in place (inputs placed inside the output, concat call
+        dropped); ``None`` when concat-in-place is off.
+    concat_refusals : dict of str to int or None
+        Reason -> concat calls refused for it; ``None`` when concat-in-place is off.
+    lower_bound_without_concat_bytes : int or None
+        :attr:`lower_bound_bytes` without concatenations written in place.
     algorithm : str
         Placement algorithm that won the best-of selection.
     fallback : str or None
@@ -145,6 +152,9 @@ class FunctionMemoryReport:
     lower_bound_without_inplace_bytes: Optional[int] = None
     inplace_capable_kernels: Optional[int] = None
     inplace_calls: Optional[int] = None
+    concat_inplace: Optional[int] = None
+    concat_refusals: Optional[Dict[str, int]] = None
+    lower_bound_without_concat_bytes: Optional[int] = None
 
     @property
     def expected_runtime_alloc_bytes(self) -> int:

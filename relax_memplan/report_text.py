@@ -67,6 +67,11 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
         lines.append(row("  without in-place reuse", f.lower_bound_without_inplace_bytes))
         lines.append(f"  in-place: {f.inplace_capable_kernels} kernels capable, "
                      f"{f.inplace_calls} calls write over an input that dies there")
+    if f.concat_inplace is not None:
+        lines.append(row("  without concat in place", f.lower_bound_without_concat_bytes))
+        refused = ", ".join(f"{n} {why}" for why, n in sorted(f.concat_refusals.items()))
+        lines.append(f"  concat in place: {f.concat_inplace} concatenations written in place"
+                     + (f"; refused: {refused}" if refused else ""))
     lines.append(row("our arena", f.arena_bytes))
     if f.fallback:
         lines.append(f"  our arena not used: {f.fallback}; TVM's StaticPlanBlockMemory plans it")

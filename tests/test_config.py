@@ -189,6 +189,9 @@ def test_planner_reorder_and_inplace_keys_are_bools():
         PlannerConfig(reorder="yes")
     with pytest.raises(ConfigError, match="planner.inplace"):
         PlannerConfig(inplace=1)
+    assert PlannerConfig().concat_inplace is False
+    with pytest.raises(ConfigError, match="planner.concat_inplace must be true or false"):
+        PlannerConfig(concat_inplace="on")
 
 
 def test_cli_passes_planner_inplace_and_reorder_to_the_build(tmp_path):
@@ -196,10 +199,12 @@ def test_cli_passes_planner_inplace_and_reorder_to_the_build(tmp_path):
     from relax_memplan.transform.reorder_for_memory import ReorderForMemory
 
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("planner:\n  inplace: true\n  reorder: true\n", encoding="utf-8")
+    cfg.write_text("planner:\n  inplace: true\n  reorder: true\n  concat_inplace: true\n",
+                   encoding="utf-8")
     args = build_parser().parse_args(["compile", "--config", str(cfg)])
     _, options = _build_options(args, load_config(cfg))
-    assert options.plan_pass.inplace is True
+    assert options.plan_pass.inplace is True and options.plan_pass.concat_inplace is True
     assert isinstance(options.reorder_pass, ReorderForMemory)
     _, default = _build_options(build_parser().parse_args(["compile"]), load_config(None))
     assert default.plan_pass.inplace is False and default.reorder_pass is None
+    assert default.plan_pass.concat_inplace is False

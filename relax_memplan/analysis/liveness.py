@@ -36,6 +36,17 @@ argument of the call, and both tensors are plannable (so neither is a function
 parameter, output, constant or retained tensor). The pairs are listed in
 :attr:`FunctionLiveness.inplace`; the planner gives both tensors one offset.
 
+Concatenations
+--------------
+With a concat table (:func:`relax_memplan.analysis.concat.concat_table`), every call of a
+concatenation kernel is listed in :attr:`FunctionLiveness.concat_sites` with, per
+argument, the tensor whose whole storage it is (an allocation, a rebinding, a whole view,
+or an item of a tuple literal of such, the tuple used only through ``TupleGetItem``) or
+why there is none; each tensor records the steps of the calls that may write it
+(:attr:`TensorLiveness.write_steps`), its first use and whether it sits in a tuple used
+otherwise than through ``TupleGetItem``. The planner
+(:mod:`relax_memplan.transform._concat_plan`) decides from these facts.
+
 Which tensors are left to TVM
 -----------------------------
 A tensor is *not plannable* (and keeps TVM's behaviour) when
@@ -55,18 +66,15 @@ from typing import Dict, FrozenSet, List, Optional
 import tvm
 from tvm import relax, tirx
 
-__all__ = ["TensorLiveness", "FunctionLiveness", "InplaceUse", "analyze_liveness",
+from ._concat_facts import _ALLOC_TENSOR, _VIEW_OPS, _WHOLE_VIEW_OPS, ConcatFacts, ConcatSite
+
+__all__ = ["TensorLiveness", "FunctionLiveness", "InplaceUse", "ConcatSite", "analyze_liveness",
            "dtype_size_bytes", "SYMBOLIC_SHAPE"]
 
 #: ``TensorLiveness.reason`` of a tensor whose only obstacle to static planning
 #: is a size that depends on symbolic dims (dynamic planning may place it).
 SYMBOLIC_SHAPE = "symbolic shape"
 
-_ALLOC_TENSOR = "relax.builtin.alloc_tensor"
-# Ops whose result shares the storage of their first argument.
-_VIEW_OPS = frozenset({"relax.reshape", "relax.memory.view", "relax.memory.ensure_zero_offset"})
-# Views that cover the whole storage of their argument from byte 0.
-_WHOLE_VIEW_OPS = frozenset({"relax.reshape", "relax.memory.ensure_zero_offset"})
 
 
 def dtype_size_bytes(dtype: str, num_elements: int) -> int:
@@ -117,6 +125,14 @@ class TensorLiveness:
     producer : str or None
         The kernel (PrimFunc or extern function) that first takes the tensor as an
         argument: in destination-passing style, the one that writes it.
+    write_steps : list of int
+        Steps of the calls that may write the tensor (a PrimFunc writing the parameter it
+        is passed to, any extern call taking it); filled with a concat table only.
+    first_use : int or None
+        Step of the first binding after the allocation that uses the tensor or an alias.
+    in_escaping_tuple : bool
+        Whether the tensor is in a tuple used otherwise than through ``TupleGetItem``
+        (passed to a call, returned, rebound); filled with a concat table only.
     """
 
     var: relax.Var
@@ -134,6 +150,9 @@ class TensorLiveness:
     in_branch: bool = False
     reason: Optional[str] = None
     producer: Optional[str] = None
+    write_steps: List[int] = field(default_factory=list)
+    first_use: Optional[int] = None
+    in_escaping_tuple: bool = False
 
     @property
     def plannable(self) -> bool:
@@ -189,6 +208,7 @@ class FunctionLiveness:
     tensors: List[TensorLiveness]
     num_steps: int
     inplace: List[InplaceUse] = field(default_factory=list)
+    concat_sites: List[ConcatSite] = field(default_factory=list)
 
     def sharing_groups(self) -> List[List[str]]:
         """Uids of tensors that share one storage through in-place calls (chains merged),
@@ -219,12 +239,19 @@ class FunctionLiveness:
         return [t for t in self.tensors if not t.plannable]
 
 
-class _LivenessAnalyzer:
+class _LivenessAnalyzer(ConcatFacts):
     """Walks one function body in program order; see the module docstring."""
 
-    def __init__(self, mod: tvm.IRModule, table=None):
+    def __init__(self, mod: tvm.IRModule, table=None, concat_table=None, params=()):
         self._mod = mod
         self._table = table
+        self._concat_table = concat_table
+        self._params = set(params)
+        self._tuple_fields: Dict[relax.Var, list] = {}  # tuple literal var -> whole tensors
+        self._written_params: Dict[str, FrozenSet[int]] = {}
+        self._concat_sites: List[ConcatSite] = []
+        self._item_direct: Dict[relax.Var, int] = {}  # var -> tensor, through tuple items
+        self._binding_var = None
         self._direct: Dict[relax.Var, int] = {}  # var -> tensor whose whole storage it is
         self._written: set = set()  # tensors already passed to a call
         self._candidates: List[tuple] = []
@@ -258,6 +285,8 @@ class _LivenessAnalyzer:
         for i in tensors:
             if self._last_use[i] < step:
                 self._last_use[i] = step
+            if self._tensors[i].first_use is None and step > self._tensors[i].start:
+                self._tensors[i].first_use = step
 
     def _exclude(self, tensors: FrozenSet[int], reason: str) -> None:
         # "symbolic shape" only says the size is not constant; a reason that
@@ -336,10 +365,13 @@ class _LivenessAnalyzer:
         result = self._tensors_of(seq.body)
         for v in self._vars_in(seq.body):
             self._use(self._alias.get(v, frozenset()), step)
+            if v in self._tuple_fields:
+                self._escape(self._alias.get(v, frozenset()))
         return result
 
     def _visit_binding(self, binding) -> None:
         var, value = binding.var, binding.value
+        self._binding_var = var
         if isinstance(value, relax.If):
             cond_step = self._next_step()
             for v in self._vars_in(value.cond):
@@ -361,6 +393,8 @@ class _LivenessAnalyzer:
                 return
         for v in self._vars_in(value):
             self._use(self._alias.get(v, frozenset()), step)
+        if self._concat_table is not None:
+            self._note_concat_facts(var, value, step, isinstance(binding, relax.MatchCast))
 
         if isinstance(binding, relax.MatchCast) or isinstance(
             value, (relax.Var, relax.Tuple, relax.TupleGetItem)
@@ -455,10 +489,12 @@ class _LivenessAnalyzer:
                 if var is not self._tensors[i].var and var.name not in self._tensors[i].aliases:
                     self._tensors[i].aliases.append(var.name)
         return FunctionLiveness(name=name, tensors=self._tensors, num_steps=self._step,
-                                inplace=self._accept_inplace())
+                                inplace=self._accept_inplace(),
+                                concat_sites=list(self._concat_sites))
 
 
-def analyze_liveness(mod: tvm.IRModule, func_name: str, inplace_table=None) -> FunctionLiveness:
+def analyze_liveness(mod: tvm.IRModule, func_name: str, inplace_table=None,
+                     concat_table=None) -> FunctionLiveness:
     """Live ranges of the tensors allocated by one Relax function.
 
     Parameters
@@ -471,6 +507,10 @@ def analyze_liveness(mod: tvm.IRModule, func_name: str, inplace_table=None) -> F
         :func:`relax_memplan.analysis.inplace.kernel_table` of ``mod``: with it, the
         in-place calls allowed (module docstring) are listed in
         :attr:`FunctionLiveness.inplace`; without it, none.
+    concat_table : dict of str to int, optional
+        :func:`relax_memplan.analysis.concat.concat_table` of ``mod``: with it, the calls of
+        concatenation kernels are listed in :attr:`FunctionLiveness.concat_sites` and the
+        facts the concat-in-place planner needs are filled (module docstring).
 
     Returns
     -------
@@ -487,7 +527,7 @@ def analyze_liveness(mod: tvm.IRModule, func_name: str, inplace_table=None) -> F
     func = mod[func_name] if func_name in [gv.name_hint for gv in mod.get_global_vars()] else None
     if not isinstance(func, relax.Function):
         raise ValueError(f"'{func_name}' is not a Relax function of the module")
-    analyzer = _LivenessAnalyzer(mod, inplace_table)
+    analyzer = _LivenessAnalyzer(mod, inplace_table, concat_table, func.params)
     body = func.body
     if not isinstance(body, relax.SeqExpr):
         return FunctionLiveness(name=func_name, tensors=[], num_steps=0)

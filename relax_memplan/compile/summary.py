@@ -49,6 +49,11 @@ def static_functions(plan_pass, ours_rec, tvm_rec, hoist=None
             f.inplace_capable_kernels = fplan.inplace_capable_kernels
             f.inplace_calls = len(fplan.liveness.inplace) if fplan.arenas else 0
             f.lower_bound_without_inplace_bytes = fplan.lower_bound_without_inplace_bytes
+        if fplan.concat_inplace_on:
+            f = functions[fname]
+            f.concat_inplace, f.concat_refusals = fplan.concat_inplace, fplan.concat_refusals
+            f.lower_bound_without_concat_bytes = sum(
+                a.lower_bound_without_concat_bytes for a in fplan.arenas or fplan.rejected_arenas)
         if fplan.fallback_reason:
             notes.append(f"function {fname} keeps TVM's memory plan: {fplan.fallback_reason}")
     return functions, notes

@@ -29,6 +29,7 @@ __all__ = [
     "MissingOffsetError",
     "InvalidOffsetError",
     "CapacityExceededError",
+    "NestingError",
     "find_violations",
     "validate",
 ]
@@ -96,6 +97,51 @@ class CapacityExceededError(PlanError):
             f"buffer {buffer.id!r}: bytes [{offset}, {offset + buffer.size_bytes}) exceed "
             f"the capacity of {capacity_bytes} bytes"
         )
+
+
+class NestingError(PlanError):
+    """A buffer declared to lie at a fixed byte delta inside a parent buffer (``nested``) is
+    not there: offset not ``parent offset + delta``, bytes outside the parent, unknown parent,
+    or a cycle of parents."""
+
+    def __init__(self, member_id: str, parent_id: str, why: str):
+        self.member_id, self.parent_id = member_id, parent_id
+        super().__init__(f"buffer {member_id!r} declared inside {parent_id!r}: {why}")
+
+
+def _nesting(by_id, offsets, nested, errors):
+    """Check every declared placement; return id -> set of its ancestors' ids."""
+    ancestors = {}
+    for member, (parent, delta) in nested.items():
+        if member not in by_id or parent not in by_id:
+            errors.append(NestingError(member, parent, "unknown buffer id"))
+            continue
+        chain, node = set(), member
+        while node in nested and node not in chain:
+            chain.add(node)
+            node = nested[node][0]
+        if node in chain:
+            errors.append(NestingError(member, parent, "the parents form a cycle"))
+            continue
+        ancestors[member] = chain - {member} | {node}
+        mem, par = by_id[member], by_id[parent]
+        if delta < 0 or delta + mem.size_bytes > par.size_bytes:
+            errors.append(NestingError(member, parent, f"bytes [{delta}, "
+                                       f"{delta + mem.size_bytes}) of the parent exceed its "
+                                       f"{par.size_bytes} bytes"))
+        elif member in offsets and parent in offsets and \
+                offsets[member] != offsets[parent] + delta:
+            errors.append(NestingError(member, parent, f"offset {offsets[member]} != parent "
+                                       f"offset {offsets[parent]} + delta {delta}"))
+    return ancestors
+
+
+def _declared_nesting(errors, ancestors):
+    """Drop the overlaps between a buffer and one of its declared ancestors."""
+    return [e for e in errors if not (
+        isinstance(e, OverlapError)
+        and (e.first.id in ancestors.get(e.second.id, ()) or
+             e.second.id in ancestors.get(e.first.id, ())))]
 
 
 def _checked_offsets(buffers, offsets, errors):
@@ -223,6 +269,7 @@ def find_violations(
     offsets: Mapping[str, int],
     capacity_bytes: Optional[int] = None,
     shared: Sequence[Sequence[str]] = (),
+    nested: Optional[Mapping[str, tuple]] = None,
 ) -> list[PlanError]:
     """Return every violation of a plan; an empty list means the plan is valid.
 
@@ -239,12 +286,21 @@ def find_violations(
         output over an input that dies there). Two buffers of one group that overlap in
         time are accepted exactly when they have the same offset and the same size; any
         other overlap is still an :class:`OverlapError`.
+    nested : mapping of str to (str, int), optional
+        Declared placements inside a parent buffer (concatenation written in place: each
+        input at ``offset(output) + prefix bytes``; in-place reuse: delta 0):
+        member id -> (parent id, delta in bytes). Each must hold exactly
+        (``offset(member) == offset(parent) + delta``, the member's bytes inside the
+        parent's, else a :class:`NestingError`); then a buffer may overlap its ancestors
+        (parent, parent's parent...) and nothing else: siblings, cousins and every other
+        buffer that overlaps it in time and address are still :class:`OverlapError` s.
 
     Returns
     -------
     list of PlanError
         At most one :class:`MissingOffsetError` (first, listing all ids without offset),
         then :class:`InvalidOffsetError` / :class:`MisalignmentError` per buffer,
+        :class:`NestingError` per declared placement not held,
         :class:`OverlapError` per overlapping pair and :class:`CapacityExceededError` per
         buffer above the capacity.
 
@@ -264,6 +320,10 @@ def find_violations(
     _overlaps(placed, errors)
     if shared:
         errors = _declared_sharing(errors, offsets, shared)
+    if nested:
+        nesting_errors: list[PlanError] = []
+        ancestors = _nesting({b.id: b for b in buffers}, offsets, nested, nesting_errors)
+        errors = nesting_errors + _declared_nesting(errors, ancestors)
     if capacity_bytes is not None:
         for buf, off in placed:
             if off + buf.size_bytes > capacity_bytes:
@@ -276,10 +336,12 @@ def validate(
     offsets: Mapping[str, int],
     capacity_bytes: Optional[int] = None,
     shared: Sequence[Sequence[str]] = (),
+    nested: Optional[Mapping[str, tuple]] = None,
 ) -> None:
     """Raise the first violation :func:`find_violations` reports; return None if valid.
 
-    ``shared``: groups of ids allowed to share storage (see :func:`find_violations`).
+    ``shared``: groups of ids allowed to share storage; ``nested``: member id -> (parent id,
+    byte delta) placements inside a parent (see :func:`find_violations`).
 
     Raises
     ------
@@ -288,6 +350,6 @@ def validate(
     ValueError
         If two buffers share an id.
     """
-    errors = find_violations(buffers, offsets, capacity_bytes, shared)
+    errors = find_violations(buffers, offsets, capacity_bytes, shared, nested)
     if errors:
         raise errors[0]

@@ -1,10 +1,13 @@
 """Private helpers of :class:`~relax_memplan.transform.plan_static_memory.PlanStaticMemory`
-for in-place reuse: tensors that share storage planned as one buffer, the validation that
-accepts exactly those sharings, and the calls rewritten to the kernels' in-place variants."""
+for in-place reuse and concatenation written in place: tensors placed at a fixed byte delta
+inside a parent (``member -> (parent, delta)``: delta 0 and the same size for an in-place
+chain, the prefix bytes inside the output for a concatenation input) planned as one buffer,
+the validation that accepts exactly those placements, and the calls rewritten to the
+kernels' in-place variants."""
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import tvm
 from tvm import relax
@@ -12,37 +15,68 @@ from tvm import relax
 from ..analysis.inplace import InplacePair, inplace_kernel
 from ..planner import Buffer, plan, validate
 
-__all__ = ["merged_buffers", "place_with_sharing", "inplace_calls", "count_capable"]
+__all__ = ["nesting_from_groups", "absolute_deltas", "merged_buffers", "place_with_sharing",
+           "inplace_calls", "count_capable"]
 
 
-def merged_buffers(buffers: List[Buffer], sharing: List[List[str]]) -> List[Buffer]:
-    """One buffer per group of tensors that share storage (in-place chains): the live range
-    spanning the group's, the largest size, the id of its first tensor."""
+def nesting_from_groups(sharing: List[List[str]]) -> Dict[str, Tuple[str, int]]:
+    """In-place groups (tensors sharing one storage) as placements at delta 0, as a chain:
+    every member but the first -> (the member before it, 0). A chain, not a star, so that
+    any two members are ancestor and descendant: a chain's tensors may overlap in time
+    (``b`` written over ``a``, ``c`` over ``b``: ``b`` and ``c`` are live together at ``c``'s
+    call), and the validator accepts overlaps between ancestors only."""
+    return {uid: (group[k], 0) for group in sharing for k, uid in enumerate(group[1:])}
+
+
+def absolute_deltas(nested: Dict[str, Tuple[str, int]]) -> Dict[str, Tuple[str, int]]:
+    """Member -> (its root, byte delta from the root), following the parents.
+
+    Raises
+    ------
+    ValueError
+        If the parents form a cycle (an internal error: never planned).
+    """
+    out: Dict[str, Tuple[str, int]] = {}
+    for member in nested:
+        node, delta, seen = member, 0, set()
+        while node in nested:
+            if node in seen:
+                raise ValueError(f"placements inside a parent form a cycle at {node!r}")
+            seen.add(node)
+            node, step = nested[node]
+            delta += step
+        out[member] = (node, delta)
+    return out
+
+
+def merged_buffers(buffers: List[Buffer], nested: Dict[str, Tuple[str, int]]) -> List[Buffer]:
+    """One buffer per tree of tensors placed inside one another (in-place chains at delta 0,
+    concatenation inputs at their prefix bytes inside the output): the live range spanning
+    the tree's, the bytes from the root's offset to the end of the furthest member, the id
+    of the root. Members absent from ``buffers`` are ignored."""
     by_id = {b.id: b for b in buffers}
-    merged_ids = set()
-    out = []
-    for group in sharing:
-        members = [by_id[u] for u in group if u in by_id]
-        if len(members) < 2:
-            continue
-        merged_ids.update(b.id for b in members)
-        out.append(Buffer(id=members[0].id, start=min(b.start for b in members),
-                          end=max(b.end for b in members),
-                          size_bytes=max(b.size_bytes for b in members),
-                          alignment_bytes=members[0].alignment_bytes))
-    return out + [b for b in buffers if b.id not in merged_ids]
+    roots: Dict[str, List[Tuple[Buffer, int]]] = {}
+    for member, (root, delta) in absolute_deltas(nested).items():
+        if member in by_id and root in by_id:
+            roots.setdefault(root, [(by_id[root], 0)]).append((by_id[member], delta))
+    merged = [Buffer(id=root, start=min(b.start for b, _ in tree), end=max(b.end for b, _ in tree),
+                     size_bytes=max(d + b.size_bytes for b, d in tree),
+                     alignment_bytes=by_id[root].alignment_bytes)
+              for root, tree in roots.items()]
+    inside = {b.id for tree in roots.values() for b, _ in tree}
+    return merged + [b for b in buffers if b.id not in inside]
 
 
-def place_with_sharing(buffers, sharing, algorithms, time_limit_s):
-    """Plan the merged buffers, give every member of a group its group's offset, validate."""
-    merged = merged_buffers(buffers, sharing)
+def place_with_sharing(buffers, nested, algorithms, time_limit_s):
+    """Plan the merged buffers, give every member its root's offset plus its delta, validate
+    (``validate(..., nested=nested)``: exactly the declared placements may overlap)."""
+    merged = merged_buffers(buffers, nested)
     result = plan(merged, algorithms=algorithms, time_limit_s=time_limit_s)
     offsets = dict(result.offsets)
-    for group in sharing:
-        for uid in group[1:]:
-            if group[0] in offsets:
-                offsets[uid] = offsets[group[0]]
-    validate(buffers, offsets, shared=sharing)
+    for member, (root, delta) in absolute_deltas(nested).items():
+        if root in offsets:
+            offsets[member] = offsets[root] + delta
+    validate(buffers, offsets, nested=nested)
     return result, offsets
 
 

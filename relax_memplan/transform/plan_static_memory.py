@@ -62,12 +62,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import tvm
 from tvm import relax
 
+from ..analysis.concat import concat_table
 from ..analysis.inplace import kernel_table
 from ..analysis.liveness import FunctionLiveness, TensorLiveness, analyze_liveness
 from ..analysis.storage import summarize_storage
 from ..planner import Buffer, peak_live_bytes
 from ._arena_rewrite import ArenaRewriter, alloc_arena
-from ._inplace_plan import count_capable, inplace_calls, merged_buffers, place_with_sharing
+from ._concat_plan import plan_concats
+from ._inplace_plan import (count_capable, inplace_calls, merged_buffers, nesting_from_groups,
+                            place_with_sharing)
 from ._module_util import before_call_tir_rewrite, replace_functions
 from ._args import check_planner_args
 
@@ -98,6 +101,16 @@ class ArenaPlan:
     lower_bound_without_inplace_bytes : int
         :attr:`lower_bound_bytes` if every kernel wrote a fresh output (equal to it
         when in-place reuse is off or found nothing).
+    lower_bound_without_concat_bytes : int
+        :attr:`lower_bound_bytes` without concatenations written in place (with in-place
+        reuse if on).
+    concat_sites : list of ConcatSite
+        The concat calls of this arena written in place (their call dropped).
+    concat_refusals : dict of str to int
+        Reason -> concat calls refused for it (:mod:`._concat_plan`).
+    nested, nested_without_concat : dict of str to (str, int)
+        Tensor uid -> (parent uid, byte delta) of the tensors placed inside another (in-place
+        chains at delta 0, concat inputs in their output), with and without the concats.
     """
 
     device_index: int
@@ -108,6 +121,11 @@ class ArenaPlan:
     offsets: Dict[str, int]
     algorithm: str
     lower_bound_without_inplace_bytes: int = 0
+    lower_bound_without_concat_bytes: int = 0
+    concat_sites: list = field(default_factory=list)
+    concat_refusals: Dict[str, int] = field(default_factory=dict)
+    nested: Dict[str, Tuple[str, int]] = field(default_factory=dict)
+    nested_without_concat: Dict[str, Tuple[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -135,6 +153,8 @@ class FunctionPlan:
     inplace_capable_kernels : int or None
         Distinct kernels the function calls that may write an output over an input
         (:mod:`relax_memplan.analysis.inplace`); ``None`` when in-place reuse is off.
+    concat_inplace_on : bool
+        Whether concatenations written in place were looked for.
     """
 
     name: str
@@ -145,6 +165,21 @@ class FunctionPlan:
     tvm_bytes_per_call: Optional[int] = None
     fallback_reason: Optional[str] = None
     inplace_capable_kernels: Optional[int] = None
+    concat_inplace_on: bool = False
+
+    @property
+    def concat_inplace(self) -> Optional[int]:
+        """Concat calls written in place (dropped) in the arenas used; ``None`` when off."""
+        return sum(len(a.concat_sites) for a in self.arenas) if self.concat_inplace_on else None
+
+    @property
+    def concat_refusals(self) -> Dict[str, int]:
+        """Reason -> concat calls refused for it, over the arenas planned (used or not)."""
+        out: Dict[str, int] = {}
+        for a in self.arenas or self.rejected_arenas:
+            for why, n in a.concat_refusals.items():
+                out[why] = out.get(why, 0) + n
+        return out
 
     @property
     def arena_bytes(self) -> int:
@@ -180,9 +215,9 @@ def _plan_function(
     groups: Dict[Tuple[int, str], List[TensorLiveness]] = {}
     for t in liveness.plannable:
         groups.setdefault((t.device_index, t.storage_scope), []).append(t)
-    sharing = liveness.sharing_groups()
+    inplace_nested = nesting_from_groups(liveness.sharing_groups())
     arenas = []
-    for (dev, scope), tensors in sorted(groups.items()):
+    for k, ((dev, scope), tensors) in enumerate(sorted(groups.items())):
         buffers = [
             Buffer(
                 id=t.uid,
@@ -193,7 +228,10 @@ def _plan_function(
             )
             for t in tensors
         ]
-        result, offsets = place_with_sharing(buffers, sharing, algorithms, time_limit_s)
+        ids = {b.id for b in buffers}
+        nested = {m: p for m, p in inplace_nested.items() if m in ids and p[0] in ids}
+        concats = plan_concats(liveness, buffers, nested, alignment_bytes, owns_unplaced=k == 0)
+        result, offsets = place_with_sharing(buffers, concats.nested, algorithms, time_limit_s)
         exact = [
             Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=max(t.size_bytes, 1))
             for t in tensors
@@ -204,10 +242,15 @@ def _plan_function(
                 storage_scope=scope,
                 arena_bytes=result.height_bytes,
                 lower_bound_bytes=result.lower_bound_bytes,
-                unaligned_lower_bound_bytes=peak_live_bytes(merged_buffers(exact, sharing)),
+                unaligned_lower_bound_bytes=peak_live_bytes(merged_buffers(exact, concats.nested)),
                 offsets=offsets,
                 algorithm=result.algorithm,
                 lower_bound_without_inplace_bytes=peak_live_bytes(buffers),
+                lower_bound_without_concat_bytes=peak_live_bytes(merged_buffers(buffers, nested)),
+                concat_sites=concats.applied,
+                concat_refusals=dict(concats.refusals),
+                nested=concats.nested,
+                nested_without_concat=nested,
             )
         )
     return arenas
@@ -266,6 +309,11 @@ class PlanStaticMemory:
         it (:mod:`relax_memplan.analysis.inplace`): both tensors get one offset and the
         call goes to the kernel's in-place variant (``<kernel>_inplace_o<k>_i<j>``, a new
         PrimFunc of the module).
+    concat_inplace : bool
+        Write concatenations in place (:mod:`relax_memplan.transform._concat_plan`): a
+        concatenation kernel along an axis before which every dim is 1 gets its inputs
+        placed at their byte ranges inside its output, so their producers write there
+        and the concat call is dropped; applied only where the live bytes drop.
 
     Attributes
     ----------
@@ -297,12 +345,16 @@ class PlanStaticMemory:
         time_limit_s: float = 1.0,
         func_names: Optional[Sequence[str]] = None,
         inplace: bool = False,
+        concat_inplace: bool = False,
     ):
         self.alignment_bytes, self.algorithms, self.time_limit_s = check_planner_args(
             alignment_bytes, algorithms, time_limit_s)
         if not isinstance(inplace, bool):
             raise TypeError(f"inplace must be a bool, got {type(inplace).__name__}")
         self.inplace = inplace
+        if not isinstance(concat_inplace, bool):
+            raise TypeError(f"concat_inplace must be a bool, got {type(concat_inplace).__name__}")
+        self.concat_inplace = concat_inplace
         self.func_names = tuple(func_names) if func_names is not None else None
         self.plans: Dict[str, FunctionPlan] = {}
 
@@ -316,14 +368,15 @@ class PlanStaticMemory:
             return mod
         original, updates, kernels = mod, {}, {}
         table = kernel_table(mod) if self.inplace else None
+        concats = concat_table(mod) if self.concat_inplace else None
         builder = relax.BlockBuilder(mod)
         for gv, func in mod.functions_items():
             if not isinstance(func, relax.Function):
                 continue
             if self.func_names is not None and gv.name_hint not in self.func_names:
                 continue
-            liveness = analyze_liveness(mod, gv.name_hint, table)
-            fplan = FunctionPlan(gv.name_hint, liveness)
+            liveness = analyze_liveness(mod, gv.name_hint, table, concats)
+            fplan = FunctionPlan(gv.name_hint, liveness, concat_inplace_on=self.concat_inplace)
             if table is not None:
                 fplan.inplace_capable_kernels = count_capable(func, table)
             fplan.arenas = _plan_function(
@@ -333,6 +386,9 @@ class PlanStaticMemory:
             if not fplan.arenas:
                 continue
             calls = inplace_calls(mod, fplan, kernels, builder) if table else {}
+            for arena in fplan.arenas:
+                for site in arena.concat_sites:  # inputs already written in place
+                    calls[site.binding_var] = relax.Tuple([])
             new_func = _rewriter_for(fplan, calls).rewrite_function(func)
             new_func = new_func.with_attrs(
                 {

@@ -13,6 +13,7 @@ from relax_memplan.planner import (
     InvalidOffsetError,
     MisalignmentError,
     MissingOffsetError,
+    NestingError,
     OverlapError,
     PlanError,
     find_violations,
@@ -112,3 +113,55 @@ def test_validates_10k_buffers():
     validate(buffers, offsets)
     offsets["b7"] = offsets["b8"]  # plant one overlap among 10k
     assert find_violations(buffers, offsets)
+
+
+# ---- placements inside a parent (concatenation written in place) ---------------------------
+
+def _concat_buffers():
+    """out (192 B) holds x at delta 0 and y at delta 64; z is unrelated, live with them."""
+    return [Buffer("x", 0, 3, 64), Buffer("y", 1, 3, 128), Buffer("out", 2, 5, 192),
+            Buffer("z", 0, 5, 64)]
+
+
+def test_nested_accepts_the_declared_deltas():
+    nested = {"x": ("out", 0), "y": ("out", 64)}
+    validate(_concat_buffers(), {"x": 0, "y": 64, "out": 0, "z": 192}, nested=nested)
+
+
+def test_nested_rejects_a_wrong_delta():
+    nested = {"x": ("out", 0), "y": ("out", 64)}
+    errors = find_violations(_concat_buffers(), {"x": 0, "y": 0, "out": 0, "z": 192},
+                             nested=nested)
+    assert any(isinstance(e, NestingError) and e.member_id == "y" for e in errors)
+    # y at delta 0 also overlaps its sibling x: still an overlap, siblings never share bytes
+    assert any(isinstance(e, OverlapError) and {e.first.id, e.second.id} == {"x", "y"}
+               for e in errors)
+    with pytest.raises(NestingError, match="'y' declared inside 'out': offset 0 != parent"):
+        validate(_concat_buffers(), {"x": 0, "y": 0, "out": 0, "z": 192}, nested=nested)
+
+
+def test_nested_rejects_siblings_declared_overlapping_and_members_outside_the_parent():
+    # both deltas hold, but x and y are declared over the same bytes: the sibling overlap stays
+    errors = find_violations(_concat_buffers(), {"x": 0, "y": 0, "out": 0, "z": 192},
+                             nested={"x": ("out", 0), "y": ("out", 0)})
+    assert [type(e) for e in errors] == [OverlapError]
+    with pytest.raises(NestingError, match="exceed"):
+        validate(_concat_buffers(), {"x": 0, "y": 128, "out": 0, "z": 256},
+                 nested={"x": ("out", 0), "y": ("out", 128)})
+
+
+def test_nested_still_rejects_every_undeclared_overlap():
+    nested = {"x": ("out", 0), "y": ("out", 64)}
+    with pytest.raises(OverlapError, match="'z'"):  # z over y's bytes, not declared
+        validate(_concat_buffers(), {"x": 0, "y": 64, "out": 0, "z": 64}, nested=nested)
+    with pytest.raises(OverlapError):  # nothing declared
+        validate(_concat_buffers(), {"x": 0, "y": 64, "out": 0, "z": 192})
+
+
+def test_nested_chain_inplace_member_inside_a_concat_input():
+    # t dies where x is written over it (in-place, delta 0), x sits at delta 64 in out
+    bufs = [Buffer("t", 0, 2, 64), Buffer("x", 1, 4, 64), Buffer("out", 3, 5, 128)]
+    nested = {"x": ("t", 0), "t": ("out", 64)}
+    validate(bufs, {"t": 64, "x": 64, "out": 0}, nested=nested)
+    with pytest.raises(NestingError, match="cycle"):
+        validate(bufs, {"t": 64, "x": 64, "out": 0}, nested={"x": ("t", 0), "t": ("x", 0)})

@@ -136,3 +136,19 @@ def test_report_states_inplace_counts_and_bound_without_it():
     assert f.lower_bound_without_inplace_bytes > f.lower_bound_bytes
     text = "\n".join(_format_function(f))
     assert "without in-place reuse" in text and "1 calls write over an input" in text
+
+
+def test_inplace_chain_members_live_together_pass_the_validator():
+    """Regression (mobilenetv2, silero-vad): b is written over a, c over b; b and c are live
+    together at c's call. The chain's placements must make every pair ancestor/descendant."""
+    from relax_memplan.transform._inplace_plan import nesting_from_groups, place_with_sharing
+
+    bufs = [Buffer("a", 0, 2, 64), Buffer("b", 1, 3, 64), Buffer("c", 2, 4, 64),
+            Buffer("z", 0, 4, 64)]
+    nested = nesting_from_groups([["a", "b", "c"]])
+    assert nested == {"b": ("a", 0), "c": ("b", 0)}
+    _, offsets = place_with_sharing(bufs, nested, None, 0.5)
+    assert offsets["a"] == offsets["b"] == offsets["c"] != offsets["z"]
+    # a star (every member under the first) would reject the b/c overlap
+    with pytest.raises(OverlapError):
+        validate(bufs, offsets, nested={"b": ("a", 0), "c": ("a", 0)})
