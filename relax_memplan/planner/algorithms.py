@@ -21,6 +21,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Callable, Sequence
 
+import numpy as np
+
 from .buffer import Buffer
 from .placement import BEST_FIT, Problem
 from .search import iterated_greedy_offsets
@@ -28,28 +30,48 @@ from .search import iterated_greedy_offsets
 __all__ = ["ALGORITHMS", "DETERMINISTIC", "PROBLEM_ALGORITHMS", "iterated_greedy", "lowest_first_keys"]
 
 
-def _lifetime(p: Problem, i: int) -> int:
-    return p.end[i] - p.start[i]
+def _lex_rank(p: Problem, *columns) -> np.ndarray:
+    """Rank of each buffer index (int64 array) sorted by ``columns``, the first most
+    significant, ties by index; ``columns`` are functions of ``(size, lifetime, start)``
+    arrays. Python ints (exact) when a product could pass int64."""
+    size = np.asarray(p.size, dtype=object if _too_big(p) else np.int64)
+    start = np.asarray(p.start, dtype=size.dtype)
+    life = np.asarray(p.end, dtype=size.dtype) - start
+    cols = [col(size, life, start) for col in columns]
+    if size.dtype == object:  # beyond int64: sort tuples of Python ints
+        order = sorted(range(p.n), key=lambda i: tuple(c[i] for c in cols))
+    else:
+        order = np.lexsort(cols[::-1])
+    rank = np.empty(p.n, dtype=np.int64)
+    rank[np.asarray(order, dtype=np.int64)] = np.arange(p.n, dtype=np.int64)
+    return rank
 
 
-def size_key(p: Problem) -> list:
-    """Largest first; ties: longer lifetime, earlier start."""
-    return [(-p.size[i], -_lifetime(p, i), p.start[i]) for i in range(p.n)]
+def _too_big(p: Problem) -> bool:
+    """Whether size x lifetime or a negated start could overflow int64."""
+    if not p.n:
+        return False
+    return max(p.size) * (max(p.end) - min(p.start)) >= 1 << 62 or max(p.end) >= 1 << 62
 
 
-def lifetime_key(p: Problem) -> list:
-    """Longest live range first; ties: larger size, earlier start."""
-    return [(-_lifetime(p, i), -p.size[i], p.start[i]) for i in range(p.n)]
+def size_key(p: Problem) -> np.ndarray:
+    """Largest first; ties: longer lifetime, earlier start (a rank per buffer index)."""
+    return _lex_rank(p, lambda s, l, t: -s, lambda s, l, t: -l, lambda s, l, t: t)
 
 
-def area_key(p: Problem) -> list:
-    """Largest size x lifetime (byte-steps) first; ties: larger size."""
-    return [(-p.size[i] * _lifetime(p, i), -p.size[i], p.start[i]) for i in range(p.n)]
+def lifetime_key(p: Problem) -> np.ndarray:
+    """Longest live range first; ties: larger size, earlier start (a rank per index)."""
+    return _lex_rank(p, lambda s, l, t: -l, lambda s, l, t: -s, lambda s, l, t: t)
 
 
-def start_key(p: Problem) -> list:
-    """Earliest start first; ties: longer lifetime, larger size."""
-    return [(p.start[i], -p.end[i], -p.size[i]) for i in range(p.n)]
+def area_key(p: Problem) -> np.ndarray:
+    """Largest size x lifetime (byte-steps) first; ties: larger size (a rank per index)."""
+    return _lex_rank(p, lambda s, l, t: -s * l, lambda s, l, t: -s, lambda s, l, t: t)
+
+
+def start_key(p: Problem) -> np.ndarray:
+    """Earliest start first; ties: longer lifetime, larger size (a rank per index)."""
+    return _lex_rank(p, lambda s, l, t: t, lambda s, l, t: -(t + l), lambda s, l, t: -s)
 
 
 def conflict_key(p: Problem) -> list:
@@ -101,7 +123,11 @@ def breadth_key(p: Problem) -> list:
 def _sorted_greedy(key: Callable[[Problem], list]) -> Callable[[Problem], list[int]]:
     def run(p: Problem) -> list[int]:
         keys = key(p)
-        return p.place(sorted(range(p.n), key=keys.__getitem__), BEST_FIT)[0]
+        if isinstance(keys, np.ndarray):
+            order = np.argsort(keys, kind="stable").tolist()
+        else:
+            order = sorted(range(p.n), key=keys.__getitem__)
+        return p.place(order, BEST_FIT)[0]
 
     run.__doc__ = f"Best-fit greedy placement in the order of ``{key.__name__}``."
     return run

@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .buffer import Buffer, check_unique_ids, live_peak_of_arrays, peak_live_bytes
-from .skyline import lowest_first_sweep
+from .skyline import lowest_first_sweep, rank_of
 
 __all__ = ["Problem", "FIRST_FIT", "BEST_FIT"]
 
@@ -234,10 +234,10 @@ class Problem:
             that order with first fit reproduces the same offsets.
         """
         n, size, align, conflicts = self.n, self.size, self.align, self.conflicts
-        by_rank = sorted(range(n), key=priority.__getitem__)
-        rank = [0] * n
-        for r, i in enumerate(by_rank):
-            rank[i] = r
+        rank = rank_of(priority).tolist()
+        by_rank = [0] * n
+        for i, r in enumerate(rank):
+            by_rank[r] = i
         # Buffers are placed in non-decreasing offset order, so every placed neighbour of an
         # unplaced buffer starts at or below the current floor: once a buffer's lowest spot
         # is taken, its next feasible offset is simply above all its placed neighbours.
