@@ -28,7 +28,10 @@ queued: 6.2 million checks for pangu_2.6B's 18,692 buffers, against 44,000 queri
 
 A pass can be given a deadline: when it is so close that only dropping the buffers left
 still fits, they are dropped, largest first, on top of the skyline over their range (a
-Tetris drop: one slice each, valid, possibly leaving gaps).
+Tetris drop: one slice each, about 3 us, valid, possibly leaving gaps). A pass can also be
+told to place only the ``count`` buffers of smallest priority (largest area) and drop the
+rest: at a quarter of the buffers that gives 1.18 / 1.11 / 1.03 / 1.69 x LB on pangu_2.6B /
+S_1 / Y_1 / random 100k, where a pass cut at the same point gave 9.1 / 1.9 / 1.3 / 2.1.
 """
 
 from __future__ import annotations
@@ -75,9 +78,12 @@ class _ByStart:
     ``first_at[x]`` is the position of the first buffer starting at step ``x`` or later.
     """
 
-    def __init__(self, lo: np.ndarray, hi: np.ndarray, rank: np.ndarray, num_steps: int):
+    def __init__(self, lo: np.ndarray, hi: np.ndarray, rank: np.ndarray, num_steps: int,
+                 count: int):
         self.n = len(rank)
         order = np.lexsort((rank, lo))
+        if count < self.n:  # only the ``count`` buffers of smallest rank
+            order = order[rank[order] < count]
         self.steps = np.arange(num_steps + 1)
         #: Placed buffers get this end step: past every segment, so they never fit again.
         self.gone = num_steps + 1
@@ -99,7 +105,7 @@ class _ByStart:
 
 
 def lowest_first_sweep(
-    p, priority: Sequence, deadline: Optional[float] = None
+    p, priority: Sequence, deadline: Optional[float] = None, count: Optional[int] = None
 ) -> tuple[list[int], int, list[int], bool]:
     """Lowest-offset-first placement on a skyline of segments (see the module docstring).
 
@@ -113,6 +119,9 @@ def lowest_first_sweep(
     deadline : float, optional
         ``time.perf_counter()`` value to finish by; past it the buffers left are dropped on
         the skyline, largest first (valid, possibly leaving gaps).
+    count : int, optional
+        Place only the ``count`` buffers of smallest priority lowest-first, then drop the
+        others (a pass that fits a short budget; see :func:`~.portfolio.plan`).
 
     Returns
     -------
@@ -124,8 +133,9 @@ def lowest_first_sweep(
     if n == 0:
         return [], 0, [], True
     lo_np, hi_np, num_steps = p.step_arrays
+    count = n if count is None else max(0, min(count, n))
     rank = rank_of(priority)
-    cands = _ByStart(lo_np, hi_np, rank, num_steps)
+    cands = _ByStart(lo_np, hi_np, rank, num_steps, count)
     size, align = p.size, p.align
     # Segments by first step: end step, height, previous segment's first step, alive.
     seg_end = [0] * (num_steps + 1)
@@ -143,12 +153,11 @@ def lowest_first_sweep(
     started = clock()
     first_at, c_hi, c_rank = cands.first_at, cands.hi, cands.rank
     monotone = cands.monotone
-    while len(order) < n:
+    while len(order) < count:
         steps += 1
         if deadline is not None and steps % CLOCK_EVERY == 1 and _must_drop(
                 clock(), started, len(order), n, deadline):
-            height = _drop_rest(p, offsets, order, seg_end, seg_h, alive, height)
-            return offsets, height, order, False
+            break
         h, a = divmod(pop(heap), width)
         if not alive[a] or seg_h[a] != h:
             continue
@@ -229,6 +238,9 @@ def lowest_first_sweep(
                 seg_prev[b] = mid
         if mid == s:
             push(heap, top * width + s)
+    if len(order) < n:
+        height = _drop_rest(p, offsets, order, seg_end, seg_h, alive, height)
+        return offsets, height, order, False
     return offsets, height, order, True
 
 
