@@ -28,7 +28,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .buffer import Buffer, check_unique_ids, live_peak_of_arrays, peak_live_bytes
+from .buffer import (Buffer, check_unique_ids, live_peak_of_arrays, peak_live_bytes,
+                     sorted_distinct)
 from .skyline import lowest_first_sweep, rank_of
 
 __all__ = ["Problem", "FIRST_FIT", "BEST_FIT"]
@@ -106,7 +107,7 @@ class Problem:
         if self._steps is None:
             start = np.asarray(self.start, dtype=np.int64)
             end = np.asarray(self.end, dtype=np.int64)
-            steps = np.unique(np.concatenate([start, end]))
+            steps = sorted_distinct(np.concatenate([start, end]))
             self._steps = (np.searchsorted(steps, start), np.searchsorted(steps, end),
                            max(len(steps) - 1, 0))
         return self._steps
@@ -145,7 +146,8 @@ class Problem:
         # equal starts, counted twice: subtract those.
         counted = int((np.searchsorted(start, end, "left")
                        - np.searchsorted(start, np.asarray(self.start), "left")).sum()) - self.n
-        _, same = np.unique(start, return_counts=True)
+        firsts = np.flatnonzero(np.concatenate([[True], start[1:] != start[:-1]]))
+        same = np.diff(np.append(firsts, len(start)))  # buffers per distinct start
         return counted - int((same * (same - 1) // 2).sum())
 
     def offsets_by_id(self, offsets: Sequence[int]) -> dict[str, int]:

@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from .buffer import Buffer, check_unique_ids
+from .buffer import Buffer, check_unique_ids, sorted_distinct
 
 __all__ = [
     "no_overlap_on_steps",
@@ -127,7 +127,7 @@ def _no_overlap(placed) -> bool:
         return True
     start = np.array([buf.start for buf, _ in placed], dtype=np.int64)
     end = np.array([buf.end for buf, _ in placed], dtype=np.int64)
-    steps = np.unique(np.concatenate([start, end]))
+    steps = sorted_distinct(np.concatenate([start, end]))
     return no_overlap_on_steps(np.searchsorted(steps, start).tolist(),
                                np.searchsorted(steps, end).tolist(),
                                [off for _, off in placed], [buf.size_bytes for buf, _ in placed],
