@@ -157,8 +157,8 @@ def plan(
         left = 0.0  # not even one more pass fits: skip the search
     if search and best_height != lb and (best_offsets is None or left > 0):
         offsets, height = iterated_greedy_offsets(
-            p, time_limit_s=max(left, 0.0), seed=seed, initial=best_offsets
-        )
+            p, time_limit_s=max(left, 0.0), seed=seed, initial=best_offsets,
+            pass_seconds=slowest)
         if best_height is None or height < best_height:
             best_offsets, best_height, best_name = offsets, height, SEARCH_NAME
 

@@ -156,3 +156,27 @@ def test_short_budget_places_the_largest_buffers_lowest_first():
         result = plan(buffers, time_limit_s=1.0, search=False)
     validate(buffers, result.offsets)
     assert seen and seen[0] is not None and 0 < seen[0] < len(buffers)
+
+
+def test_search_starts_no_placement_expected_to_pass_its_budget():
+    # Random 10k buffers under load: the first search placement on the conflict lists (it
+    # cannot stop midway) started with 0.5 s left and ended 1.3 s later (41 % overrun).
+    from relax_memplan.planner.placement import Problem
+    from relax_memplan.planner.search import iterated_greedy_offsets
+
+    p = Problem(_random_buffers(300, 5))
+    initial = [sum(p.size[:i]) for i in range(p.n)]  # all stacked: valid, far above the LB
+    height = p.height(initial)
+    calls = []
+    real = Problem.lowest_first
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    with patch.object(Problem, "lowest_first", counting):
+        offsets, found = iterated_greedy_offsets(p, time_limit_s=0.5, initial=initial,
+                                                 pass_seconds=1.0)
+        assert not calls and (offsets, found) == (initial, height)
+        iterated_greedy_offsets(p, time_limit_s=0.5, initial=initial, pass_seconds=0.0)
+        assert calls
