@@ -50,6 +50,9 @@ VALIDATE_SECONDS_PER_BUFFER = 1.5e-6
 #: by area reaches 1.0076 / 1.0018 / 1.0000 x LB on pangu_2.6B / S_1 / Y_1).
 SWEEP_ORDER = ("lowest_first_by_area", "lowest_first_by_start", "lowest_first_by_lifetime",
                "lowest_first_by_size")
+#: Cap of the wall/CPU ratio measured while compiling, applied to the cost estimates (8
+#: developers on 2 cores: load 14, about 7 times slower than an idle machine).
+MAX_SLOWDOWN = 8.0
 #: Cost of one lowest-first pass on the skyline, seconds per buffer on an idle machine
 #: (random 100k buffers: 1.0-1.4 s CPU, 10k: 0.08-0.1 s; pangu_2.6B 18,692: 0.15 s).
 SWEEP_SECONDS_PER_BUFFER = 14e-6
@@ -119,7 +122,7 @@ def plan(
     # On a busy machine the final check is slower too: scale its reserve by how much
     # slower than CPU time the wall clock ran while compiling the problem.
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    slowdown = min(max(wall / cpu, 1.0), 4.0) if cpu > 0.01 else 1.0
+    slowdown = min(max(wall / cpu, 1.0), MAX_SLOWDOWN) if cpu > 0.01 else 1.0
     deadline = t0 + time_limit_s - VALIDATE_SECONDS_PER_BUFFER * p.n * slowdown
     pairs = p.count_overlapping_pairs()
     p.sweep = use_skyline(pairs, time_limit_s)
