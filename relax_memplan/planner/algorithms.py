@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .buffer import Buffer
+from .buffer import Buffer, sorted_distinct
 from .placement import BEST_FIT, Problem
 from .search import iterated_greedy_offsets
 
@@ -72,6 +72,50 @@ def area_key(p: Problem) -> np.ndarray:
 def start_key(p: Problem) -> np.ndarray:
     """Earliest start first; ties: longer lifetime, larger size (a rank per index)."""
     return _lex_rank(p, lambda s, l, t: t, lambda s, l, t: -(t + l), lambda s, l, t: -s)
+
+
+def peak_key(p: Problem) -> np.ndarray:
+    """Live at the fullest step first: largest peak live bytes over the buffer's live range,
+    ties: larger area, earlier start (a rank per index).
+
+    The buffers that set the lower bound get the low offsets, like TFLite's "greedy by
+    breadth" (Pisarchyk & Lee 2020) but as a lowest-first priority. One skyline pass on
+    random 10k / 20k / 50k / 100k buffers: 1.066 / 1.037 / 1.039 / 1.032 x LB where area
+    gives 1.077 / 1.067 / 1.063 / 1.047; S_1 1.0026 (area 1.0018), Y_1 1.0 (1.0), pangu_2.6B
+    1.080 (1.0076). ``O(n log n)`` with a sparse table of range maxima over the steps. Sizes
+    past int64 fall back to :func:`area_key`.
+    """
+    if _too_big(p) or sum(p.size) >= 1 << 62:
+        return area_key(p)
+    lo, hi, num_steps = p.step_arrays
+    size = np.asarray(p.size, dtype=np.int64)
+    delta = np.zeros(num_steps + 1, dtype=np.int64)
+    np.add.at(delta, lo, size)
+    np.add.at(delta, hi, -size)
+    live = np.cumsum(delta)[:num_steps]  # live bytes per compressed step
+    peak = _range_max(live, lo, hi)
+    return _lex_rank(p, lambda s, l, t: -peak, lambda s, l, t: -s * l, lambda s, l, t: t)
+
+
+def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``max(values[lo[i]:hi[i]])`` for every i (non-empty ranges), with a sparse table."""
+    table = [values]  # row k: max over the 2**k values from each position
+    while (1 << len(table)) <= len(values):
+        prev, width = table[-1], 1 << (len(table) - 1)
+        table.append(np.maximum(prev[:-width], prev[width:]))
+    level = np.zeros(len(lo), dtype=np.int64)
+    length = hi - lo
+    while True:  # floor(log2(length)), exact for integers
+        up = (np.int64(1) << (level + 1)) <= length
+        if not up.any():
+            break
+        level += up
+    out = np.empty(len(lo), dtype=np.int64)
+    for k in sorted_distinct(level).tolist():
+        at = level == k
+        row = table[k]
+        out[at] = np.maximum(row[lo[at]], row[hi[at] - (1 << k)])
+    return out
 
 
 def conflict_key(p: Problem) -> list:
@@ -157,6 +201,7 @@ PROBLEM_ALGORITHMS: dict[str, Callable[[Problem], list[int]]] = {
     "greedy_by_area": _sorted_greedy(area_key),
     "greedy_by_lifetime": _sorted_greedy(lifetime_key),
     "greedy_by_conflict": _sorted_greedy(conflict_key),
+    "lowest_first_by_peak": _lowest_first(peak_key),
     "iterated_greedy": _iterated_greedy_problem,
 }
 
@@ -166,6 +211,7 @@ lowest_first_keys: dict[str, Callable[[Problem], list]] = {
     "lowest_first_by_start": start_key,
     "lowest_first_by_area": area_key,
     "lowest_first_by_size": size_key,
+    "lowest_first_by_peak": peak_key,
 }
 
 #: Names of the deterministic single-pass algorithms, in the order :func:`plan` runs them.

@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 
 from relax_memplan.planner import ALGORITHMS, DETERMINISTIC, Buffer, peak_live_bytes, validate
-from relax_memplan.planner.algorithms import (area_key, breadth_key, lifetime_key, size_key,
+from relax_memplan.planner.algorithms import (area_key, breadth_key, lifetime_key, peak_key,
+                                              size_key,
                                               start_key)
 from relax_memplan.planner.placement import Problem
 
@@ -96,3 +97,31 @@ def test_rank_keys_past_int64_sort_exactly():
     buffers = [Buffer("a", 0, 8, 1 << 61), Buffer("b", 0, 9, (1 << 61) - 1), Buffer("c", 0, 1, 5)]
     p = Problem(buffers)
     assert area_key(p).tolist() == _tuple_rank(p, _TUPLE_KEYS[area_key]) == [1, 0, 2]
+
+
+@settings(max_examples=60, deadline=None)
+@given(buffer_lists(max_buffers=30))
+def test_peak_key_ranks_by_the_fullest_step_of_each_live_range(buffers):
+    p = Problem(buffers)
+
+    def live_at(t):
+        return sum(b.size_bytes for b in buffers if b.start <= t < b.end)
+
+    def as_tuple(i):
+        b = buffers[i]
+        peak = max(live_at(t) for t in range(b.start, b.end))
+        return (-peak, -b.size_bytes * b.lifetime, b.start)
+
+    order = sorted(range(p.n), key=as_tuple)
+    assert peak_key(p).tolist() == [order.index(i) for i in range(p.n)]
+
+
+def test_peak_key_puts_the_buffers_of_the_peak_step_first():
+    buffers = [Buffer("early", 0, 2, 10), Buffer("peak_a", 2, 4, 30), Buffer("peak_b", 3, 6, 21),
+               Buffer("late", 5, 8, 25)]
+    p = Problem(buffers)
+    # Live bytes per step 0..7: 10 10 30 51 21 46 25 25. Both peak buffers cross step 3
+    # (51 B); peak_b has the larger area (63 vs 60 byte-steps); late's fullest step is 46.
+    ranks = peak_key(p).tolist()
+    assert [buffers[i].id for i in sorted(range(4), key=ranks.__getitem__)] == [
+        "peak_b", "peak_a", "late", "early"]
