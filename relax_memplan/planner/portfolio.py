@@ -131,7 +131,8 @@ def plan(
         names = _sweep_names(names if algorithms is not None else SWEEP_ORDER)
 
     best_offsets, best_height, best_name = None, None, None
-    slowest = 0.0
+    slowest, decode = 0.0, None  # slowest pass; fastest lowest-first pass (the first one
+    # on the conflict lists also builds them) to estimate one search placement
     for name in names:
         started = time.perf_counter()
         if best_offsets is not None and started + 1.1 * slowest > deadline:
@@ -143,6 +144,9 @@ def plan(
         else:
             offsets = PROBLEM_ALGORITHMS[name](p)
         slowest = max(slowest, time.perf_counter() - started)
+        if name in lowest_first_keys:
+            took = time.perf_counter() - started
+            decode = took if decode is None else min(decode, took)
         height = p.height(offsets)
         if best_height is None or height < best_height:
             best_offsets, best_height, best_name = offsets, height, name
@@ -162,7 +166,7 @@ def plan(
     if search and best_height != lb and (best_offsets is None or left > 0):
         offsets, height = iterated_greedy_offsets(
             p, time_limit_s=max(left, 0.0), seed=seed, initial=best_offsets,
-            pass_seconds=slowest)
+            pass_seconds=slowest if decode is None else decode)
         if best_height is None or height < best_height:
             best_offsets, best_height, best_name = offsets, height, SEARCH_NAME
 
