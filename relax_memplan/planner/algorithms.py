@@ -21,35 +21,101 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Callable, Sequence
 
-from .buffer import Buffer
+import numpy as np
+
+from .buffer import Buffer, sorted_distinct
 from .placement import BEST_FIT, Problem
 from .search import iterated_greedy_offsets
 
 __all__ = ["ALGORITHMS", "DETERMINISTIC", "PROBLEM_ALGORITHMS", "iterated_greedy", "lowest_first_keys"]
 
 
-def _lifetime(p: Problem, i: int) -> int:
-    return p.end[i] - p.start[i]
+def _lex_rank(p: Problem, *columns) -> np.ndarray:
+    """Rank of each buffer index (int64 array) sorted by ``columns``, the first most
+    significant, ties by index; ``columns`` are functions of ``(size, lifetime, start)``
+    arrays. Python ints (exact) when a product could pass int64."""
+    size = np.asarray(p.size, dtype=object if _too_big(p) else np.int64)
+    start = np.asarray(p.start, dtype=size.dtype)
+    life = np.asarray(p.end, dtype=size.dtype) - start
+    cols = [col(size, life, start) for col in columns]
+    if size.dtype == object:  # beyond int64: sort tuples of Python ints
+        order = sorted(range(p.n), key=lambda i: tuple(c[i] for c in cols))
+    else:
+        order = np.lexsort(cols[::-1])
+    rank = np.empty(p.n, dtype=np.int64)
+    rank[np.asarray(order, dtype=np.int64)] = np.arange(p.n, dtype=np.int64)
+    return rank
 
 
-def size_key(p: Problem) -> list:
-    """Largest first; ties: longer lifetime, earlier start."""
-    return [(-p.size[i], -_lifetime(p, i), p.start[i]) for i in range(p.n)]
+def _too_big(p: Problem) -> bool:
+    """Whether size x lifetime or a negated start could overflow int64."""
+    if not p.n:
+        return False
+    return max(p.size) * (max(p.end) - min(p.start)) >= 1 << 62 or max(p.end) >= 1 << 62
 
 
-def lifetime_key(p: Problem) -> list:
-    """Longest live range first; ties: larger size, earlier start."""
-    return [(-_lifetime(p, i), -p.size[i], p.start[i]) for i in range(p.n)]
+def size_key(p: Problem) -> np.ndarray:
+    """Largest first; ties: longer lifetime, earlier start (a rank per buffer index)."""
+    return _lex_rank(p, lambda s, l, t: -s, lambda s, l, t: -l, lambda s, l, t: t)
 
 
-def area_key(p: Problem) -> list:
-    """Largest size x lifetime (byte-steps) first; ties: larger size."""
-    return [(-p.size[i] * _lifetime(p, i), -p.size[i], p.start[i]) for i in range(p.n)]
+def lifetime_key(p: Problem) -> np.ndarray:
+    """Longest live range first; ties: larger size, earlier start (a rank per index)."""
+    return _lex_rank(p, lambda s, l, t: -l, lambda s, l, t: -s, lambda s, l, t: t)
 
 
-def start_key(p: Problem) -> list:
-    """Earliest start first; ties: longer lifetime, larger size."""
-    return [(p.start[i], -p.end[i], -p.size[i]) for i in range(p.n)]
+def area_key(p: Problem) -> np.ndarray:
+    """Largest size x lifetime (byte-steps) first; ties: larger size (a rank per index)."""
+    return _lex_rank(p, lambda s, l, t: -s * l, lambda s, l, t: -s, lambda s, l, t: t)
+
+
+def start_key(p: Problem) -> np.ndarray:
+    """Earliest start first; ties: longer lifetime, larger size (a rank per index)."""
+    return _lex_rank(p, lambda s, l, t: t, lambda s, l, t: -(t + l), lambda s, l, t: -s)
+
+
+def peak_key(p: Problem) -> np.ndarray:
+    """Live at the fullest step first: largest peak live bytes over the buffer's live range,
+    ties: larger area, earlier start (a rank per index).
+
+    The buffers that set the lower bound get the low offsets, like TFLite's "greedy by
+    breadth" (Pisarchyk & Lee 2020) but as a lowest-first priority. One skyline pass on
+    random 10k / 20k / 50k / 100k buffers: 1.066 / 1.037 / 1.039 / 1.032 x LB where area
+    gives 1.077 / 1.067 / 1.063 / 1.047; S_1 1.0026 (area 1.0018), Y_1 1.0 (1.0), pangu_2.6B
+    1.080 (1.0076). ``O(n log n)`` with a sparse table of range maxima over the steps. Sizes
+    past int64 fall back to :func:`area_key`.
+    """
+    if _too_big(p) or sum(p.size) >= 1 << 62:
+        return area_key(p)
+    lo, hi, num_steps = p.step_arrays
+    size = np.asarray(p.size, dtype=np.int64)
+    delta = np.zeros(num_steps + 1, dtype=np.int64)
+    np.add.at(delta, lo, size)
+    np.add.at(delta, hi, -size)
+    live = np.cumsum(delta)[:num_steps]  # live bytes per compressed step
+    peak = _range_max(live, lo, hi)
+    return _lex_rank(p, lambda s, l, t: -peak, lambda s, l, t: -s * l, lambda s, l, t: t)
+
+
+def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``max(values[lo[i]:hi[i]])`` for every i (non-empty ranges), with a sparse table."""
+    table = [values]  # row k: max over the 2**k values from each position
+    while (1 << len(table)) <= len(values):
+        prev, width = table[-1], 1 << (len(table) - 1)
+        table.append(np.maximum(prev[:-width], prev[width:]))
+    level = np.zeros(len(lo), dtype=np.int64)
+    length = hi - lo
+    while True:  # floor(log2(length)), exact for integers
+        up = (np.int64(1) << (level + 1)) <= length
+        if not up.any():
+            break
+        level += up
+    out = np.empty(len(lo), dtype=np.int64)
+    for k in sorted_distinct(level).tolist():
+        at = level == k
+        row = table[k]
+        out[at] = np.maximum(row[lo[at]], row[hi[at] - (1 << k)])
+    return out
 
 
 def conflict_key(p: Problem) -> list:
@@ -101,7 +167,11 @@ def breadth_key(p: Problem) -> list:
 def _sorted_greedy(key: Callable[[Problem], list]) -> Callable[[Problem], list[int]]:
     def run(p: Problem) -> list[int]:
         keys = key(p)
-        return p.place(sorted(range(p.n), key=keys.__getitem__), BEST_FIT)[0]
+        if isinstance(keys, np.ndarray):
+            order = np.argsort(keys, kind="stable").tolist()
+        else:
+            order = sorted(range(p.n), key=keys.__getitem__)
+        return p.place(order, BEST_FIT)[0]
 
     run.__doc__ = f"Best-fit greedy placement in the order of ``{key.__name__}``."
     return run
@@ -131,6 +201,7 @@ PROBLEM_ALGORITHMS: dict[str, Callable[[Problem], list[int]]] = {
     "greedy_by_area": _sorted_greedy(area_key),
     "greedy_by_lifetime": _sorted_greedy(lifetime_key),
     "greedy_by_conflict": _sorted_greedy(conflict_key),
+    "lowest_first_by_peak": _lowest_first(peak_key),
     "iterated_greedy": _iterated_greedy_problem,
 }
 
@@ -140,6 +211,7 @@ lowest_first_keys: dict[str, Callable[[Problem], list]] = {
     "lowest_first_by_start": start_key,
     "lowest_first_by_area": area_key,
     "lowest_first_by_size": size_key,
+    "lowest_first_by_peak": peak_key,
 }
 
 #: Names of the deterministic single-pass algorithms, in the order :func:`plan` runs them.

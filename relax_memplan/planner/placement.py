@@ -28,8 +28,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .buffer import Buffer, check_unique_ids, live_peak_of_arrays, peak_live_bytes
-from .skyline import lowest_first_sweep
+from .buffer import (Buffer, check_unique_ids, live_peak_of_arrays, peak_live_bytes,
+                     sorted_distinct)
+from .skyline import lowest_first_sweep, rank_of
 
 __all__ = ["Problem", "FIRST_FIT", "BEST_FIT"]
 
@@ -106,7 +107,7 @@ class Problem:
         if self._steps is None:
             start = np.asarray(self.start, dtype=np.int64)
             end = np.asarray(self.end, dtype=np.int64)
-            steps = np.unique(np.concatenate([start, end]))
+            steps = sorted_distinct(np.concatenate([start, end]))
             self._steps = (np.searchsorted(steps, start), np.searchsorted(steps, end),
                            max(len(steps) - 1, 0))
         return self._steps
@@ -145,7 +146,8 @@ class Problem:
         # equal starts, counted twice: subtract those.
         counted = int((np.searchsorted(start, end, "left")
                        - np.searchsorted(start, np.asarray(self.start), "left")).sum()) - self.n
-        _, same = np.unique(start, return_counts=True)
+        firsts = np.flatnonzero(np.concatenate([[True], start[1:] != start[:-1]]))
+        same = np.diff(np.append(firsts, len(start)))  # buffers per distinct start
         return counted - int((same * (same - 1) // 2).sum())
 
     def offsets_by_id(self, offsets: Sequence[int]) -> dict[str, int]:
@@ -234,10 +236,10 @@ class Problem:
             that order with first fit reproduces the same offsets.
         """
         n, size, align, conflicts = self.n, self.size, self.align, self.conflicts
-        by_rank = sorted(range(n), key=priority.__getitem__)
-        rank = [0] * n
-        for r, i in enumerate(by_rank):
-            rank[i] = r
+        rank = rank_of(priority).tolist()
+        by_rank = [0] * n
+        for i, r in enumerate(rank):
+            by_rank[r] = i
         # Buffers are placed in non-decreasing offset order, so every placed neighbour of an
         # unplaced buffer starts at or below the current floor: once a buffer's lowest spot
         # is taken, its next feasible offset is simply above all its placed neighbours.

@@ -8,7 +8,9 @@ bound is not reached) and the improvement search. Problems with many overlapping
 the lowest-first orders on the skyline of :mod:`.skyline` instead, best-for-large first
 (one pass is about 10 us per buffer), each pass able to finish early by dropping the
 buffers left (see :func:`~relax_memplan.planner.skyline.lowest_first_sweep`); the time
-left goes to the improvement search. A pass or search step is started only if, at the
+left goes to the improvement search. When the first pass is not expected to fit
+(:func:`first_pass_count`), it places only the largest-area buffers lowest-first and drops
+the smaller rest on the skyline, rather than being cut where the clock runs out. A pass or search step is started only if, at the
 cost of the slowest pass so far, it ends before the deadline.
 
 The final check of the returned plan is the numpy skyline replay of
@@ -28,9 +30,10 @@ from .buffer import Buffer, Plan
 from .exact import exact_offsets
 from .placement import Problem
 from .search import iterated_greedy_offsets
+from .skyline import DROP_SECONDS_PER_BUFFER, lowest_first_sweep
 from .validate import no_overlap_on_steps, validate
 
-__all__ = ["plan", "use_skyline", "SEARCH_NAME", "EXACT_NAME", "SWEEP_ORDER"]
+__all__ = ["plan", "use_skyline", "first_pass_count", "SEARCH_NAME", "EXACT_NAME", "SWEEP_ORDER"]
 
 #: ``Plan.algorithm`` of plans found by the improvement search inside :func:`plan`.
 SEARCH_NAME = "iterated_greedy"
@@ -42,11 +45,18 @@ MAX_CONFLICT_PAIRS = 2_000_000
 #: overlapping pair (random 20k buffers, 2.0M pairs: 1.2 s CPU, 2.7 s wall on a loaded machine).
 SECONDS_PER_PAIR = 5e-7
 #: Rough cost of the final check and result dict, seconds per buffer (kept from the budget).
-VALIDATE_SECONDS_PER_BUFFER = 4e-6
+VALIDATE_SECONDS_PER_BUFFER = 1.5e-6
 #: Lowest-first orders tried on the skyline, in this order (measured best on large graphs:
-#: by area reaches 1.0076 / 1.0018 / 1.0000 x LB on pangu_2.6B / S_1 / Y_1).
-SWEEP_ORDER = ("lowest_first_by_area", "lowest_first_by_start", "lowest_first_by_lifetime",
-               "lowest_first_by_size")
+#: by area reaches 1.0076 / 1.0018 / 1.0000 x LB on pangu_2.6B / S_1 / Y_1; by peak 1.037 /
+#: 1.039 / 1.032 on random 20k / 50k / 100k, where area gives 1.067 / 1.063 / 1.047).
+SWEEP_ORDER = ("lowest_first_by_area", "lowest_first_by_peak", "lowest_first_by_start",
+               "lowest_first_by_lifetime", "lowest_first_by_size")
+#: Cap of the wall/CPU ratio measured while compiling, applied to the cost estimates (8
+#: developers on 2 cores: load 14, about 7 times slower than an idle machine).
+MAX_SLOWDOWN = 8.0
+#: Cost of one lowest-first pass on the skyline, seconds per buffer on an idle machine
+#: (random 100k buffers: 1.0-1.4 s CPU, 10k: 0.08-0.1 s; pangu_2.6B 18,692: 0.15 s).
+SWEEP_SECONDS_PER_BUFFER = 14e-6
 #: The exact search runs on problems of at most this many buffers, with this share of the
 #: time left after the greedy orders. MiniMalloc A-K at 2 s, one run on a shared machine
 #: (load 10.5 on 2 cores): share 0.2 mean 1.0714 x LB (2 at LB), 0.6 mean 1.0673 (3).
@@ -113,7 +123,7 @@ def plan(
     # On a busy machine the final check is slower too: scale its reserve by how much
     # slower than CPU time the wall clock ran while compiling the problem.
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    slowdown = min(max(wall / cpu, 1.0), 4.0) if cpu > 0.01 else 1.0
+    slowdown = min(max(wall / cpu, 1.0), MAX_SLOWDOWN) if cpu > 0.01 else 1.0
     deadline = t0 + time_limit_s - VALIDATE_SECONDS_PER_BUFFER * p.n * slowdown
     pairs = p.count_overlapping_pairs()
     p.sweep = use_skyline(pairs, time_limit_s)
@@ -121,16 +131,22 @@ def plan(
         names = _sweep_names(names if algorithms is not None else SWEEP_ORDER)
 
     best_offsets, best_height, best_name = None, None, None
-    slowest = 0.0
+    slowest, decode = 0.0, None  # slowest pass; fastest lowest-first pass (the first one
+    # on the conflict lists also builds them) to estimate one search placement
     for name in names:
         started = time.perf_counter()
         if best_offsets is not None and started + 1.1 * slowest > deadline:
             break
         if p.sweep:
-            offsets = p.lowest_first(lowest_first_keys[name](p), deadline)[0]
+            count = None if best_offsets is not None else first_pass_count(
+                p.n, deadline - started, slowdown)
+            offsets = lowest_first_sweep(p, lowest_first_keys[name](p), deadline, count)[0]
         else:
             offsets = PROBLEM_ALGORITHMS[name](p)
         slowest = max(slowest, time.perf_counter() - started)
+        if name in lowest_first_keys:
+            took = time.perf_counter() - started
+            decode = took if decode is None else min(decode, took)
         height = p.height(offsets)
         if best_height is None or height < best_height:
             best_offsets, best_height, best_name = offsets, height, name
@@ -149,8 +165,8 @@ def plan(
         left = 0.0  # not even one more pass fits: skip the search
     if search and best_height != lb and (best_offsets is None or left > 0):
         offsets, height = iterated_greedy_offsets(
-            p, time_limit_s=max(left, 0.0), seed=seed, initial=best_offsets
-        )
+            p, time_limit_s=max(left, 0.0), seed=seed, initial=best_offsets,
+            pass_seconds=slowest if decode is None else decode)
         if best_height is None or height < best_height:
             best_offsets, best_height, best_name = offsets, height, SEARCH_NAME
 
@@ -165,6 +181,22 @@ def _checked(p: Problem, offsets: Sequence[int]) -> bool:
     if any(off < 0 or off % a for off, a in zip(offsets, p.align)):
         return False
     return no_overlap_on_steps(p.step_lo, p.step_hi, offsets, p.size, p.num_steps)
+
+
+def first_pass_count(n: int, left_s: float, slowdown: float = 1.0) -> Optional[int]:
+    """How many buffers the first skyline pass places lowest-first, or None for all.
+
+    A full pass costs about ``SWEEP_SECONDS_PER_BUFFER`` per buffer, a drop on the skyline
+    ``DROP_SECONDS_PER_BUFFER`` (both times ``slowdown``, the wall/CPU ratio measured while
+    compiling). When the full pass does not fit in ``left_s`` seconds, the pass places
+    lowest-first as many buffers of largest priority (area) as fit with the drop of the
+    others: the small ones dropped last waste little (random 20k buffers, a third placed
+    lowest-first: 1.5 x LB, where cutting a full pass at the same point gave 2.0).
+    """
+    per, drop = SWEEP_SECONDS_PER_BUFFER * slowdown, DROP_SECONDS_PER_BUFFER * slowdown
+    if n * per <= left_s:
+        return None
+    return max(0, int((left_s - n * drop) / (per - drop)))
 
 
 def use_skyline(pairs: int, time_limit_s: float) -> bool:

@@ -54,12 +54,14 @@ _BASE_WEIGHTS = [(0.0, -1.0, 0.0, 0.0), (-1.0, 0.0, 0.0, 0.0), (0.0, 0.0, -1.0, 
 class _Budget:
     """Stops after max_iterations placements or when the next one would pass the deadline."""
 
-    def __init__(self, time_limit_s: Optional[float], max_iterations: Optional[int]):
+    def __init__(self, time_limit_s: Optional[float], max_iterations: Optional[int],
+                 pass_seconds: float = 0.0):
         if time_limit_s is None and max_iterations is None:
             raise ValueError("give time_limit_s or max_iterations (or both)")
         self.t0 = time.perf_counter()
         self.time_limit_s = time_limit_s
         self.max_iterations = max_iterations
+        self.pass_seconds = pass_seconds  # expected cost of a placement before one is timed
         self.iterations = 0
         self.deadline = None if time_limit_s is None else self.t0 + time_limit_s
 
@@ -69,7 +71,7 @@ class _Budget:
         if self.time_limit_s is None:
             return True
         elapsed = time.perf_counter() - self.t0
-        per_iteration = elapsed / self.iterations if self.iterations else 0.0
+        per_iteration = elapsed / self.iterations if self.iterations else self.pass_seconds
         return elapsed + per_iteration <= self.time_limit_s
 
     def in_first(self, fraction: float) -> bool:
@@ -87,6 +89,7 @@ def iterated_greedy_offsets(
     max_iterations: Optional[int] = None,
     seed: int = 0,
     initial: Optional[Sequence[int]] = None,
+    pass_seconds: float = 0.0,
 ) -> tuple[list[int], int]:
     """Search for low-height offsets of a compiled problem.
 
@@ -104,13 +107,17 @@ def iterated_greedy_offsets(
         Seed of the random generator.
     initial : sequence of int, optional
         Valid offsets by buffer index to start from; returned if nothing better is found.
+    pass_seconds : float
+        Expected seconds of one placement, used until one is timed: with ``initial`` given,
+        no placement starts that would likely end past ``time_limit_s`` (a pass on the
+        conflict lists cannot stop midway).
 
     Returns
     -------
     (list of int, int)
         Offsets by buffer index (bytes) and their height (bytes).
     """
-    budget = _Budget(time_limit_s, max_iterations)
+    budget = _Budget(time_limit_s, max_iterations, pass_seconds if initial is not None else 0.0)
     if p.n == 0:
         return [], 0
     rng = random.Random(seed)

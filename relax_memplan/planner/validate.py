@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from .buffer import Buffer, check_unique_ids
+from .buffer import Buffer, check_unique_ids, sorted_distinct
 
 __all__ = [
     "no_overlap_on_steps",
@@ -173,32 +173,57 @@ def _no_overlap(placed) -> bool:
         return True
     start = np.array([buf.start for buf, _ in placed], dtype=np.int64)
     end = np.array([buf.end for buf, _ in placed], dtype=np.int64)
-    steps = np.unique(np.concatenate([start, end]))
+    steps = sorted_distinct(np.concatenate([start, end]))
     return no_overlap_on_steps(np.searchsorted(steps, start).tolist(),
                                np.searchsorted(steps, end).tolist(),
                                [off for _, off in placed], [buf.size_bytes for buf, _ in placed],
                                len(steps))
 
 
+#: Buffers checked together by :func:`no_overlap_on_steps` (pairwise inside a chunk).
+CHECK_CHUNK = 128
+
+
 def no_overlap_on_steps(step_lo, step_hi, offsets, sizes, num_steps) -> bool:
     """True if no two buffers overlap in time and address; False if some may.
 
-    Buffers are given as parallel lists: compressed live steps ``[step_lo, step_hi)``,
-    offsets and sizes in bytes. They are visited by increasing offset while a skyline keeps,
-    per step, the highest top visited so far. Each buffer must start at or above the skyline
-    over its live range; then no lower buffer overlaps it (a lower one that overlapped in
-    time would end above its offset), and it raises the skyline over its range to its top.
-    ``O(n log n)`` plus one numpy slice per buffer. Tops of ``2**62`` bytes or more (beyond
-    int64) give False.
+    Buffers are given as parallel sequences: compressed live steps ``[step_lo, step_hi)``,
+    offsets and sizes in bytes (sizes > 0). They are visited by increasing offset in chunks
+    of ``CHECK_CHUNK`` while a skyline keeps, per step, the highest top of the chunks
+    visited so far. Each buffer must start at or above that skyline over its live range
+    (one ``maximum.reduceat`` per chunk) and above the top of every buffer before it in its
+    chunk that overlaps it in time (a pairwise check inside the chunk); then no lower buffer
+    overlaps it, and the chunk's tops are written into the skyline (one slice assignment per
+    buffer, the only per-buffer step). ``O(n log n + n * CHECK_CHUNK + sum of live steps)``.
+    Tops of ``2**62`` bytes or more (beyond int64) give False.
     """
+    n = len(offsets)
     if max(map(int.__add__, offsets, sizes), default=0) >= 1 << 62:
         return False
-    sky = np.zeros(max(num_steps, 1), dtype=np.int64)
-    for k in np.argsort(np.array(offsets, dtype=np.int64), kind="stable").tolist():
-        s, e, off = step_lo[k], step_hi[k], offsets[k]
-        if sky[s:e].max() > off:
+    lo_all = np.asarray(step_lo, dtype=np.int64)
+    hi_all = np.asarray(step_hi, dtype=np.int64)
+    off_all = np.asarray(offsets, dtype=np.int64)
+    top_all = off_all + np.asarray(sizes, dtype=np.int64)
+    sky = np.zeros(max(num_steps, 1) + 1, dtype=np.int64)  # one more: reduceat's last end
+    later = np.triu(np.ones((CHECK_CHUNK, CHECK_CHUNK), dtype=bool), k=1)
+    order = np.argsort(off_all, kind="stable")
+    for c in range(0, n, CHECK_CHUNK):
+        idx = order[c:c + CHECK_CHUNK]
+        lo, hi, off, top = lo_all[idx], hi_all[idx], off_all[idx], top_all[idx]
+        ends = np.empty(2 * len(idx), dtype=np.int64)
+        ends[0::2], ends[1::2] = lo, hi
+        if (np.maximum.reduceat(sky, ends)[0::2] > off).any():
             return False
-        sky[s:e] = off + sizes[k]
+        # j after i in offset order, live at a common step, starting below i's top.
+        clash = (lo[:, None] < hi[None, :]) & (lo[None, :] < hi[:, None]) & (
+            off[None, :] < top[:, None])
+        if (clash & later[:len(idx), :len(idx)]).any():
+            return False
+        # Every top is above the skyline over its range: assigning in increasing top order
+        # leaves the highest top per step (one slice each, cheap for long live ranges).
+        by_top = np.argsort(top, kind="stable")
+        for s, e, t in zip(lo[by_top].tolist(), hi[by_top].tolist(), top[by_top].tolist()):
+            sky[s:e] = t
     return True
 
 

@@ -1,9 +1,17 @@
 """Tests of the data model: Buffer checks, lower bound and live-bytes profile."""
 
+from itertools import combinations
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relax_memplan.planner import Buffer, Plan, live_bytes_profile, peak_live_bytes
+from relax_memplan.planner.buffer import sorted_distinct
+from relax_memplan.planner.placement import Problem
+
+from .strategies import buffer_lists
 
 
 @pytest.mark.parametrize(
@@ -67,3 +75,16 @@ def test_plan_ratio():
     assert Plan({"a": 0}, 150, 100, "x").ratio == 1.5
     assert Plan({}, 0, 0, "x").ratio == 1.0
     assert "50 bytes (50.0%) above it" in Plan({"a": 0}, 150, 100, "x").summary()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(-5, 40), max_size=60))
+def test_sorted_distinct_equals_numpy_unique(values):
+    assert sorted_distinct(values).tolist() == np.unique(np.asarray(values, dtype=np.int64)).tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(buffer_lists(max_buffers=30))
+def test_overlapping_pairs_count_equals_brute_force(buffers):
+    pairs = sum(x.overlaps_in_time(y) for x, y in combinations(buffers, 2))
+    assert Problem(buffers).count_overlapping_pairs() == pairs

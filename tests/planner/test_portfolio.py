@@ -3,6 +3,7 @@
 import random
 import time
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from relax_memplan.planner.portfolio import (
     MAX_CONFLICT_PAIRS,
     SEARCH_NAME,
     SWEEP_ORDER,
+    first_pass_count,
     use_skyline,
 )
 
@@ -126,3 +128,55 @@ def test_conflict_lists_too_slow_for_the_budget_use_the_skyline():
     assert not use_skyline(500_000, 2.0)  # random 10k: the lists and their search pay off
     assert use_skyline(500_000, 0.2)
     assert use_skyline(MAX_CONFLICT_PAIRS + 1, 1000.0)
+
+
+def test_first_pass_count_fits_the_pass_and_the_drop_in_the_time_left():
+    assert first_pass_count(10_000, 1.0) is None  # 10k x 14 us = 0.14 s: a full pass
+    # 100k in 1 s: full pass 1.4 s; m x 14 us + (100k - m) x 4 us <= 1 s -> m = 60,000.
+    assert first_pass_count(100_000, 1.0) == 60_000
+    assert first_pass_count(100_000, 1.0, slowdown=2.0) == 10_000
+    assert first_pass_count(100_000, 0.1) == 0  # not even the drop fits: drop them all
+
+
+def test_short_budget_places_the_largest_buffers_lowest_first():
+    # A machine where a pass costs 1 ms per buffer: the first pass gets a count, not a cut.
+    from relax_memplan.planner import portfolio
+
+    seen = []
+    real = portfolio.lowest_first_sweep
+
+    def spy(p, priority, deadline=None, count=None):
+        seen.append(count)
+        return real(p, priority, deadline, count)
+
+    buffers = _random_buffers(3000, 4)
+    with patch.object(portfolio, "SWEEP_SECONDS_PER_BUFFER", 1e-3), \
+            patch.object(portfolio, "MAX_CONFLICT_PAIRS", -1), \
+            patch.object(portfolio, "lowest_first_sweep", spy):
+        result = plan(buffers, time_limit_s=1.0, search=False)
+    validate(buffers, result.offsets)
+    assert seen and seen[0] is not None and 0 < seen[0] < len(buffers)
+
+
+def test_search_starts_no_placement_expected_to_pass_its_budget():
+    # Random 10k buffers under load: the first search placement on the conflict lists (it
+    # cannot stop midway) started with 0.5 s left and ended 1.3 s later (41 % overrun).
+    from relax_memplan.planner.placement import Problem
+    from relax_memplan.planner.search import iterated_greedy_offsets
+
+    p = Problem(_random_buffers(300, 5))
+    initial = [sum(p.size[:i]) for i in range(p.n)]  # all stacked: valid, far above the LB
+    height = p.height(initial)
+    calls = []
+    real = Problem.lowest_first
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    with patch.object(Problem, "lowest_first", counting):
+        offsets, found = iterated_greedy_offsets(p, time_limit_s=0.5, initial=initial,
+                                                 pass_seconds=1.0)
+        assert not calls and (offsets, found) == (initial, height)
+        iterated_greedy_offsets(p, time_limit_s=0.5, initial=initial, pass_seconds=0.0)
+        assert calls
