@@ -264,7 +264,8 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                              fusion=fusion_counts(b.fusion) if b.fusion is not None else None,
                              loops=loops_of(source.mod))
     if not dims:
-        b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec)
+        b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec,
+                                                         options.reorder_pass, options.tvm_target)
         b.report.notes += fallbacks
         if b.fusion is not None and "main" in b.report.functions:
             # what fusion changed: builds the Relax phases again without and with it

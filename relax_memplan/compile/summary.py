@@ -12,9 +12,11 @@ __all__ = ["static_functions", "summarize_dynamic", "arena_at", "lower_bound_wit
            "dynamic_tensors", "tensors_at", "concrete_tensors"]
 
 
-def static_functions(plan_pass, ours_rec, tvm_rec) -> Tuple[Dict[str, FunctionMemoryReport],
-                                                             List[str]]:
-    """One :class:`FunctionMemoryReport` per planned function, and a note per fallback."""
+def static_functions(plan_pass, ours_rec, tvm_rec, reorder_pass=None,
+                     target=None) -> Tuple[Dict[str, FunctionMemoryReport], List[str]]:
+    """One :class:`FunctionMemoryReport` per planned function, and a note per fallback;
+    with ``reorder_pass`` (the build's ``ReorderForMemory``) the lower bound in the importer's
+    order is computed again on the module it received."""
     functions: Dict[str, FunctionMemoryReport] = {}
     notes: List[str] = []
     for fname, fplan in plan_pass.plans.items():
@@ -43,7 +45,8 @@ def static_functions(plan_pass, ours_rec, tvm_rec) -> Tuple[Dict[str, FunctionMe
         functions[fname].tensors, functions[fname].peak_step, functions[fname].live_at_peak = \
             planned_tensors(fplan)
         functions[fname].lower_bound_reordered_bytes = fplan.lower_bound_without_inplace_bytes
-        functions[fname].lower_bound_importer_order_bytes = fplan.lower_bound_without_inplace_bytes
+        functions[fname].lower_bound_importer_order_bytes = _importer_order_bound(
+            fplan, reorder_pass, plan_pass.alignment_bytes, target)
         if fplan.inplace_capable_kernels is not None:
             f = functions[fname]
             f.inplace_capable_kernels = fplan.inplace_capable_kernels
@@ -53,6 +56,19 @@ def static_functions(plan_pass, ours_rec, tvm_rec) -> Tuple[Dict[str, FunctionMe
         if fplan.fallback_reason:
             notes.append(f"function {fname} keeps TVM's memory plan: {fplan.fallback_reason}")
     return functions, notes
+
+
+def _importer_order_bound(fplan, reorder_pass, alignment_bytes: int, target) -> int:
+    """The static lower bound without in-place in the importer's binding order: the plan's own
+    when ``ReorderForMemory`` did not run or changed nothing in the function."""
+    moved = reorder_pass is not None and reorder_pass.input_module is not None and any(
+        b.applied for b in reorder_pass.blocks if b.function == fplan.name)
+    if not moved or not fplan.arenas:
+        return fplan.lower_bound_without_inplace_bytes
+    from ..analysis.lowered_peak import planned_lower_bound_bytes
+
+    return planned_lower_bound_bytes(reorder_pass.input_module, fplan.name, alignment_bytes,
+                                     target)
 
 
 def summarize_dynamic(report: CompileReport, dyn, kernels) -> None:

@@ -146,7 +146,7 @@ def test_upper_bound_strategy_ignores_inplace():
     assert fplan.inplace == [] and fplan.shared == {}
 
 
-def test_bert_tiny_dynamic_inplace_matches_onnxruntime_at_range_ends(tmp_path):
+def test_bert_tiny_dynamic_inplace_matches_onnxruntime_at_range_ends(tmp_path, capsys):
     """bert-tiny, seq 1..128 (batch 1): numerics at both ends of the range with in-place on,
     the residual adds written over their inputs, the bound below the one without in-place."""
     cfg = tmp_path / "inplace.yaml"
@@ -156,6 +156,7 @@ def test_bert_tiny_dynamic_inplace_matches_onnxruntime_at_range_ends(tmp_path):
                    "--dim", "batch=1..1", "--dim", "seq=1..128", "--sample-shapes", "2",
                    "--verify", "-q", "--report", str(report), "--time-limit", "0.2"])
     assert status == 0
+    text = capsys.readouterr().out
     data = json.loads(report.read_text())
     assert [s["dims"]["seq"] for s in data["shapes"]] == [1, 128]
     assert data["inplace_calls"] >= 4
@@ -166,6 +167,13 @@ def test_bert_tiny_dynamic_inplace_matches_onnxruntime_at_range_ends(tmp_path):
         assert s["lower_bound_bytes"] < s["lower_bound_without_inplace_bytes"]
         assert s["arena_bytes"] <= 1.02 * s["lower_bound_bytes"]
     _check_dynamic_tensors(data)  # tensors live at the peak: a group's bytes count once
+    first, last = data["shapes"]
+    assert (f"in-place: {data['inplace_calls']} calls write over an input that dies there; "
+            f"lower bound without -> with in-place: "
+            f"batch=1, seq=1: {first['lower_bound_without_inplace_bytes']:,} -> "
+            f"{first['lower_bound_bytes']:,} B; batch=1, seq=128: "
+            f"{last['lower_bound_without_inplace_bytes']:,} -> {last['lower_bound_bytes']:,} B"
+            in text)
     for k in range(len(data["shapes"])):  # a sharing tensor sits at its group's offset
         offsets = {t["name"]: t["offset_bytes_at_shapes"][k] for t in data["tensors"]}
         assert all(offsets[t["name"]] == offsets[t["shares_storage_with"]] for t in sharing)
