@@ -177,3 +177,24 @@ def test_bert_tiny_dynamic_inplace_matches_onnxruntime_at_range_ends(tmp_path, c
     for k in range(len(data["shapes"])):  # a sharing tensor sits at its group's offset
         offsets = {t["name"]: t["offset_bytes_at_shapes"][k] for t in data["tensors"]}
         assert all(offsets[t["name"]] == offsets[t["shares_storage_with"]] for t in sharing)
+
+
+def test_buckets_strategy_shares_in_the_bucket_piece_and_elsewhere():
+    """``buckets`` plans a piece at n=16 and the generic piece: the group is one buffer in both,
+    numerics right at the bucket value and off it."""
+    dyn = PlanDynamicMemory(strategy="buckets", buckets={"n": [16]}, time_limit_s=0.1,
+                            inplace=True)
+    ex = tvm.compile(Residual, "llvm", relax_pipeline=get_pipeline(
+        "llvm", dynamic_pass=dyn, dim_ranges={"n": (1, 64)}))
+    fplan = dyn.plans["main"]
+    assert [p.kind for p in fplan.pieces] == ["bucket", "generic"] and len(fplan.inplace) == 1
+    for n in (16, 40):
+        rng = np.random.default_rng(n)
+        x = rng.uniform(-1, 1, (n, 8)).astype("float32")
+        y, w = rng.uniform(-1, 1, (2, 8, 8)).astype("float32")
+        got = run_and_measure(ex, [x, y, w])
+        b = x @ w
+        np.testing.assert_allclose(got.outputs[0], (b @ y + x @ y) @ y + b, rtol=1e-4, atol=1e-5)
+        arena, lower_bound, _ = fplan.bytes_at({"n": n})
+        assert got.alloc_sizes_bytes[0] == arena == lower_bound
+        assert lower_bound < fplan.lower_bound_without_inplace_at({"n": n})
