@@ -20,6 +20,23 @@ Every row uses our CPU schedules (``schedule=True``) and one target, llvm with t
    score tensor; residual add + LayerNorm where it removes a kernel; the FFN over row chunks
    where that lowers the peak).
 
+4i. **row 4 + in-place + reorder** -- row 4 with ``PlanDynamicMemory(inplace=True)`` (an output
+   written over an input that dies there, sizes equal as expressions), ``PlanStaticMemory(
+   inplace=True)`` and ``ReorderForMemory`` (which leaves blocks with symbolic sizes as they
+   are). Per seq the exact arena of row 4 (before) and row 4i (after) from the plans, and row
+   4i's lower bound without in-place, are printed and written (``exact_plan_inplace_bytes``).
+   The kernel table refuses every kernel ``SpecializeKernels`` made dispatching (one writer
+   block per branch), so row 4i finds no in-place call; **4n** is row 4i without
+   specialization (the same Relax graph and tensors as row 4, so row 4's arena is its
+   "before"). Measured (``--layers 1 --max-seq 512 --seqs 128,256,512 --rows exact_spec,
+   exact_spec_inplace,exact_inplace_nospec --repeats 1``, BERT-base layer, batch 8,
+   ``benchmarks/results/bert_case_inplace.json``): row 4 arena 18.87 / 56.62 / 213.91 MB at seq
+   128 / 256 / 512; row 4i the same (0 in-place calls); row 4n 15.73 / 56.62 / 213.91 MB (one
+   call: the FFN's output + bias + residual written over the LayerNorm output; 0.833 x at
+   seq 128, where the peak is in the FFN; at 256 and 512 the peak is at the attention scores,
+   which no in-place pair touches). Bytes per call 22.02 -> 18.87 MB at seq 128. Numerics
+   unchanged (3.7e-6 / 4.8e-6 / 5.5e-6 vs onnxruntime in every row).
+
 ``--max-seq 512`` widens the symbolic range to seq in [1, 512] (bucket 512 added; row 1 pads to
 512) so that ``--seqs`` may hold 256 and 512. The exact plans of rows 4 and 5 give the lower
 bound (peak live bytes) at every seq without and with fusion: ratio "row5/row4 lower bound".
@@ -184,6 +201,8 @@ def compile_rows(model, cfg, target, keys=None, check_cost=False):
     from relax_memplan.pipeline import get_pipeline
     from relax_memplan.schedules import schedule_prim_func
     from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
+    from relax_memplan.transform.plan_static_memory import PlanStaticMemory
+    from relax_memplan.transform.reorder_for_memory import ReorderForMemory
     from relax_memplan.transform.specialize_kernels import SpecializeKernels
 
     b, top = cfg["batch"], cfg.get("max_seq", max(BUCKETS))
@@ -198,6 +217,8 @@ def compile_rows(model, cfg, target, keys=None, check_cost=False):
     spec3, spec4, exact = spec(), spec(), PlanDynamicMemory(strategy="exact")
     spec5, exact5 = spec(), PlanDynamicMemory(strategy="exact")
     spec4b, exact4b = spec(), PlanDynamicMemory(strategy="exact")
+    spec4i, exact4i = spec(), PlanDynamicMemory(strategy="exact", inplace=True)
+    exact4n = PlanDynamicMemory(strategy="exact", inplace=True)
     specs = [
         ("static_pad128", f"1 static, padded to {top}", static_mod, "pooled", None,
          dict(schedule=True, fusion=False)),
@@ -212,6 +233,13 @@ def compile_rows(model, cfg, target, keys=None, check_cost=False):
         ("exact_spec_fused", "5 exact + spec + fused attention", dyn_mod, "naive", spec5,
          dict(dynamic_pass=exact5, dim_ranges=ranges, dispatch_pass=spec5, schedule=True,
               fusion=True)),
+        ("exact_spec_inplace", "4i row 4 + in-place + reorder", dyn_mod, "naive", spec4i,
+         dict(dynamic_pass=exact4i, dim_ranges=ranges, dispatch_pass=spec4i, schedule=True,
+              fusion=False, plan_pass=PlanStaticMemory(inplace=True),
+              reorder_pass=ReorderForMemory())),
+        ("exact_inplace_nospec", "4n row 4i without specialization", dyn_mod, "naive", None,
+         dict(dynamic_pass=exact4n, dim_ranges=ranges, schedule=True, fusion=False,
+              plan_pass=PlanStaticMemory(inplace=True), reorder_pass=ReorderForMemory())),
     ]
     if check_cost:
         specs.append(("exact_nocheck", "4b row 4, no index checks", dyn_mod, "naive", spec4b,
@@ -228,8 +256,10 @@ def compile_rows(model, cfg, target, keys=None, check_cost=False):
         rows.append(dict(key=key, label=label, ex=ex, allocator=allocator,
                          compile_s=time.perf_counter() - t0,
                          specialized_kernels=len(sk.specialized) if sk else 0))
-        if key in ("exact_spec", "exact_spec_fused"):
-            rows[-1]["exact_plan"] = (exact if key == "exact_spec" else exact5).plans.get("main")
+        plan = {"exact_spec": exact, "exact_spec_fused": exact5, "exact_spec_inplace": exact4i,
+                "exact_inplace_nospec": exact4n}.get(key)
+        if plan is not None:
+            rows[-1]["exact_plan"] = plan.plans.get("main")
         rows[-1]["pad_to"] = top
         log(f"  done in {rows[-1]['compile_s']:.0f} s")
     return rows
@@ -437,6 +467,42 @@ def print_table(rows, ort_ms, seqs, cfg, target, repeats, rat):
     return bad
 
 
+def inplace_bytes(plans, batch, seqs):
+    """Per in-place row (4i, 4n) and seq: the exact arena and lower bound of row 4 (before) and
+    of the row (after; its bound without in-place too), in bytes; ``{}`` without row 4."""
+    before = plans.get("exact_spec")
+    out = {}
+    for key in ("exact_spec_inplace", "exact_inplace_nospec"):
+        after = plans.get(key)
+        if before is None or after is None:
+            continue
+        out[key] = {}
+        for s in seqs:
+            dims = {"batch": batch, "seq": s}
+            (arena0, lb0, _), (arena1, lb1, _) = before.bytes_at(dims), after.bytes_at(dims)
+            out[key][s] = {
+                "arena_before_bytes": arena0, "lower_bound_before_bytes": lb0,
+                "arena_after_bytes": arena1, "lower_bound_after_bytes": lb1,
+                "lower_bound_without_inplace_bytes": after.lower_bound_without_inplace_at(dims),
+                "inplace_calls": len(after.inplace), "arena_after_over_before": arena1 / arena0}
+    return out
+
+
+def print_inplace(inplace, seqs):
+    w = 12
+    print("\nexact arena before (row 4) / after in-place + reorder (rows 4i, 4n), MB, from the "
+          f"plans\n{'':34s}" + "".join(f"{'seq=' + str(s):>{w}s}" for s in seqs))
+    first = next(iter(inplace.values()))
+    print(f"{'row 4 arena (before)':34s}"
+          + "".join(f"{first[s]['arena_before_bytes'] / 1e6:>{w}.3f}" for s in seqs))
+    for key, by_seq in inplace.items():
+        row = "4i" if key == "exact_spec_inplace" else "4n"
+        for title, field, scale in ((f"row {row} arena (after)", "arena_after_bytes", 1e-6),
+                                    (f"row {row} / row 4 arena", "arena_after_over_before", 1.0)):
+            print(f"{title:34s}" + "".join(f"{by_seq[s][field] * scale:>{w}.3f}" for s in seqs))
+        print(f"  row {row}: {by_seq[seqs[0]]['inplace_calls']} in-place calls")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -455,7 +521,8 @@ def main(argv=None):
                         help="also row 4 with check_indices=False; print the checks' cost")
     parser.add_argument("--rows", default=None,
                         help="comma-separated row keys to build (default all): static_pad128, "
-                             "dynamic_pool, dynamic_spec, exact_spec, exact_spec_fused")
+                             "dynamic_pool, dynamic_spec, exact_spec, exact_spec_fused, "
+                             "exact_spec_inplace, exact_inplace_nospec")
     parser.add_argument("--json", type=Path, default=None,
                         help="default benchmarks/results/bert_case.json, or "
                              "bert_case_check_cost.json with --check-cost")
@@ -498,6 +565,9 @@ def main(argv=None):
         print("  row5/row4 lower bound (fusion / none)         "
               + ", ".join(f"seq {s}: {v:.3f}" for s, v in
                           rat["fused_over_unfused_lower_bound"].items()))
+    inplace = inplace_bytes(plans, cfg["batch"], seqs)
+    if inplace:
+        print_inplace(inplace, seqs)
     result = {
         "config": cfg, "embeddings": args.embeddings, "seqs": seqs,
         "buckets": sorted(set(BUCKETS) | {args.max_seq}),
@@ -506,6 +576,7 @@ def main(argv=None):
         "onnxruntime_ms": ort_ms, "ratios": rat, "check_cost": cost,
         "exact_plan_arena_and_lower_bound_bytes": arena,
         "fused_exact_plan_arena_and_lower_bound_bytes": arena5,
+        "exact_plan_inplace_bytes": inplace,
         "numerics_failed": [dict(zip(("row", "seq", "max_abs_error", "tolerance"), b))
                             for b in bad],
     }

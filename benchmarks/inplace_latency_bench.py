@@ -8,8 +8,14 @@ shared: read the spread, not one number.
 With ``--concat`` a third build adds concatenations written in place
 (``PlanStaticMemory(concat_inplace=True)``) to the lowered one, timed in the same rounds.
 
+``--kernels``: also time, with the VM's instrument hook in the same interleaved rounds, every
+kernel that has an in-place variant: its calls in the plain build against its calls plus its
+variant's (``<kernel>_inplace_o<k>_i<j>``) in the lowered build, i.e. the same calls at the same
+shapes. Kernels whose time does not change measure the noise of the machine; the variants
+(``PrimFunc.specialize`` with the output bound to the input) are what could lose vectorization.
+
 Usage: TVM_NUM_THREADS=2 python benchmarks/inplace_latency_bench.py [--rounds 15]
-       [--only ultraface-320 bert-tiny ...] [--concat] [--json PATH]
+       [--only ultraface-320 bert-tiny ...] [--concat] [--kernels] [--json PATH]
 """
 
 from __future__ import annotations
@@ -25,10 +31,46 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # measure this checkout, not another installed copy
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from latency_bench import MODELS, MODELS_DIR, _build, _interleaved, _tvm_runner  # noqa: E402
+from latency_bench import (GENERATED, MODELS, MODELS_DIR, _build, _generated,  # noqa: E402
+                           _interleaved, _tvm_runner)
 
 
-def bench_model(label, path, shapes, values, rounds, concat=False) -> dict:
+def inplace_kernel_times(vm_plain, vm_low, arrays, rounds) -> dict:
+    """Per kernel with an in-place variant in ``vm_low``: ms per call of ``main`` in the plain
+    build and, in the lowered build, of the kernel plus its variants (medians over
+    ``rounds`` interleaved rounds), their ratio and the variants' share of the calls."""
+    import re
+
+    import tvm
+    from relax_memplan.runtime import kernel_profile
+
+    args = [tvm.runtime.tensor(a) for a in arrays]
+    samples = {"plain": [], "lowered": []}
+    for k in range(rounds + 1):
+        for name, vm in (("plain", vm_plain), ("lowered", vm_low)):
+            prof = kernel_profile(vm, args, merge_numbered=False)
+            if k:  # the first round warms up
+                samples[name].append(prof)
+    variant = re.compile(r"^(?P<base>.+)_inplace_o\d+_i\d+$")
+    bases = sorted({m["base"] for p in samples["lowered"] for n in p
+                    if (m := variant.match(n))})
+    out = {}
+    for base in bases:
+        def ms(prof, names):
+            return 1e3 * sum(prof[n][0] for n in names if n in prof)
+
+        low_names = [n for n in samples["lowered"][0] if n == base or
+                     (variant.match(n) and variant.match(n)["base"] == base)]
+        plain = float(np.median([ms(p, [base]) for p in samples["plain"]]))
+        low = float(np.median([ms(p, low_names) for p in samples["lowered"]]))
+        calls = samples["lowered"][0]
+        out[base] = {"plain_ms": plain, "lowered_ms": low, "ratio": low / plain if plain else None,
+                     "inplace_calls": sum(calls[n][1] for n in low_names if n != base),
+                     "calls": sum(calls[n][1] for n in low_names if n in calls)}
+    return out
+
+
+def bench_model(label, path, shapes, values, rounds, concat=False, kernels=False) -> dict:
     from relax_memplan.frontend import import_onnx, make_random_inputs
     from relax_memplan.pipeline import get_pipeline
     from relax_memplan.runtime import to_numpy_list
@@ -52,9 +94,12 @@ def bench_model(label, path, shapes, values, rounds, concat=False) -> dict:
                for name, run in runners.items() if name != "plain"
                for a, b in zip(ref, to_numpy_list(run())))
     times = _interleaved(runners, rounds)
+    per_kernel = (inplace_kernel_times(vm_plain, vm_low, arrays, rounds) if kernels
+                  else None)
     extra = {"concat_over_lowered": times["concat"]["median_ms"] / times["lowered"]["median_ms"],
              "concat_inplace": cc.plans["main"].concat_inplace} if concat else {}
-    return {"model": label, "times": times, "max_abs_diff": diff, **extra,
+    return {"model": label, "times": times, "max_abs_diff": diff, "inplace_kernels": per_kernel,
+            **extra,
             "lower_bound_plain_bytes": plain.plans["main"].lower_bound_bytes,
             "lower_bound_lowered_bytes": lowered.plans["main"].lower_bound_bytes,
             "ratio": times["lowered"]["median_ms"] / times["plain"]["median_ms"]}
@@ -66,6 +111,8 @@ def main(argv=None) -> None:
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--concat", action="store_true",
                         help="also time the lowered build with concatenations in place")
+    parser.add_argument("--kernels", action="store_true",
+                        help="also time each kernel with an in-place variant (instrument hook)")
     parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" /
                                               "inplace_latency.json"))
     args = parser.parse_args(argv)
@@ -75,7 +122,9 @@ def main(argv=None) -> None:
     for label, file, shapes, values in MODELS:
         if args.only and label not in args.only:
             continue
-        r = bench_model(label, MODELS_DIR / file, shapes, values, args.rounds, args.concat)
+        path = _generated(file) if file.startswith(GENERATED) else MODELS_DIR / file
+        r = bench_model(label, path, shapes, values, args.rounds, args.concat,
+                        args.kernels)
         rows.append(r)
         p, q = r["times"]["plain"], r["times"]["lowered"]
         print(f"{label:<17}{p['median_ms']:>10.2f}{p['spread_pct']:>7.0f}%{q['median_ms']:>11.2f}"
@@ -86,6 +135,10 @@ def main(argv=None) -> None:
             print(f"{'':<17}+concat in place ({r['concat_inplace']} concats): "
                   f"{c['median_ms']:.2f} ms, spread {c['spread_pct']:.0f}%, "
                   f"{r['concat_over_lowered']:.3f} x lowered", flush=True)
+        for base, k in (r["inplace_kernels"] or {}).items():
+            print(f"    {base[:40]:<41}{k['plain_ms']:>9.3f} ms ->{k['lowered_ms']:>9.3f} ms"
+                  f"{k['ratio']:>7.3f}  ({k['inplace_calls']} of {k['calls']} calls in place)",
+                  flush=True)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"models": rows}, indent=2) + "\n", encoding="utf-8")

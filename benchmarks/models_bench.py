@@ -194,6 +194,10 @@ def _bound_row(label, path, shapes, values) -> dict:
             "reordered_blocks": sum(b.applied for b in reorder.blocks if b.function == "main"),
             "inplace_calls": m.inplace_calls, "inplace_capable_kernels": m.inplace_capable_kernels,
             "max_abs_error": m.max_abs_error, "verified": m.verified,
+            # the report's own importer-order bound (from ReorderForMemory's input module)
+            # must equal the one of the separate build above
+            "report_importer_order_bytes": m.lower_bound_importer_order_bytes,
+            "report_reordered_bytes": m.lower_bound_reordered_bytes,
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -231,6 +235,11 @@ def lower_bounds(argv=None) -> None:
               f"{r['reordered_blocks']:>4}{r['inplace_calls'] or 0:>4}{r['concat_inplace'] or 0:>4}"
               f"{r['max_abs_error'] or 0:>9.2g}{'yes' if r['verified'] else 'NO':>4}"
               f"{r['seconds']:>6.0f}", flush=True)
+        if (r["report_importer_order_bytes"], r["report_reordered_bytes"]) != \
+                (old, r["lower_bound_reordered_bytes"]):
+            print(f"!!! {label}: the report says importer's order "
+                  f"{r['report_importer_order_bytes']:,} / reordered "
+                  f"{r['report_reordered_bytes']:,} B !!!", flush=True)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"models": rows}, indent=2) + "\n", encoding="utf-8")

@@ -55,6 +55,18 @@ def _finish(progress) -> None:
         progress.finish()
 
 
+def _add_lower_bound_flags(c) -> None:
+    """--inplace/--no-inplace and --reorder/--no-reorder (override the config's planner keys)."""
+    c.add_argument("--inplace", action=argparse.BooleanOptionalAction, default=None,
+                   help="a kernel writes its output over an input that dies there when its TIR "
+                   "reads that input at the output's indices only (static and exact dynamic "
+                   "plans; default from config planner.inplace: on)")
+    c.add_argument("--reorder", action=argparse.BooleanOptionalAction, default=None,
+                   help="ReorderForMemory: per dataflow block, the binding order of least peak "
+                   "live bytes, kept only where it lowers the peak (default from config "
+                   "planner.reorder: on)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``relax-memplan``."""
     parser = argparse.ArgumentParser(
@@ -117,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="our graph-level fusion before TVM's FuseOps: attention as one kernel "
                    "(llvm and cuda), dropout removed; in both builds, like --schedule (default "
                    "from config: on)")
+    _add_lower_bound_flags(c)
     c.add_argument("--no-index-checks", action="store_true",
                    help="do not check index values (Gather ids, ...) at run time; an index "
                    "out of range then reads or writes outside its tensor")
@@ -221,8 +234,10 @@ def _build_options(args, config):
     plan_pass = PlanStaticMemory(
         alignment_bytes=planner.alignment_bytes, algorithms=planner.algorithms,
         time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s,
-        inplace=planner.inplace, concat_inplace=planner.concat_inplace)
-    reorder_pass = ReorderForMemory() if planner.reorder else None
+        inplace=planner.inplace if args.inplace is None else args.inplace,
+        concat_inplace=planner.concat_inplace)
+    reorder = planner.reorder if args.reorder is None else args.reorder
+    reorder_pass = ReorderForMemory() if reorder else None
     common = dict(target=args.target, cuda_arch=args.cuda_arch or config.cuda_arch,
                   plan_pass=plan_pass, reorder_pass=reorder_pass, dump_dir=args.dump_ir,
                   prepare=not args.no_prepare, schedule=args.schedule or config.schedule,

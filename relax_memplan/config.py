@@ -105,12 +105,16 @@ class PlannerConfig:
         ``vm.builtin.ensure_zero_offset`` silently copies a tensor placed off 64 bytes.
     reorder : bool
         Run :class:`~relax_memplan.transform.reorder_for_memory.ReorderForMemory` (binding
-        order of least peak live bytes per dataflow block). Off by default: its effect on
-        latency has not been measured yet.
+        order of least peak live bytes per dataflow block, kept only where it lowers the
+        peak). On by default: it never raises the peak (by construction) and raised no
+        model's latency measurably (``benchmarks/inplace_latency_bench.py``, 1 thread).
+        CLI: ``--reorder`` / ``--no-reorder``.
     inplace : bool
         Let kernels write an output over an input that dies there
-        (``PlanStaticMemory(inplace=True)``, :mod:`relax_memplan.analysis.inplace`). Off
-        by default until every shared model's numerics are checked with it in the suite.
+        (``PlanStaticMemory(inplace=True)`` and ``PlanDynamicMemory(inplace=True)``,
+        :mod:`relax_memplan.analysis.inplace`). On by default, on the same measurements;
+        the Python API's passes keep ``inplace=False`` unless given.
+        CLI: ``--inplace`` / ``--no-inplace``.
     concat_inplace : bool
         Write concatenations in place (``PlanStaticMemory(concat_inplace=True)``,
         :mod:`relax_memplan.transform._concat_plan`): its own key, not ``inplace``, because it
@@ -126,8 +130,8 @@ class PlannerConfig:
     buckets: dict[str, tuple[int, ...]] = field(default_factory=dict)
     size_classes: bool = False
     size_class_growth: float = 4.0
-    reorder: bool = False
-    inplace: bool = False
+    reorder: bool = True
+    inplace: bool = True
     concat_inplace: bool = False
 
     def __post_init__(self):

@@ -88,6 +88,13 @@ class FunctionMemoryReport:
         Reason -> concat calls refused for it; ``None`` when concat-in-place is off.
     lower_bound_without_concat_bytes : int or None
         :attr:`lower_bound_bytes` without concatenations written in place.
+    lower_bound_importer_order_bytes : int or None
+        The lower bound in the importer's binding order without in-place reuse (the number
+        reported before reordering and in-place existed), same tensors and alignment.
+    lower_bound_reordered_bytes : int or None
+        The same after :class:`~relax_memplan.transform.reorder_for_memory.ReorderForMemory`
+        (equal to the importer's when it did not run or changed nothing), still without
+        in-place reuse; :attr:`lower_bound_bytes` is then the bound with in-place reuse.
     algorithm : str
         Placement algorithm that won the best-of selection.
     fallback : str or None
@@ -155,6 +162,8 @@ class FunctionMemoryReport:
     concat_inplace: Optional[int] = None
     concat_refusals: Optional[Dict[str, int]] = None
     lower_bound_without_concat_bytes: Optional[int] = None
+    lower_bound_importer_order_bytes: Optional[int] = None
+    lower_bound_reordered_bytes: Optional[int] = None
 
     @property
     def expected_runtime_alloc_bytes(self) -> int:
@@ -237,7 +246,10 @@ class ShapeMeasurement:
     (``max_abs_error`` and the other fields of :class:`~relax_memplan.verify.Comparison`,
     ``input_sensitivity``). ``dims`` is ``{}`` for a fixed-shape build. With a dynamic plan,
     ``peak_step`` and ``live_at_peak`` (names, largest first) say where the arena's tensors'
-    live bytes peak at this shape (see :attr:`CompileReport.tensors`)."""
+    live bytes peak at this shape (see :attr:`CompileReport.tensors`).
+    ``lower_bound_without_inplace_bytes``: the lower bound at this shape had every kernel
+    written a fresh output (same binding order; equal to ``lower_bound_bytes`` when in-place
+    reuse is off or found nothing); None when nothing was planned."""
 
     dims: Dict[str, int]
     runtime_alloc_bytes: Optional[int]
@@ -256,6 +268,7 @@ class ShapeMeasurement:
     peak_step: Optional[int] = None
     live_at_peak: Optional[List[str]] = None
     planned: bool = True
+    lower_bound_without_inplace_bytes: Optional[int] = None
 
     def record_comparison(self, comparison) -> None:
         """Keep a :class:`relax_memplan.verify.Comparison` with the reference at this shape."""
@@ -338,6 +351,11 @@ class CompileReport:
         Fixed shapes with fusion on: kernels per call, intermediate bytes and lower bound of
         ``main`` with TVM's FuseOps alone and with ours, and onnxruntime's optimized-graph node
         count (:class:`~relax_memplan.compile.fusion_summary.FusionSummary`).
+    inplace_calls : int, optional
+        Symbolic dims with in-place reuse on: kernel calls of ``main`` whose output shares
+        the storage of an input that dies there (byte sizes proved equal as expressions);
+        None when in-place reuse is off. Such tensors have ``shares_storage_with`` in
+        :attr:`tensors`, and :attr:`planned_tensors` counts every tensor at an arena offset.
     loops : list of LoopFacts
         Each ONNX loop or recurrence (LSTM, GRU, Loop, Scan) the import converted
         (:class:`relax_memplan.onnx_prepare.loop_facts.LoopFacts`): its form, iterations,
@@ -363,6 +381,7 @@ class CompileReport:
     fusion_summary: Optional[Dict[str, int]] = None
     loops: List = field(default_factory=list)
     not_planned_reason: Optional[str] = None
+    inplace_calls: Optional[int] = None
 
     @property
     def is_static(self) -> bool:
@@ -398,6 +417,7 @@ class CompileReport:
             out.update({"planned": self.not_planned_reason is None,
                         "not_planned_reason": self.not_planned_reason,
                         "planned_tensors": self.planned_tensors, "left_to_tvm": self.left_to_tvm,
+                        "inplace_calls": self.inplace_calls,
                         "ratio_check": self.checked, "specialized_kernels": self.specialized,
                         "buckets": {n: list(v) for n, v in self.buckets.items()},
                         "tensors": self.tensors})

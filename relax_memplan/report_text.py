@@ -73,6 +73,7 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
         lines.append(f"  concat in place: {f.concat_inplace} concatenations written in place"
                      + (f"; refused: {refused}" if refused else ""))
     lines.append(row("our arena", f.arena_bytes))
+    lines += _bound_steps(f)
     if f.fallback:
         lines.append(f"  our arena not used: {f.fallback}; TVM's StaticPlanBlockMemory plans it")
     if f.planned_bytes != f.arena_bytes:
@@ -125,6 +126,18 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
     return lines
 
 
+def _bound_steps(f: FunctionMemoryReport) -> List[str]:
+    """The lower bound step by step (importer's order, reordered, in-place) beside our arena and
+    TVM's default build, on one line; nothing when neither reordering nor in-place changed it."""
+    steps = (f.lower_bound_importer_order_bytes, f.lower_bound_reordered_bytes,
+             f.lower_bound_bytes)
+    if None in steps or len(set(steps)) == 1:
+        return []
+    return [f"  lower bound: importer's order {steps[0]:,} B -> reordered {steps[1]:,} B -> "
+            f"in-place {steps[2]:,} B; our arena {f.arena_bytes:,} B; TVM default "
+            f"{f.tvm_default_bytes:,} B per call"]
+
+
 def _num(value: Optional[int]) -> str:
     return "-" if value is None else f"{value:,}"
 
@@ -162,6 +175,7 @@ def _table_text(report: CompileReport) -> List[str]:
                f"{_num(s.tvm_default_runtime_alloc_bytes):>12}{_error(s):>10}")
         lines.append(row + (_verdict(s) if compared else ""))
     lines += _check_lines(report.shapes)
+    lines += _dynamic_inplace_lines(report)
     lines += _plan_lines(report, prefix="")
     lines += _dynamic_peak_lines(report)
     if report.specialized:
@@ -175,6 +189,18 @@ def _table_text(report: CompileReport) -> List[str]:
     lines += _loop_lines(report)
     lines += [f"  note: {n}" for n in report.notes]
     return lines
+
+
+def _dynamic_inplace_lines(report: CompileReport) -> List[str]:
+    """With in-place reuse on: how many calls write over an input, and the lower bound at each
+    shape without it (the binding order is the importer's: symbolic blocks are not reordered)."""
+    if report.inplace_calls is None:
+        return []
+    shapes = [s for s in report.shapes if s.planned and s.lower_bound_without_inplace_bytes]
+    return [f"  in-place: {report.inplace_calls} calls write over an input that dies there; "
+            "lower bound without -> with in-place: "
+            + "; ".join(f"{_dims_text(s.dims)}: {s.lower_bound_without_inplace_bytes:,} -> "
+                        f"{s.lower_bound_bytes:,} B" for s in shapes)]
 
 
 def _plan_cells(s: ShapeMeasurement) -> str:

@@ -81,3 +81,32 @@ def test_row5_fused_attention_matches_onnxruntime_and_lowers_the_peak_at_long_se
     _, lower5, _ = rows[1]["exact_plan"].bytes_at(dims)
     # 4 heads x 256 x 256 floats of scores (1 MiB) against an FFN of 256 x 128: fusion wins
     assert lower5 < 0.5 * lower4
+
+
+def test_inplace_rows_report_exact_arena_before_and_after():
+    """Row 4n (exact + in-place, no specialization) matches onnxruntime and writes the FFN's
+    residual add over its input: a smaller exact arena than row 4 at the same seq; row 4i
+    (specialized kernels, which the kernel table refuses) keeps row 4's arena."""
+    import tvm
+    from relax_memplan.runtime import run_and_measure
+
+    cfg = dict(hidden=64, layers=1, heads=1, ffn=256, batch=2)
+    model = bert_case.build_bert(cfg["hidden"], cfg["layers"], cfg["heads"], cfg["ffn"])
+    rows = bert_case.compile_rows(model, cfg, tvm.target.Target("llvm"),
+                                  keys=("exact_spec", "exact_spec_inplace",
+                                        "exact_inplace_nospec"))
+    feed = bert_case.make_inputs(cfg["batch"], 20, cfg["hidden"], seed=0)
+    ref = bert_case.ort_session(model).run(None, feed)[0]
+    for row in rows:
+        out = run_and_measure(row["ex"], bert_case.row_inputs(row, feed)).outputs[0]
+        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4, err_msg=row["label"])
+    plans = {r["key"]: r["exact_plan"] for r in rows}
+    got = bert_case.inplace_bytes(plans, cfg["batch"], [20, 128])
+    spec, nospec = got["exact_spec_inplace"], got["exact_inplace_nospec"]
+    assert all(spec[s]["inplace_calls"] == 0 and spec[s]["arena_after_over_before"] == 1.0
+               for s in (20, 128))
+    for s in (20, 128):
+        assert nospec[s]["inplace_calls"] == 1
+        assert nospec[s]["lower_bound_without_inplace_bytes"] == nospec[s]["lower_bound_before_bytes"]
+        assert nospec[s]["arena_after_bytes"] <= nospec[s]["arena_before_bytes"]
+    assert any(nospec[s]["arena_after_bytes"] < nospec[s]["arena_before_bytes"] for s in (20, 128))

@@ -183,8 +183,9 @@ def test_size_class_growth_loads_and_is_checked(tmp_path):
 def test_planner_reorder_and_inplace_keys_are_bools():
     from relax_memplan.config import ConfigError, PlannerConfig
 
-    assert PlannerConfig(reorder=True, inplace=True).reorder is True
-    assert PlannerConfig().reorder is False and PlannerConfig().inplace is False
+    assert PlannerConfig(reorder=False, inplace=False).reorder is False
+    # on by default since the latency check (benchmarks/inplace_latency_bench.py)
+    assert PlannerConfig().reorder is True and PlannerConfig().inplace is True
     with pytest.raises(ConfigError, match="planner.reorder must be true or false"):
         PlannerConfig(reorder="yes")
     with pytest.raises(ConfigError, match="planner.inplace"):
@@ -199,12 +200,22 @@ def test_cli_passes_planner_inplace_and_reorder_to_the_build(tmp_path):
     from relax_memplan.transform.reorder_for_memory import ReorderForMemory
 
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("planner:\n  inplace: true\n  reorder: true\n  concat_inplace: true\n",
-                   encoding="utf-8")
+    cfg.write_text("planner:\n  inplace: false\n  reorder: false\n", encoding="utf-8")
     args = build_parser().parse_args(["compile", "--config", str(cfg)])
     _, options = _build_options(args, load_config(cfg))
-    assert options.plan_pass.inplace is True and options.plan_pass.concat_inplace is True
-    assert isinstance(options.reorder_pass, ReorderForMemory)
+    assert options.plan_pass.inplace is False and options.reorder_pass is None
     _, default = _build_options(build_parser().parse_args(["compile"]), load_config(None))
-    assert default.plan_pass.inplace is False and default.reorder_pass is None
+    assert default.plan_pass.inplace is True
+    assert isinstance(default.reorder_pass, ReorderForMemory)
+    # the command line wins over the config, both ways
+    args = build_parser().parse_args(["compile", "--config", str(cfg), "--inplace", "--reorder"])
+    _, flags = _build_options(args, load_config(cfg))
+    assert flags.plan_pass.inplace is True and isinstance(flags.reorder_pass, ReorderForMemory)
+    args = build_parser().parse_args(["compile", "--no-inplace", "--no-reorder"])
+    _, flags = _build_options(args, load_config(None))
+    assert flags.plan_pass.inplace is False and flags.reorder_pass is None
+    cfg.write_text("planner:\n  concat_inplace: true\n", encoding="utf-8")
+    args = build_parser().parse_args(["compile", "--config", str(cfg)])
+    _, options = _build_options(args, load_config(cfg))
+    assert options.plan_pass.concat_inplace is True
     assert default.plan_pass.concat_inplace is False

@@ -33,8 +33,12 @@ to the whole storage of one tensor (the allocation itself, a rebinding, a
 an extern result), of the same dtype, byte size, device and scope, that **dies at this
 call** (its last use, aliases included, is this step) and is passed by no other
 argument of the call, and both tensors are plannable (so neither is a function
-parameter, output, constant or retained tensor). The pairs are listed in
-:attr:`FunctionLiveness.inplace`; the planner gives both tensors one offset.
+parameter, output, constant or retained tensor) or held back only by a symbolic size.
+Symbolic byte sizes must be equal *as expressions*: ``tvm.sym.Analyzer`` proves the two
+byte-size PrimExprs equal for every value of the dims (``PlanDynamicMemory``'s ``exact``
+strategy places such a pair; ``PlanStaticMemory`` uses only pairs of tensors it places).
+The pairs are listed in :attr:`FunctionLiveness.inplace`; the planner gives both tensors
+one offset.
 
 Concatenations
 --------------
@@ -61,7 +65,7 @@ A tensor is *not plannable* (and keeps TVM's behaviour) when
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional
+from typing import Dict, FrozenSet, List, Optional, Sequence
 
 import tvm
 from tvm import relax, tirx
@@ -210,9 +214,12 @@ class FunctionLiveness:
     inplace: List[InplaceUse] = field(default_factory=list)
     concat_sites: List[ConcatSite] = field(default_factory=list)
 
-    def sharing_groups(self) -> List[List[str]]:
+    def sharing_groups(self, uses: Optional[Sequence["InplaceUse"]] = None) -> List[List[str]]:
         """Uids of tensors that share one storage through in-place calls (chains merged),
-        each group in allocation order; groups of one tensor are left out."""
+        each group in allocation order; groups of one tensor are left out.
+
+        ``uses``: the in-place uses to merge (default :attr:`inplace`, all of them), e.g.
+        only those whose two tensors one planner places."""
         parent = {t.uid: t.uid for t in self.tensors}
 
         def find(u):
@@ -221,7 +228,7 @@ class FunctionLiveness:
                 u = parent[u]
             return u
 
-        for use in self.inplace:
+        for use in (self.inplace if uses is None else uses):
             parent[find(use.out_uid)] = find(use.in_uid)
         groups: Dict[str, List[str]] = {}
         for t in self.tensors:
@@ -237,6 +244,21 @@ class FunctionLiveness:
     def left_to_tvm(self) -> List[TensorLiveness]:
         """The tensors left to TVM (symbolic, outputs, possibly retained)."""
         return [t for t in self.tensors if not t.plannable]
+
+
+def _same_bytes(a: TensorLiveness, b: TensorLiveness) -> bool:
+    """Equal byte sizes: equal constants, or (a symbolic size) byte-size expressions that
+    ``tvm.sym.Analyzer`` proves equal for every value of the dims (never for two sizes that
+    only happen to agree at some shapes)."""
+    if a.size_bytes is not None and b.size_bytes is not None:
+        return a.size_bytes == b.size_bytes
+    return bool(tvm.sym.Analyzer().can_prove_equal(a.size_expr, b.size_expr))
+
+
+def _may_place(t: TensorLiveness) -> bool:
+    """A planner may place the tensor: plannable, or held back only by a symbolic size
+    (the dynamic planner's tensors)."""
+    return t.reason in (None, SYMBOLIC_SHAPE)
 
 
 class _LivenessAnalyzer(ConcatFacts):
@@ -430,7 +452,7 @@ class _LivenessAnalyzer(ConcatFacts):
             if any(x in s or o in s for s in others):
                 continue
             to, tx = self._tensors[o], self._tensors[x]
-            if (to.size_bytes is None or to.size_bytes != tx.size_bytes or to.dtype != tx.dtype
+            if (not _same_bytes(to, tx) or to.dtype != tx.dtype
                     or (to.device_index, to.storage_scope) != (tx.device_index, tx.storage_scope)):
                 continue
             self._candidates.append((step, call, var, pair, x, o))
@@ -443,7 +465,7 @@ class _LivenessAnalyzer(ConcatFacts):
             tx, to = self._tensors[x], self._tensors[o]
             if x in used_in or o in used_out or self._last_use[x] != step:
                 continue
-            if not (tx.plannable and to.plannable):
+            if not (_may_place(tx) and _may_place(to)):
                 continue
             used_in.add(x)
             used_out.add(o)

@@ -26,11 +26,61 @@ from ..planner import Buffer, peak_live_bytes
 from .dims import evaluate_bytes
 from .liveness import SYMBOLIC_SHAPE, analyze_liveness
 
-__all__ = ["lowered_peak_live_bytes"]
+__all__ = ["lowered_peak_live_bytes", "planned_lower_bound_bytes"]
 
 _BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline",
              "c": "tvm.relax.backend.cpu_generic.pipeline",
              "cuda": "tvm.relax.backend.cuda.pipeline"}
+
+
+def _backend(target):
+    """(target, its Relax backend pipeline module)."""
+    target = tvm.target.Target("llvm") if target is None else tvm.target.Target(target)
+    kind = target.kind.name
+    if kind not in _BACKENDS:
+        raise ValueError(f"target kind '{kind}' is not supported; use one of {sorted(_BACKENDS)}")
+    return target, importlib.import_module(_BACKENDS[kind])
+
+
+def planned_lower_bound_bytes(mod: tvm.IRModule, func_name: str, alignment_bytes: int,
+                              target=None) -> int:
+    """The lower bound ``PlanStaticMemory`` reports for ``func_name`` without in-place reuse,
+    computed on ``mod`` in its own binding order.
+
+    For the report's "lower bound in the importer's order" when ``ReorderForMemory`` ran:
+    give it the module that pass received (:attr:`ReorderForMemory.input_module`).
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A module after ``FuseTIR`` and before ``CallTIRRewrite``.
+    func_name : str
+    alignment_bytes : int
+        Each tensor's size is rounded up to it, as in the planner.
+    target : tvm.target.Target, optional
+        Selects the backend's ``dataflow_lower`` passes (default ``llvm``).
+
+    Returns
+    -------
+    int
+        Sum over (device, storage scope) of the peak live bytes of the plannable tensors
+        (constant sizes, aligned): the same tensors and rule as
+        :attr:`relax_memplan.transform.plan_static_memory.ArenaPlan.lower_bound_bytes`.
+
+    Raises
+    ------
+    ValueError
+        If the target kind has no Relax backend here.
+    """
+    target, backend = _backend(target)
+    with target:
+        lowered = tvm.transform.Sequential(list(backend.dataflow_lower_passes(target)))(mod)
+    groups = {}
+    for t in analyze_liveness(lowered, func_name).plannable:
+        size = -(-max(t.size_bytes, 1) // alignment_bytes) * alignment_bytes
+        groups.setdefault((t.device_index, t.storage_scope), []).append(
+            Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=size))
+    return sum(peak_live_bytes(b) for b in groups.values())
 
 
 def lowered_peak_live_bytes(mod: tvm.IRModule, func_name: str, target=None) -> int:
@@ -55,11 +105,7 @@ def lowered_peak_live_bytes(mod: tvm.IRModule, func_name: str, target=None) -> i
     ValueError
         If the target kind has no Relax backend here.
     """
-    target = tvm.target.Target("llvm") if target is None else tvm.target.Target(target)
-    kind = target.kind.name
-    if kind not in _BACKENDS:
-        raise ValueError(f"target kind '{kind}' is not supported; use one of {sorted(_BACKENDS)}")
-    backend = importlib.import_module(_BACKENDS[kind])
+    target, backend = _backend(target)
     passes = [p for p in backend.legalize_passes(target)
               if p.info.name in ("LegalizeOps", "AnnotateTIROpPattern", "FoldConstant",
                                  "FuseOps", "FuseTIR")]

@@ -21,7 +21,7 @@ from ..transform.specialize_kernels import dispatch_path
 from ..verify import compare_outputs, input_sensitivity
 from .options import CheckOptions
 from .shapes import fit_values, shapes_at, with_shapes
-from .summary import arena_at, tensors_at
+from .summary import arena_at, lower_bound_without_inplace_at, tensors_at
 
 __all__ = ["ModelSource", "StrategyBuild", "add_rows", "measure_point", "max_abs_error", "reference_sensitivity",
            "physical_memory_bytes"]
@@ -132,6 +132,7 @@ def add_rows(builds: Sequence[StrategyBuild], dims: Mapping[str, int]) -> None:
         row = ShapeMeasurement(dims=dict(dims), runtime_alloc_bytes=None, arena_bytes=arena,
                                lower_bound_bytes=lower_bound,
                                planned=b.report.not_planned_reason is None)
+        row.lower_bound_without_inplace_bytes = lower_bound_without_inplace_at(b.report, b.dyn, dims)
         if b.kernels is not None:
             row.kernel_paths = sorted(set(dispatch_path(b.kernels.specialized, dims).values()))
         b.report.shapes.append(row)

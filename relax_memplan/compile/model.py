@@ -244,7 +244,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
             strategy=strategy, alignment_bytes=plan_pass.alignment_bytes,
             algorithms=plan_pass.algorithms, time_limit_s=plan_pass.time_limit_s,
             buckets=dict(options.buckets) or None, size_classes=options.size_classes,
-            size_class_growth=options.size_class_growth)
+            size_class_growth=options.size_class_growth, inplace=plan_pass.inplace)
         b.kernels = (SpecializeKernels(dict(options.dispatch), schedule=_dispatch_schedule(
             options)) if options.dispatch else None)
         say(f"building once with relax_memplan's {strategy} plan for {_target_words(options)}")
@@ -270,7 +270,8 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                                                    b.plan_pass.plans))
     if not dims:
         b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec,
-                                                         b.hoist)
+                                                         b.hoist, options.reorder_pass,
+                                                         options.tvm_target)
         b.report.notes += fallbacks
         if b.fusion is not None and "main" in b.report.functions:
             # what fusion changed: builds the Relax phases again without and with it

@@ -8,14 +8,16 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..analysis.dims import evaluate_int, expr_text
 from ..report import CompileReport, FunctionMemoryReport
 
-__all__ = ["static_functions", "summarize_dynamic", "arena_at", "planned_tensors", "peak_of",
+__all__ = ["static_functions", "summarize_dynamic", "arena_at", "lower_bound_without_inplace_at", "planned_tensors", "peak_of",
            "dynamic_tensors", "tensors_at", "concrete_tensors"]
 
 
-def static_functions(plan_pass, ours_rec, tvm_rec, hoist=None
-                     ) -> Tuple[Dict[str, FunctionMemoryReport], List[str]]:
+def static_functions(plan_pass, ours_rec, tvm_rec, hoist=None, reorder_pass=None,
+                     target=None) -> Tuple[Dict[str, FunctionMemoryReport], List[str]]:
     """One :class:`FunctionMemoryReport` per planned function, and a note per fallback
-    (``hoist``: the build's ``HoistLoopStorage``, whose loop storage a caller allocates)."""
+    (``hoist``: the build's ``HoistLoopStorage``, whose loop storage a caller allocates);
+    with ``reorder_pass`` (the build's ``ReorderForMemory``) the lower bound in the importer's
+    order is computed again on the module it received."""
     functions: Dict[str, FunctionMemoryReport] = {}
     notes: List[str] = []
     for fname, fplan in plan_pass.plans.items():
@@ -44,10 +46,14 @@ def static_functions(plan_pass, ours_rec, tvm_rec, hoist=None
         )
         functions[fname].tensors, functions[fname].peak_step, functions[fname].live_at_peak = \
             planned_tensors(fplan)
+        functions[fname].lower_bound_reordered_bytes = fplan.lower_bound_without_inplace_bytes
+        functions[fname].lower_bound_importer_order_bytes = _importer_order_bound(
+            fplan, reorder_pass, plan_pass.alignment_bytes, target)
         if fplan.inplace_capable_kernels is not None:
             f = functions[fname]
             f.inplace_capable_kernels = fplan.inplace_capable_kernels
-            f.inplace_calls = len(fplan.liveness.inplace) if fplan.arenas else 0
+            f.inplace_calls = sum(u.in_uid in placed and u.out_uid in placed
+                                  for u in fplan.liveness.inplace)
             f.lower_bound_without_inplace_bytes = fplan.lower_bound_without_inplace_bytes
         if fplan.concat_inplace_on:
             f = functions[fname]
@@ -59,6 +65,19 @@ def static_functions(plan_pass, ours_rec, tvm_rec, hoist=None
     return functions, notes
 
 
+def _importer_order_bound(fplan, reorder_pass, alignment_bytes: int, target) -> int:
+    """The static lower bound without in-place in the importer's binding order: the plan's own
+    when ``ReorderForMemory`` did not run or changed nothing in the function."""
+    moved = reorder_pass is not None and reorder_pass.input_module is not None and any(
+        b.applied for b in reorder_pass.blocks if b.function == fplan.name)
+    if not moved or not fplan.arenas:
+        return fplan.lower_bound_without_inplace_bytes
+    from ..analysis.lowered_peak import planned_lower_bound_bytes
+
+    return planned_lower_bound_bytes(reorder_pass.input_module, fplan.name, alignment_bytes,
+                                     target)
+
+
 def summarize_dynamic(report: CompileReport, dyn, kernels) -> None:
     """The dynamic plan of ``main`` (tensors planned, left to TVM, ratio check, size
     classes) and the specialized kernels, into ``report``."""
@@ -68,7 +87,9 @@ def summarize_dynamic(report: CompileReport, dyn, kernels) -> None:
         report.notes.append("no symbolic tensor was planned: " + reason)
         report.not_planned_reason = reason.removesuffix("; left to TVM")
     else:
-        report.planned_tensors = len(fplan.planned)
+        report.planned_tensors = len(fplan.placed)
+        if dyn.inplace and fplan.strategy != "upper_bound":
+            report.inplace_calls = len(fplan.inplace)
         report.tensors = dynamic_tensors(fplan)
         report.left_to_tvm = {u: r for u, r in fplan.left_to_tvm.items()
                               if u not in fplan.output_class_bytes}
@@ -80,6 +101,16 @@ def summarize_dynamic(report: CompileReport, dyn, kernels) -> None:
     if kernels is not None:
         report.specialized = {k: dict(v) for k, v in kernels.specialized.items()}
         report.notes += _summarize_skipped(kernels.skipped)
+
+
+def lower_bound_without_inplace_at(report: CompileReport, dyn, dims) -> Optional[int]:
+    """Lower bound (peak live aligned bytes) of ``main`` at ``dims`` had every kernel written a
+    fresh output, in the planned binding order; None if nothing was planned."""
+    if report.is_static:
+        return report.main.lower_bound_reordered_bytes if report.functions else None
+    fplan = dyn.plans.get("main")
+    return fplan.lower_bound_without_inplace_at(dims) if fplan is not None and fplan.planned \
+        else None
 
 
 def arena_at(report: CompileReport, dyn, dims) -> Tuple[int, int]:
@@ -135,15 +166,18 @@ def peak_of(rows: Sequence[Dict]) -> Tuple[Optional[int], List[str]]:
 
 def dynamic_tensors(fplan) -> List[Dict]:
     """Each tensor of a dynamic plan's arena: name, producing kernel, shape and bytes as
-    expressions of the dims (strings), dtype, half-open live range; ``size_bytes_at_shapes``
-    and ``offset_bytes_at_shapes`` are filled per sampled shape by :func:`tensors_at`."""
+    expressions of the dims (strings), dtype, half-open live range, ``shares_storage_with``
+    (the first tensor of its in-place group, whose offset it has; None if it has its own);
+    ``size_bytes_at_shapes`` and ``offset_bytes_at_shapes`` are filled per sampled shape by
+    :func:`tensors_at`."""
     tensors = {t.uid: t for t in fplan.liveness.tensors}
     return [{"name": u, "producer": tensors[u].producer,
              "shape": [_dim(d) for d in tensors[u].shape], "dtype": tensors[u].dtype,
              "size_bytes_expr": expr_text(tensors[u].size_expr, simplify=True),
              "live_range": [tensors[u].start, tensors[u].end],
+             "shares_storage_with": fplan.shared.get(u),
              "size_bytes_at_shapes": [], "offset_bytes_at_shapes": []}
-            for u in fplan.planned]
+            for u in fplan.placed]
 
 
 def tensors_at(report: CompileReport, dyn, dims, row) -> None:
@@ -157,7 +191,19 @@ def tensors_at(report: CompileReport, dyn, dims, row) -> None:
     for t in report.tensors:
         t["size_bytes_at_shapes"].append(evaluate_int(exprs[t["name"]], dims))
         t["offset_bytes_at_shapes"].append(offsets[t["name"]])
-    row.peak_step, row.live_at_peak = peak_of(concrete_tensors(report.tensors, -1))
+    row.peak_step, row.live_at_peak = peak_of(_storage_rows(concrete_tensors(report.tensors, -1)))
+
+
+def _storage_rows(rows: Sequence[Dict]) -> List[Dict]:
+    """One row per storage: an in-place group as its first tensor's row, live over the group's
+    span (its tensors share one offset, so their bytes count once)."""
+    by_name = {r["name"]: dict(r) for r in rows}
+    for r in rows:
+        first = by_name.get(r.get("shares_storage_with"))
+        if first is not None:
+            first["live_range"] = [min(first["live_range"][0], r["live_range"][0]),
+                                   max(first["live_range"][1], r["live_range"][1])]
+    return [r for r in by_name.values() if not r.get("shares_storage_with")]
 
 
 def concrete_tensors(tensors: Sequence[Dict], k: int) -> List[Dict]:

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..analysis.dims import DimRange, int_evaluator
-from ..analysis.liveness import FunctionLiveness
+from ..analysis.liveness import FunctionLiveness, InplaceUse
 from ..planner import Buffer, peak_live_bytes, stacked_offsets, validate
+from ._inplace_plan import merged_buffers, nesting_from_groups
 
 __all__ = ["Piece", "DynamicFunctionPlan", "size_class_values", "range_points", "sample_points"]
 
@@ -164,6 +165,15 @@ class DynamicFunctionPlan:
         Set when the function was left to TVM entirely.
     notes : list of str
         Degradations, e.g. fewer stackings kept because expressions grew too long.
+    inplace : list of InplaceUse
+        In-place calls used (``PlanDynamicMemory(inplace=True)``): both tensors placed here,
+        byte sizes proved equal as expressions.
+    sharing : list of list of str
+        Tensors sharing one storage through :attr:`inplace` (chains merged), allocation order.
+    shared : dict of str to str
+        Uid of every tensor of a sharing group but the first -> the first one's uid: it is
+        not in :attr:`planned` (the arena holds one buffer per group, live over the group's
+        span) and gets the first one's offset.
     """
 
     name: str
@@ -185,6 +195,9 @@ class DynamicFunctionPlan:
     checked: Dict = field(default_factory=dict)
     fallback_reason: Optional[str] = None
     notes: List[str] = field(default_factory=list)
+    inplace: List[InplaceUse] = field(default_factory=list)
+    sharing: List[List[str]] = field(default_factory=list)
+    shared: Dict[str, str] = field(default_factory=dict)
     _evaluators: Dict[str, object] = field(default_factory=dict, repr=False)
     _ranges: Dict[str, Tuple[int, int]] = field(default_factory=dict, repr=False)
 
@@ -197,18 +210,41 @@ class DynamicFunctionPlan:
         """Stackings of the generic piece."""
         return self.generic.orders if self.pieces else []
 
+    @property
+    def placed(self) -> List[str]:
+        """Uids of every tensor at an arena offset: :attr:`planned` and :attr:`shared`."""
+        return self.planned + list(self.shared)
+
     def sizes_at(self, dims: Mapping[str, int]) -> Dict[str, int]:
-        """Aligned bytes of every planned tensor at concrete dims."""
-        if len(self._evaluators) != len(self.planned):
-            self._evaluators = {u: int_evaluator(self.aligned_size_exprs[u]) for u in self.planned}
+        """Aligned bytes of every placed tensor (:attr:`placed`) at concrete dims."""
+        placed = self.placed
+        if len(self._evaluators) != len(placed):
+            self._evaluators = {u: int_evaluator(self.aligned_size_exprs[u]) for u in placed}
         return {u: max(f(dims), 1) for u, f in self._evaluators.items()}
 
-    def buffers_at(self, dims: Mapping[str, int]) -> List[Buffer]:
-        if len(self._ranges) != len(self.planned):  # live ranges, once (called per shape)
+    def tensor_buffers_at(self, dims: Mapping[str, int]) -> List[Buffer]:
+        """One buffer per placed tensor, each with its own live range (no in-place merge)."""
+        placed = self.placed
+        if len(self._ranges) != len(placed):  # live ranges, once (called per shape)
             tensors = {t.uid: t for t in self.liveness.tensors}
-            self._ranges = {u: (tensors[u].start, tensors[u].end) for u in self.planned}
+            self._ranges = {u: (tensors[u].start, tensors[u].end) for u in placed}
         return [Buffer(u, *self._ranges[u], s, self.alignment_bytes)
                 for u, s in self.sizes_at(dims).items()]
+
+    def buffers_at(self, dims: Mapping[str, int]) -> List[Buffer]:
+        """The arena's buffers at concrete dims: one per :attr:`planned` uid, a sharing group
+        as one buffer live over the group's span
+        (:func:`~relax_memplan.transform._inplace_plan.merged_buffers`)."""
+        buffers = self.tensor_buffers_at(dims)
+        return (merged_buffers(buffers, nesting_from_groups(self.sharing)) if self.sharing
+                else buffers)
+
+    def with_shared(self, offsets: Mapping[str, int]) -> Dict[str, int]:
+        """``offsets`` of the :attr:`planned` uids plus each :attr:`shared` tensor at its
+        group's offset."""
+        out = dict(offsets)
+        out.update({u: offsets[first] for u, first in self.shared.items() if first in offsets})
+        return out
 
     def piece_for(self, dims: Mapping[str, int]) -> Piece:
         return next(p for p in self.pieces if p.matches(dims))
@@ -217,7 +253,8 @@ class DynamicFunctionPlan:
         """Offsets and height of the arena the VM lays out at ``dims`` (no size class)."""
         if self.strategy == "upper_bound":
             return dict(self.static_offsets), self.static_arena_bytes or 0
-        return self.piece_for(dims).layout(self.sizes_at(dims), self.alignment_bytes)
+        offsets, height = self.piece_for(dims).layout(self.sizes_at(dims), self.alignment_bytes)
+        return self.with_shared(offsets), height
 
     def cell_of(self, dims: Mapping[str, int]) -> Tuple[int, ...]:
         return tuple(class_of(self.class_values[n], dims[n]) for n in self.used_dims)
@@ -240,10 +277,15 @@ class DynamicFunctionPlan:
             raise ValueError(f"function {self.name} was left to TVM: {self.fallback_reason}")
         buffers = self.buffers_at(dims)
         offsets, height = self.layout_at(dims)
-        validate(buffers, offsets, capacity_bytes=height)
+        # every tensor on its own live range: only the declared in-place sharings may overlap
+        validate(self.tensor_buffers_at(dims), offsets, capacity_bytes=height, shared=self.sharing)
         if self.class_arena_bytes and self.strategy != "upper_bound":
             height = max(height, self.class_arena_bytes[self.cell_of(dims)])
         return height, peak_live_bytes(buffers), offsets
+
+    def lower_bound_without_inplace_at(self, dims: Mapping[str, int]) -> int:
+        """Peak live aligned bytes at ``dims`` had every kernel written a fresh output."""
+        return peak_live_bytes(self.tensor_buffers_at(dims))
 
     def ratio_at(self, dims: Mapping[str, int]) -> Tuple[int, int]:
         """(layout height, lower bound) at ``dims``, without validation (fast; for enumeration)."""

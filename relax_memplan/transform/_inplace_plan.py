@@ -16,7 +16,7 @@ from ..analysis.inplace import InplacePair, inplace_kernel
 from ..planner import Buffer, plan, validate
 
 __all__ = ["nesting_from_groups", "absolute_deltas", "merged_buffers", "place_with_sharing",
-           "inplace_calls", "count_capable"]
+           "inplace_calls", "inplace_variant_calls", "count_capable"]
 
 
 def nesting_from_groups(sharing: List[List[str]]) -> Dict[str, Tuple[str, int]]:
@@ -87,10 +87,17 @@ def inplace_calls(mod: tvm.IRModule, fplan, kernels: Dict,
     ``builder``'s module, one per (kernel, pair), and ``kernels`` maps their names to
     GlobalVars."""
     placed = {uid for a in fplan.arenas for uid in a.offsets}
+    return inplace_variant_calls(mod, [u for u in fplan.liveness.inplace
+                                       if u.in_uid in placed and u.out_uid in placed],
+                                 kernels, builder)
+
+
+def inplace_variant_calls(mod: tvm.IRModule, uses, kernels: Dict,
+                          builder: relax.BlockBuilder) -> Dict:
+    """Binding var of each kernel call of ``uses`` (:class:`InplaceUse`) -> the call of its
+    in-place variant; new PrimFuncs go into ``builder``'s module (see :func:`inplace_calls`)."""
     calls = {}
-    for use in fplan.liveness.inplace:
-        if use.in_uid not in placed or use.out_uid not in placed:
-            continue
+    for use in uses:
         name = f"{use.kernel}_inplace_o{use.out_index}_i{use.in_index}"
         if name not in kernels:
             func = inplace_kernel(mod[use.kernel], InplacePair(use.out_index, use.in_index))

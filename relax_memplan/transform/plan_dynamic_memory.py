@@ -36,6 +36,19 @@ Strategies
     [64, 128]}``): at ``seq == 64`` the stackings planned at seq 64 are used
     (the other dims stay symbolic), elsewhere the generic exact plan.
 
+In-place reuse
+--------------
+With ``inplace=True`` (``exact``/``buckets``), a kernel call may write its output over an
+input that dies there, by the rules of :mod:`relax_memplan.analysis.liveness` (the
+kernel's TIR reads the input at the output's indices only; the input has no other live
+alias) with the two byte sizes equal *as expressions* (``tvm.sym.Analyzer`` proves the
+byte-size PrimExprs equal; sizes equal only at some shapes are refused). Each such group
+is one arena buffer live over the group's span (fewer tensors in the symbolic-offset
+plan); every tensor of the group gets its offset and the call goes to the kernel's
+in-place variant (``PrimFunc.specialize``). Each shape the plan is validated at is checked
+with every tensor on its own live range and exactly these groups allowed to overlap.
+Binding order is not changed for symbolic sizes (``ReorderForMemory`` leaves such blocks).
+
 Size classes (a bounded policy for TVM's pooled allocator)
 ---------------------------------------------------------
 The pooled VM allocator caches freed buffers by exact size and never shrinks,
@@ -65,6 +78,7 @@ import tvm
 from tvm import relax, tirx
 
 from ..analysis.dims import DimRange, declared_ranges, signature_dims
+from ..analysis.inplace import kernel_table
 from ..analysis.liveness import SYMBOLIC_SHAPE, TensorLiveness, analyze_liveness
 from ..planner import Buffer, PlanError, peak_live_bytes, plan, stacked_offsets, stacking_order
 from ._arena_rewrite import ArenaRewriter, alloc_arena
@@ -72,6 +86,7 @@ from ._module_util import replace_functions
 from ._args import check_buckets, check_planner_args
 from ._dynamic_exprs import ExpressionTooLarge, aligned, bound_analyzer, plan_exprs
 from ._dynamic_plan import DynamicFunctionPlan, Piece, count_points, range_points, sample_points
+from ._inplace_plan import inplace_variant_calls
 from ._size_classes import class_arena, output_storages
 
 __all__ = ["PlanDynamicMemory", "DynamicFunctionPlan", "Piece", "STRATEGIES"]
@@ -123,6 +138,13 @@ class PlanDynamicMemory:
         Ratio between consecutive class values of a dim (> 1). Larger: fewer
         classes, so fewer cached sizes, but a call may allocate up to about this
         factor x its exact arena (never more than the ``upper_bound`` arena).
+    inplace : bool
+        ``exact``/``buckets``: let a kernel write its output over an input that dies
+        there when its TIR allows it (:mod:`relax_memplan.analysis.inplace`) and the two
+        byte sizes are equal as expressions (``tvm.sym.Analyzer`` proves it; sizes equal
+        only at some shapes are refused). The two tensors become one arena buffer, live
+        over both ranges; the call goes to the kernel's in-place variant
+        (``<kernel>_inplace_o<k>_i<j>``, a new PrimFunc). Ignored by ``upper_bound``.
 
     Attributes
     ----------
@@ -144,7 +166,8 @@ class PlanDynamicMemory:
                  num_samples: int = 6, seed: int = 0, max_expr_chars: int = 20000,
                  num_references: int = 8, buckets: Optional[Mapping[str, Sequence[int]]] = None,
                  max_ratio: float = 1.02, max_enumerated_shapes: int = 4096, check_samples: int = 64,
-                 max_pinned: int = 64, size_classes: bool = False, size_class_growth: float = 4.0):
+                 max_pinned: int = 64, size_classes: bool = False, size_class_growth: float = 4.0,
+                 inplace: bool = False):
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy '{strategy}'; use one of {STRATEGIES}")
         self.alignment_bytes, self.algorithms, self.time_limit_s = check_planner_args(
@@ -165,6 +188,9 @@ class PlanDynamicMemory:
         self.max_pinned = max_pinned
         self.size_classes = bool(size_classes)
         self.size_class_growth = float(size_class_growth)
+        if not isinstance(inplace, bool):
+            raise TypeError(f"inplace must be a bool, got {type(inplace).__name__}")
+        self.inplace = inplace
         self.plans: Dict[str, DynamicFunctionPlan] = {}
 
     # ---- selection ---------------------------------------------------------
@@ -187,8 +213,17 @@ class PlanDynamicMemory:
         return chosen
 
     # ---- planning ----------------------------------------------------------
-    def _plan_function(self, func: relax.Function, name: str, mod) -> Optional[Tuple]:
-        liveness = analyze_liveness(mod, name)
+    def _share(self, fplan: DynamicFunctionPlan, chosen) -> None:
+        """Keep the in-place uses whose two tensors are both placed here: their groups
+        become one arena buffer (the first tensor's uid), the others go to ``shared``."""
+        uids = {t.uid for t in chosen}
+        fplan.inplace = [u for u in fplan.liveness.inplace if u.in_uid in uids and u.out_uid in uids]
+        fplan.sharing = fplan.liveness.sharing_groups(fplan.inplace)
+        fplan.shared = {u: group[0] for group in fplan.sharing for u in group[1:]}
+        fplan.planned = [u for u in fplan.planned if u not in fplan.shared]
+
+    def _plan_function(self, func: relax.Function, name: str, mod, table=None) -> Optional[Tuple]:
+        liveness = analyze_liveness(mod, name, table)
         if not any(t.size_bytes is None for t in liveness.tensors):
             return None  # nothing symbolic: PlanStaticMemory's job
         dims = signature_dims(func)
@@ -203,6 +238,8 @@ class PlanDynamicMemory:
             return None
         (dev, scope), = groups
         fplan.planned = [t.uid for t in chosen]
+        if table is not None and self.strategy != "upper_bound":
+            self._share(fplan, chosen)
         fplan.aligned_size_exprs = {t.uid: aligned(t.size_expr, self.alignment_bytes) for t in chosen}
         used = sorted({v.name for t in chosen for v in tirx.analysis.undefined_vars(t.size_expr)
                        if t.size_bytes is None})
@@ -233,7 +270,7 @@ class PlanDynamicMemory:
                     fplan.bytes_at(piece.when)
         except PlanError as err:  # never expected; keep TVM's behaviour if it happens
             fplan.fallback_reason = f"plan failed validation at a sampled shape: {err}"
-            fplan.planned = []
+            fplan.planned, fplan.shared, fplan.sharing, fplan.inplace = [], {}, [], []
             return None
         return fplan, chosen, dev, scope, dims
 
@@ -272,7 +309,7 @@ class PlanDynamicMemory:
         probes = refs + sample_points(ranges, used, reference, self.num_samples, self.seed + 2)
         candidates = []
         for ref in refs:
-            ref_buffers = self._buffers(chosen, fplan.sizes_at(ref))
+            ref_buffers = fplan.buffers_at(ref)
             result = plan(ref_buffers, algorithms=self.algorithms, time_limit_s=budget)
             order = stacking_order(ref_buffers, result.offsets)
             if order not in candidates:
@@ -358,7 +395,8 @@ class PlanDynamicMemory:
                          "pinned": sum(p.kind == "pinned" for p in fplan.pieces)}
         self._heights = heights if enumerated else None
 
-    def _rewriter(self, fplan: DynamicFunctionPlan, chosen, dev: int, scope: str, dims) -> ArenaRewriter:
+    def _rewriter(self, fplan: DynamicFunctionPlan, chosen, dev: int, scope: str, dims,
+                  calls=None) -> ArenaRewriter:
         arena_var = relax.Var("arena_d%d" % dev, relax.ObjectType())
         placement, prologue = {}, []
         if self.strategy == "upper_bound":
@@ -371,13 +409,13 @@ class PlanDynamicMemory:
                 height = class_arena(fplan, dims, height, self.size_class_growth, self._heights)
             prologue.append(relax.VarBinding(arena_var, alloc_arena(height, dev, scope)))
             tensors = {t.uid: t for t in chosen}
-            for uid, offset in offset_of.items():
+            for uid, offset in fplan.with_shared(offset_of).items():
                 placement[tensors[uid].var] = (arena_var, offset, tensors[uid])
         if self.size_classes:
             for t, storage, nbytes in output_storages(fplan, dims, dev, scope, self.size_class_growth):
                 prologue.append(relax.VarBinding(storage, alloc_arena(nbytes, dev, scope)))
                 placement[t.var] = (storage, 0, t)
-        return ArenaRewriter(prologue, placement)
+        return ArenaRewriter(prologue, placement, calls)
 
     def _degrade(self, fplan: DynamicFunctionPlan, err: Exception) -> bool:
         """Make the expressions smaller after ``err``; False when nothing is left to drop."""
@@ -398,24 +436,28 @@ class PlanDynamicMemory:
         return False
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        updates = {}
+        updates, kernels = {}, {}
+        table = kernel_table(mod) if self.inplace and self.strategy != "upper_bound" else None
+        builder = relax.BlockBuilder(mod)
         for gv, func in mod.functions_items():
             if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
                 continue
             self._heights, self._reference = None, {}
-            planned = self._plan_function(func, gv.name_hint, mod)
+            planned = self._plan_function(func, gv.name_hint, mod, table)
             if planned is None:
                 continue
             fplan, chosen, dev, scope, dims = planned
+            calls = inplace_variant_calls(mod, fplan.inplace, kernels, builder)
             rewriter, degraded = None, False
             while rewriter is None:
                 try:
-                    rewriter = self._rewriter(fplan, chosen, dev, scope, dims)
+                    rewriter = self._rewriter(fplan, chosen, dev, scope, dims, calls)
                 except ExpressionTooLarge as err:
                     degraded = self._degrade(fplan, err)
                     if not degraded:
                         fplan.fallback_reason = f"{err}; left to TVM"
                         fplan.planned, fplan.pieces = [], []
+                        fplan.shared, fplan.sharing, fplan.inplace = {}, [], []
                         break
             if rewriter is None:
                 continue
@@ -425,6 +467,8 @@ class PlanDynamicMemory:
             updates[gv] = new_func.with_attrs({"relax_memplan.strategy": self.strategy})
         if not updates:
             return mod
+        if kernels:
+            mod = builder.get()
         return relax.transform.Normalize()(replace_functions(mod, updates))
 
 

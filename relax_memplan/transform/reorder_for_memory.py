@@ -175,6 +175,10 @@ class ReorderForMemory:
     ----------
     blocks : list of BlockReorder
         Filled when the pass runs: one entry per segment of at least 3 bindings.
+    input_module : tvm.IRModule or None
+        The module as the pass received it (the importer's order), kept so that a report can
+        give the lower bound in that order
+        (:func:`relax_memplan.analysis.lowered_peak.planned_lower_bound_bytes`).
 
     Raises
     ------
@@ -189,8 +193,10 @@ class ReorderForMemory:
                              f"got {exact_max_bindings!r}")
         self.exact_max_bindings = exact_max_bindings
         self.blocks: List[BlockReorder] = []
+        self.input_module: Optional[tvm.IRModule] = None
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        self.input_module = mod
         updates = {}
         for gv, func in mod.functions_items():
             if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):

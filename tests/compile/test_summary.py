@@ -54,13 +54,15 @@ def test_dynamic_tensors_are_listed_with_expressions_and_bytes_per_shape():
         SimpleNamespace(uid="c", producer="kc", shape=(seq, seq), dtype="float32",
                         size_expr=i64(4) * seq * seq, start=2, end=3)]
     offsets = {"a": 0, "b": 4096, "c": 0}
-    fplan = SimpleNamespace(planned=["a", "b", "c"], liveness=SimpleNamespace(tensors=tensors),
+    fplan = SimpleNamespace(placed=["a", "b", "c"], shared={},
+                            liveness=SimpleNamespace(tensors=tensors),
                             layout_at=lambda dims: (offsets, 0))
     report = CompileReport(model="m", strategy="exact", dims={"seq": (1, 32)})
     report.tensors = dynamic_tensors(fplan)
     assert report.tensors[2] == {"name": "c", "producer": "kc", "shape": ["seq", "seq"],
                                  "dtype": "float32", "size_bytes_expr": "seq * seq * 4",
-                                 "live_range": [2, 3], "size_bytes_at_shapes": [],
+                                 "live_range": [2, 3], "shares_storage_with": None,
+                                 "size_bytes_at_shapes": [],
                                  "offset_bytes_at_shapes": []}
     assert report.tensors[1]["shape"] == [64]
     dyn = SimpleNamespace(plans={"main": fplan})
