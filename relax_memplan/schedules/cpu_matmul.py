@@ -60,6 +60,7 @@ from tvm.target import Target
 from tvm.target.codegen import llvm_cpu_has_features
 
 from .analysis import MatmulAxes, match_matmul
+from ._clamp_pad import clamp_padded_reads
 from .prepack import prepack_constant_b
 
 __all__ = ["TileConfig", "StaticMatmul", "GenericMatmul", "simd_lanes"]
@@ -204,13 +205,18 @@ class _CPUMatmulBase(ScheduleRule):
         cfg = self.choose_config(axes, lanes, target)
         if cfg is None:
             return None
+        operands = [region.source for k, region in enumerate(sch.get(axes.block).reads)]
         try:
             _inline_neighbours(sch, axes)
             _schedule_tiles(sch, axes, cfg, lanes, func if self.prepack_weights else None)
         except _ScheduleError:
             # a primitive's precondition failed on an unusual variant: leave it unscheduled
             return None
-        return sch
+        if not cfg.pad_remainders:
+            return sch
+        # the padded rows/columns are discarded by the guarded write-back: read them clamped
+        clamped = clamp_padded_reads(sch.mod["main"], operands)
+        return sch if clamped.same_as(sch.mod["main"]) else s_tir.Schedule(clamped)
 
 
 def _loops_by_role(sch: s_tir.Schedule, axes: MatmulAxes):
