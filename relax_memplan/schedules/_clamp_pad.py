@@ -40,7 +40,7 @@ def clamp_padded_reads(func: tirx.PrimFunc, operands: Iterable) -> tirx.PrimFunc
     ----------
     func : tvm.tirx.PrimFunc
         A scheduled matmul whose padded rows/columns are discarded by a guarded write-back
-        (the :func:`~relax_memplan.schedules.cpu_matmul._schedule_tiles` nest).
+        (the :func:`~relax_memplan.schedules._matmul_nest._schedule_tiles` nest).
     operands : iterable of tvm.tirx.Buffer
         The matmul's input buffers ``X`` whose padded reads may be clamped (``A`` and ``B``),
         matched by name (the schedule's copies are new objects; its own buffers get

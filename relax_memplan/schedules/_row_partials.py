@@ -5,7 +5,7 @@ The loop nest of :class:`~relax_memplan.schedules.cpu_reduction.VectorRowReducti
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
