@@ -53,6 +53,7 @@ from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
 from .transform.reorder_for_memory import ReorderForMemory
 from .transform.expand_integer_power import ExpandIntegerPower
+from .transform.fast_bounded_math import FastBoundedMath
 from .transform.chunk_feed_forward import ChunkFeedForward
 from .transform.fold_matmul_reshape import FoldMatmulReshape
 from .transform.fuse_add_layer_norm import FuseAddLayerNorm
@@ -168,7 +169,10 @@ def backend_phases(
     schedule : bool
         For an llvm target, append
         :func:`~relax_memplan.schedules.cpu_schedule_pass` (CPU matmul/GEMV/
-        reduction schedules) at the end of the ``legalize`` phase.
+        reduction schedules) at the end of the ``legalize`` phase, and run
+        :class:`~relax_memplan.transform.fast_bounded_math.FastBoundedMath` before
+        ``LegalizeOps`` (after our fusion passes, which match ``softmax``/``erf``/``tanh``):
+        ``tanh``, ``erf`` and ``softmax`` become TVM's vectorizable approximations.
     index_pass : CheckIndexBounds, optional
         Runs first in ``library_dispatch`` (after ``AnnotateDimRanges``), on the imported
         module: index values that would leave their tensor are refused or checked.
@@ -221,6 +225,9 @@ def backend_phases(
     # before LegalizeOps: TVM's dynamic_strided_slice gives a negative extent for an empty slice
     # before LegalizeOps: TVM's pow gives NaN for a negative base on CUDA (expand_integer_power)
     legalize = [ExpandIntegerPower(), ClampEmptySlices()] + list(backend.legalize_passes(target))
+    if schedule and kind == "llvm":
+        # vector tanh/erf/softmax: LLVM turns a vector llvm.exp into one libm call per lane
+        legalize.insert(2, FastBoundedMath())
     if fusion:
         legalize = list(fusion_pass_list or fusion_passes(target)) + legalize
     if kind == "cuda":

@@ -26,7 +26,7 @@ from .codegen_guard import CodegenGuard, vector_codegen_risk
 from .cpu_conv import DirectConv
 from .cpu_fallback import SpatialFallback
 from .cpu_gemv import DotProductGEMV
-from .cpu_reduction import RowReduction
+from .cpu_reduction import RowReduction, VectorRowReduction
 from .cpu_matmul import GenericMatmul, StaticMatmul, TileConfig, simd_lanes
 from .host import host_target
 from .gpu import GuardedRule, gpu_schedule_pass, gpu_schedule_rules, schedule_gpu_prim_func
@@ -42,6 +42,7 @@ __all__ = [
     "SpatialFallback",
     "StaticMatmul",
     "TileConfig",
+    "VectorRowReduction",
     "cpu_schedule_rules",
     "cpu_schedule_pass",
     "gpu_schedule_rules",
@@ -62,7 +63,7 @@ def _as_target(target: Union[str, dict, Target]) -> Target:
 
 
 def cpu_schedule_rules() -> list:
-    """The rules, most specific first: matmul, convolution, GEMV, reduction, then the fallback.
+    """The rules, most specific first: matmul, convolution, GEMV, reductions, then the fallback.
 
     dlight's CPU ``GEMV`` and ``Reduction`` (softmax, layer norm) follow ours,
     guarded (:class:`GuardedRule`): any failure inside them, e.g. GEMV's assertion on a
@@ -72,8 +73,10 @@ def cpu_schedule_rules() -> list:
     result is dropped by :class:`CodegenGuard` when it vectorises a loop wider than 64
     lanes or one that encloses the reduction loop (per-lane gathers: the VAD model's
     ``[seq, 1, 64] @ [64, 1]`` head did not compile in 15 min for an AVX-512 host).
-    ``Reduction`` is kept only when its parallel loop runs over the rows
-    (:class:`RowReduction`: with one row it recomputes the row per output).
+    Softmax / layer norm / RMS norm over the last axis get :class:`VectorRowReduction`
+    (vectorized partial sums); where it does not apply, dlight's ``Reduction`` is kept
+    only when its parallel loop runs over the rows (:class:`RowReduction`: with one row
+    it recomputes the row per output).
     :class:`SpatialFallback` (guarded too) comes last: parallel outer loops and short
     vectors for element-wise, layout and pooling kernels with enough work.
 
@@ -82,7 +85,8 @@ def cpu_schedule_rules() -> list:
     list of tvm.s_tir.dlight.ScheduleRule
     """
     return [StaticMatmul(), GenericMatmul(), DirectConv(),
-            GuardedRule(CodegenGuard(DotProductGEMV(dlight.cpu.GEMV()))), GuardedRule(RowReduction(dlight.cpu.Reduction())),
+            GuardedRule(CodegenGuard(DotProductGEMV(dlight.cpu.GEMV()))),
+            GuardedRule(VectorRowReduction()), GuardedRule(RowReduction(dlight.cpu.Reduction())),
             GuardedRule(SpatialFallback())]
 
 

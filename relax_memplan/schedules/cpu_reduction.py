@@ -27,9 +27,11 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 
+from ._row_partials import row_blocks, schedule_rows, static_elements
 from .cpu_gemv import reduction_blocks
+from .cpu_matmul import simd_lanes
 
-__all__ = ["RowReduction"]
+__all__ = ["RowReduction", "VectorRowReduction"]
 
 
 def _rows(block: s_tir.SBlock):
@@ -75,3 +77,56 @@ class RowReduction(dlight.ScheduleRule):
 
     def __repr__(self) -> str:
         return f"RowReduction({type(self.rule).__name__})"
+
+
+class VectorRowReduction(dlight.ScheduleRule):
+    """Softmax / layer norm / RMS norm over the last axis with vectorized partial sums.
+
+    The same loop nest as dlight's CPU ``Reduction`` (row loop parallel, every block computed
+    under it, element-wise blocks vectorized), but each reduction over a constant extent is
+    first split into ``lanes`` partial sums (``rfactor``: a vector accumulator updated once per
+    ``lanes`` elements, then ``lanes`` values summed), where dlight's reductions are one
+    serial chain of scalar adds (LLVM may not reorder float adds): layer norm over
+    ``(8 * 64, 768)`` took 1.9 ms with dlight's rule, 2.3 ms in TVM's unscheduled build (2
+    threads, znver4). Per-row intermediates up to 16 KiB (the row sums, softmax's ``exp``
+    row) live in ``local`` (stack) buffers instead of ``global`` ones.
+
+    Applies to chains of reductions ``S..SR`` and element-wise blocks over the same leading
+    (row) axes ending in an element-wise block over the row (``S..SS``); a symbolic reduction
+    extent (softmax over ``seq``) or one without a divisor of 4 lanes or more keeps the serial
+    sum for that block. Anything else: ``None`` (the next rule).
+
+    Parameters
+    ----------
+    min_parallel_elements : int
+        Fewest output elements (constant shapes) for the row loop to be parallel; below it
+        the kernel runs serially. Measured (2 threads, shared 2-core znver4): layer norm
+        ``(64, 64)`` 1.6-2.1 us serial vs 12 us parallel, ``(256, 128)`` 9 us vs 22-150 us;
+        a serial row costs about 0.3 ns per element, so below ~128 Ki elements the
+        parallel launch costs more than it saves. Symbolic shapes are always parallel.
+
+    Numerics: the sums are reassociated (``lanes`` interleaved partial sums); the results
+    differ from a serial sum by float rounding only.
+    """
+
+    def __init__(self, min_parallel_elements: int = 1 << 17):
+        self.min_parallel_elements = min_parallel_elements
+
+    def apply(self, func, target, tunable):
+        if not isinstance(func, tirx.PrimFunc) or target is None or target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        found = row_blocks(sch)
+        if found is None:
+            return None
+        infos, rows = found
+        dtype = str(sch.get(infos[-1].block_rv).writes[0].source.dtype)
+        elements = static_elements(sch, infos[-1].block_rv)
+        parallel = elements is None or elements >= self.min_parallel_elements
+        try:
+            return schedule_rows(sch, infos, rows, simd_lanes(target, dtype), parallel)
+        except s_tir.ScheduleError:
+            return None
+
+    def __repr__(self) -> str:
+        return "VectorRowReduction()"

@@ -3,7 +3,8 @@
 Where each runs in :func:`relax_memplan.get_pipeline`: ``AnnotateDimRanges`` and
 ``CheckIndexBounds`` first, on the imported module; ``FoldMatmulReshape``, ``RemoveDropout``,
 ``FuseAttention`` and ``FuseAddLayerNorm`` (with ``fusion=True``), ``ExpandIntegerPower`` and
-``ClampEmptySlices`` before ``LegalizeOps``; ``ReorderForMemory`` before ``CallTIRRewrite``; ``SpecializeKernels`` after ``FuseTIR``; ``PlanDynamicMemory``,
+``ClampEmptySlices`` before ``LegalizeOps``, then ``FastBoundedMath`` (llvm with
+``schedule=True``); ``ReorderForMemory`` before ``CallTIRRewrite``; ``SpecializeKernels`` after ``FuseTIR``; ``PlanDynamicMemory``,
 ``PlanStaticMemory`` and ``InsertDimRangeCheck`` in place of TVM's ``StaticPlanBlockMemory``
 (after ``CallTIRRewrite``); ``RecordStorage`` after ``StaticPlanBlockMemory``.
 """
@@ -12,6 +13,7 @@ from .annotate_dim_ranges import AnnotateDimRanges
 from .check_index_bounds import CheckIndexBounds
 from .clamp_empty_slices import ClampEmptySlices
 from .expand_integer_power import ExpandIntegerPower
+from .fast_bounded_math import FastBoundedMath
 from .fold_matmul_reshape import FoldMatmulReshape
 from .fuse_add_layer_norm import FuseAddLayerNorm
 from .fuse_attention import FuseAttention
@@ -28,6 +30,7 @@ __all__ = [
     "CheckIndexBounds",
     "ClampEmptySlices",
     "ExpandIntegerPower",
+    "FastBoundedMath",
     "FoldMatmulReshape",
     "FuseAddLayerNorm",
     "FuseAttention",

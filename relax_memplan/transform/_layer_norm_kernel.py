@@ -8,7 +8,7 @@ SkipLayerNormalization with its ``input_skip_bias_sum`` output). One kernel read
 own unless it is read elsewhere.
 
 CPU (:func:`add_layer_norm_cpu`, written scheduled, marked ``tirx.is_scheduled``): parallel
-over rows; per row the sum is kept in a local row buffer (``hidden`` values), then the mean and
+over rows (serial rows for fewer than ``min_parallel_elements`` elements, tested at run time); per row the sum is kept in a local row buffer (``hidden`` values), then the mean and
 the variance are two vectorized passes over it (``vector`` lanes of partial sums, then a serial
 sum of the lanes), then the normalized row is written in a vectorized pass. The variance is
 ``mean((x - mean)^2)`` (two passes over the row in registers/L1), not ``E[x^2] - E[x]^2``.
@@ -38,7 +38,8 @@ def vector_lanes(hidden: int, widest: int = 16) -> int:
 
 
 def add_layer_norm_cpu(hidden: int, dtype: str, epsilon: float, write_sum: bool,
-                       widest_vector: int = 16) -> tirx.PrimFunc:
+                       widest_vector: int = 16,
+                       min_parallel_elements: int = 1 << 17) -> tirx.PrimFunc:
     """The scheduled CPU kernel.
 
     Parameters
@@ -53,6 +54,11 @@ def add_layer_norm_cpu(hidden: int, dtype: str, epsilon: float, write_sum: bool,
         Also write ``a + b`` as a second output.
     widest_vector : int
         Upper limit on the vector lanes (:func:`vector_lanes`).
+    min_parallel_elements : int
+        Fewest elements (``rows * hidden``, tested at run time) for the row loop to run in
+        parallel; smaller calls run their rows serially (bert-tiny's ``(128, 128)``: a
+        parallel launch costs more than the rows, see
+        :class:`~relax_memplan.schedules.cpu_reduction.VectorRowReduction`).
 
     Returns
     -------
@@ -66,46 +72,55 @@ def add_layer_norm_cpu(hidden: int, dtype: str, epsilon: float, write_sum: bool,
     acc = "float32"
     eps = float(epsilon)
     rows = tirx.Var("rows", "int64")
+    min_parallel = T.int64(min_parallel_elements)
+
+    @T.macro
+    def row(A, B, G, Be, O, S, r):
+        with T.sblock("add_layer_norm"):
+            T.reads(A[r, 0:H], B[r, 0:H], G[0:H], Be[0:H])
+            T.writes(O[r, 0:H])
+            x = T.alloc_buffer((H,), acc, scope="local")
+            part = T.alloc_buffer((V,), acc, scope="local")
+            stat = T.alloc_buffer((2,), acc, scope="local")  # mean, 1 / std
+            for c in range(C):
+                for v in T.vectorized(V):
+                    x[c * V + v] = T.Cast(acc, A[r, c * V + v]) + T.Cast(acc, B[r, c * V + v])
+            if write_sum:
+                for c in range(C):
+                    for v in T.vectorized(V):
+                        S[r, c * V + v] = T.Cast(dtype, x[c * V + v])
+            for v in T.vectorized(V):
+                part[v] = T.float32(0)
+            for c in range(C):
+                for v in T.vectorized(V):
+                    part[v] = part[v] + x[c * V + v]
+            stat[0] = T.float32(0)
+            for v in range(V):
+                stat[0] = stat[0] + part[v]
+            stat[0] = stat[0] / T.float32(H)
+            for v in T.vectorized(V):
+                part[v] = T.float32(0)
+            for c in range(C):
+                for v in T.vectorized(V):
+                    part[v] = part[v] + (x[c * V + v] - stat[0]) * (x[c * V + v] - stat[0])
+            stat[1] = T.float32(0)
+            for v in range(V):
+                stat[1] = stat[1] + part[v]
+            stat[1] = T.float32(1) / T.sqrt(stat[1] / T.float32(H) + T.float32(eps))
+            for c in range(C):
+                for v in T.vectorized(V):
+                    O[r, c * V + v] = T.Cast(dtype, (x[c * V + v] - stat[0]) * stat[1]
+                                             * T.Cast(acc, G[c * V + v])
+                                             + T.Cast(acc, Be[c * V + v]))
 
     @T.macro
     def body(A, B, G, Be, O, S):
-        for r in T.parallel(rows):
-            with T.sblock("add_layer_norm"):
-                T.reads(A[r, 0:H], B[r, 0:H], G[0:H], Be[0:H])
-                T.writes(O[r, 0:H])
-                x = T.alloc_buffer((H,), acc, scope="local")
-                part = T.alloc_buffer((V,), acc, scope="local")
-                stat = T.alloc_buffer((2,), acc, scope="local")  # mean, 1 / std
-                for c in range(C):
-                    for v in T.vectorized(V):
-                        x[c * V + v] = T.Cast(acc, A[r, c * V + v]) + T.Cast(acc, B[r, c * V + v])
-                if write_sum:
-                    for c in range(C):
-                        for v in T.vectorized(V):
-                            S[r, c * V + v] = T.Cast(dtype, x[c * V + v])
-                for v in T.vectorized(V):
-                    part[v] = T.float32(0)
-                for c in range(C):
-                    for v in T.vectorized(V):
-                        part[v] = part[v] + x[c * V + v]
-                stat[0] = T.float32(0)
-                for v in range(V):
-                    stat[0] = stat[0] + part[v]
-                stat[0] = stat[0] / T.float32(H)
-                for v in T.vectorized(V):
-                    part[v] = T.float32(0)
-                for c in range(C):
-                    for v in T.vectorized(V):
-                        part[v] = part[v] + (x[c * V + v] - stat[0]) * (x[c * V + v] - stat[0])
-                stat[1] = T.float32(0)
-                for v in range(V):
-                    stat[1] = stat[1] + part[v]
-                stat[1] = T.float32(1) / T.sqrt(stat[1] / T.float32(H) + T.float32(eps))
-                for c in range(C):
-                    for v in T.vectorized(V):
-                        O[r, c * V + v] = T.Cast(dtype, (x[c * V + v] - stat[0]) * stat[1]
-                                                 * T.Cast(acc, G[c * V + v])
-                                                 + T.Cast(acc, Be[c * V + v]))
+        if rows * H >= min_parallel:
+            for r in T.parallel(rows):
+                row(A, B, G, Be, O, S, r)
+        else:
+            for r in range(rows):
+                row(A, B, G, Be, O, S, r)
 
     if write_sum:
         @T.prim_func(private=True, s_tir=True)

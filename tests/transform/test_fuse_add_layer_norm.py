@@ -178,13 +178,15 @@ def test_bad_kernel_kind_is_refused():
 
 
 @pytest.mark.parametrize("write_sum", [False, True])
-@pytest.mark.parametrize("make", [add_layer_norm_cpu, add_layer_norm_compute])
-def test_kernels_match_numpy(make, write_sum):
+@pytest.mark.parametrize("make, rows", [(add_layer_norm_cpu, 5), (add_layer_norm_compute, 5),
+                                        # above min_parallel_elements: the parallel rows
+                                        (add_layer_norm_cpu, (1 << 17) // H + 3)])
+def test_kernels_match_numpy(make, rows, write_sum):
     func = make(H, "float32", 1e-5, write_sum)
     lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
                       target="llvm")["main"]
     rng = np.random.default_rng(1)
-    a, b = (rng.standard_normal((5, H)).astype("float32") + 3.0 for _ in range(2))
+    a, b = (rng.standard_normal((rows, H)).astype("float32") + 3.0 for _ in range(2))
     g, be = (rng.standard_normal(H).astype("float32") for _ in range(2))
     outs = [np.zeros_like(a) for _ in range(1 + write_sum)]
     tensors = [tvm.runtime.tensor(v) for v in [a, b, g, be] + outs]
@@ -194,6 +196,14 @@ def test_kernels_match_numpy(make, write_sum):
     np.testing.assert_allclose(tensors[4].numpy(), ref, rtol=1e-5, atol=1e-5)
     if write_sum:
         np.testing.assert_array_equal(tensors[5].numpy(), x)
+
+
+def test_cpu_kernel_rows_parallel_only_for_large_calls():
+    """Fewer than ``min_parallel_elements`` elements: the rows run serially (tested at run time
+    on the symbolic row count), so a small layer norm pays no parallel launch."""
+    text = add_layer_norm_cpu(H, "float32", 1e-5, False, min_parallel_elements=4096).script()
+    assert "T.parallel(rows)" in text and "for r in range(rows)" in text
+    assert f"rows * T.int64({H}) >= T.int64(4096)" in text
 
 
 def test_vector_lanes_divide_hidden():
