@@ -183,7 +183,8 @@ def test_report_gives_the_bound_in_importer_order_after_reorder_and_after_inplac
     plan, reorder = PlanStaticMemory(inplace=True), ReorderForMemory()
     ex = tvm.compile(ReorderAndInplace, "llvm", relax_pipeline=get_pipeline(
         "llvm", plan_pass=plan, reorder_pass=reorder))
-    functions, _ = static_functions(plan, RecordStorage(), RecordStorage(), reorder)
+    functions, _ = static_functions(plan, RecordStorage(), RecordStorage(),
+                                    reorder_pass=reorder)
     f = functions["main"]
     assert any(b.applied for b in reorder.blocks)
     assert f.lower_bound_importer_order_bytes == today.plans["main"].lower_bound_bytes
