@@ -54,10 +54,12 @@ from .transform.chunk_feed_forward import ChunkFeedForward
 from .transform.fold_matmul_reshape import FoldMatmulReshape
 from .transform.fuse_add_layer_norm import FuseAddLayerNorm
 from .transform.fuse_attention import FuseAttention
+from .transform.fuse_conv_chain import FuseConvChain
 from .transform.record_storage import RecordStorage
 from .transform.remove_dropout import RemoveDropout
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .schedules import cpu_schedule_pass, gpu_schedule_pass, schedule_prim_func
+from .schedules.cpu_matmul import simd_lanes
 
 __all__ = ["get_pipeline", "backend_phases", "fusion_passes", "fusion_counts", "PLANNERS"]
 
@@ -78,7 +80,7 @@ def _as_target(target: Union[str, dict, tvm.target.Target, None]) -> tvm.target.
     return tvm.target.Target(target)
 
 
-def fusion_passes(target: tvm.target.Target) -> list:
+def fusion_passes(target: tvm.target.Target, conv_chain: bool = True) -> list:
     """Our graph-level fusion passes, in the order they run (before ``LegalizeOps``).
 
     :class:`~relax_memplan.transform.fold_matmul_reshape.FoldMatmulReshape` (a matmul between
@@ -89,13 +91,19 @@ def fusion_passes(target: tvm.target.Target) -> list:
     :class:`~relax_memplan.transform.fuse_add_layer_norm.FuseAddLayerNorm` (its scheduled CPU
     kernel for ``llvm``/``c``, else a compute the target's default schedule rules schedule) and
     :class:`~relax_memplan.transform.chunk_feed_forward.ChunkFeedForward` (the feed-forward
-    block over row chunks where the lowered peak drops), on every target. Give the list to ``get_pipeline(..., fusion_pass_list=...)`` and read
-    :func:`fusion_counts` after the build.
+    block over row chunks where the lowered peak drops), on every target; with ``conv_chain``
+    on llvm/c targets :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain` last (a
+    conv and the stride-2 conv reading it as one kernel where the live bytes improve; CPU
+    kernel only, so not for cuda). Give the list to ``get_pipeline(..., fusion_pass_list=...)``
+    and read :func:`fusion_counts` after the build.
     """
     cpu = target.kind.name in ("llvm", "c")
-    return [FoldMatmulReshape(), RemoveDropout(), FuseAttention(target=target),
-            FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target),
-            ChunkFeedForward(target=target)]
+    passes = [FoldMatmulReshape(), RemoveDropout(), FuseAttention(target=target),
+              FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target),
+              ChunkFeedForward(target=target)]
+    if cpu and conv_chain:
+        passes.append(FuseConvChain(lanes=simd_lanes(target), target=target))
+    return passes
 
 
 def fusion_counts(passes) -> dict:
@@ -103,8 +111,9 @@ def fusion_counts(passes) -> dict:
     blocks fused into one kernel, ``dropout``: dropouts removed, ``add_layer_norm``: residual
     add + layer norm pairs fused into one kernel, ``matmul_reshape``: matmuls taken out of a
     reshape sandwich so that FuseOps fuses their epilogue, ``feed_forward_chunked``: feed-forward
-    blocks computed over row chunks); a pattern whose pass did not run
-    is absent."""
+    blocks computed over row chunks, ``conv_chain``: conv + strided conv pairs fused,
+    ``conv_chain_refused``: chains found but not fused, because the intermediate has another
+    reader or the live bytes would not improve); a pattern whose pass did not run is absent."""
     by_name = {p.info.name: p for p in passes}
     counts = {}
     if "FuseAttention" in by_name:
@@ -117,6 +126,10 @@ def fusion_counts(passes) -> dict:
         counts["add_layer_norm"] = int(by_name["FuseAddLayerNorm"].fused)
     if "ChunkFeedForward" in by_name:
         counts["feed_forward_chunked"] = int(by_name["ChunkFeedForward"].chunked)
+    if "FuseConvChain" in by_name:
+        counts["conv_chain"] = int(by_name["FuseConvChain"].fused)
+        skipped = by_name["FuseConvChain"].skipped
+        counts["conv_chain_refused"] = sum(skipped.get(k, 0) for k in ("other_consumer", "peak"))
     return counts
 
 
