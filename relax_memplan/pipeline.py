@@ -61,9 +61,15 @@ from .transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .schedules import cpu_schedule_pass, gpu_schedule_pass, schedule_prim_func
 from .schedules.cpu_matmul import simd_lanes
 
-__all__ = ["get_pipeline", "backend_phases", "fusion_passes", "fusion_counts", "PLANNERS"]
+__all__ = ["get_pipeline", "backend_phases", "fusion_passes", "fusion_counts", "PLANNERS",
+           "CONV_CHAIN_MODES"]
 
 PLANNERS = ("relax_memplan", "tvm")
+
+#: ``fusion_passes(conv_chain=...)``: ``auto`` fuses conv chains into depthwise stride-2 convs
+#: (measured not slower), ``memory`` into any strided conv (lowest peak; dense consumers measured
+#: up to 1.2x slower with our CPU schedules), ``off`` never.
+CONV_CHAIN_MODES = {"auto": "depthwise", "memory": "all", "off": None}
 
 _BACKEND_MODULES = {
     "llvm": "tvm.relax.backend.cpu_generic.pipeline",
@@ -80,7 +86,7 @@ def _as_target(target: Union[str, dict, tvm.target.Target, None]) -> tvm.target.
     return tvm.target.Target(target)
 
 
-def fusion_passes(target: tvm.target.Target, conv_chain: bool = True) -> list:
+def fusion_passes(target: tvm.target.Target, conv_chain: str = "auto") -> list:
     """Our graph-level fusion passes, in the order they run (before ``LegalizeOps``).
 
     :class:`~relax_memplan.transform.fold_matmul_reshape.FoldMatmulReshape` (a matmul between
@@ -91,18 +97,28 @@ def fusion_passes(target: tvm.target.Target, conv_chain: bool = True) -> list:
     :class:`~relax_memplan.transform.fuse_add_layer_norm.FuseAddLayerNorm` (its scheduled CPU
     kernel for ``llvm``/``c``, else a compute the target's default schedule rules schedule) and
     :class:`~relax_memplan.transform.chunk_feed_forward.ChunkFeedForward` (the feed-forward
-    block over row chunks where the lowered peak drops), on every target; with ``conv_chain``
-    on llvm/c targets :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain` last (a
-    conv and the stride-2 conv reading it as one kernel where the live bytes improve; CPU
-    kernel only, so not for cuda). Give the list to ``get_pipeline(..., fusion_pass_list=...)``
-    and read :func:`fusion_counts` after the build.
+    block over row chunks where the lowered peak drops), on every target; on llvm/c targets
+    :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain` last (a conv and the
+    stride-2 conv reading it as one kernel where the live bytes improve; CPU kernel only, so not
+    for cuda), for the consumers ``conv_chain`` selects (:data:`CONV_CHAIN_MODES`). Give the
+    list to ``get_pipeline(..., fusion_pass_list=...)`` and read :func:`fusion_counts` after the
+    build.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``conv_chain`` mode.
     """
+    if conv_chain not in CONV_CHAIN_MODES:
+        raise ValueError(f"conv_chain must be one of {list(CONV_CHAIN_MODES)}, "
+                         f"got {conv_chain!r}")
     cpu = target.kind.name in ("llvm", "c")
     passes = [FoldMatmulReshape(), RemoveDropout(), FuseAttention(target=target),
               FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target),
               ChunkFeedForward(target=target)]
-    if cpu and conv_chain:
-        passes.append(FuseConvChain(lanes=simd_lanes(target), target=target))
+    if cpu and CONV_CHAIN_MODES[conv_chain] is not None:
+        passes.append(FuseConvChain(lanes=simd_lanes(target), target=target,
+                                    consumers=CONV_CHAIN_MODES[conv_chain]))
     return passes
 
 

@@ -52,7 +52,11 @@ from ._conv_chain_kernel import conv_chain_kernel, scratch_bytes
 from ._conv_chain_match import ChainSite, ConvChainMatcher, conv_spec
 from ._module_util import replace_functions
 
-__all__ = ["FuseConvChain"]
+__all__ = ["FuseConvChain", "CONSUMER_KINDS"]
+
+#: ``depthwise``: only consumers with one input channel per output channel (mobilenetv2's
+#: stride-2 depthwise convs); ``all``: dense and grouped consumers too (yolov8n's stem pair).
+CONSUMER_KINDS = ("depthwise", "all")
 
 
 @tvm.transform.module_pass(opt_level=0, name="FuseConvChain")
@@ -64,6 +68,12 @@ class FuseConvChain:
     ----------
     min_stride : int
         Smallest row stride of the consumer conv (>= 1; default 2).
+    consumers : {"depthwise", "all"}
+        Which consumer convs may be fused (:data:`CONSUMER_KINDS`). Measured
+        (``benchmarks/conv_chain_bench.py``, 1 thread, with our CPU schedules): the fused kernel
+        takes 0.85x the time of the two it replaces on mobilenetv2's depthwise consumers, 1.19x
+        on yolov8n's dense 3x3 consumers (our DirectConv schedule blocks output channels in
+        registers, this kernel does not), so the pipeline's default is ``depthwise``.
     tile_rows : int
         Output rows of the consumer per parallel iteration (>= 1).
     lanes : int
@@ -83,6 +93,7 @@ class FuseConvChain:
         reader; ``epilogue``: an op between the convs that is not a supported epilogue;
         ``no_producer``/``form``: no conv producer in the supported form;
         ``kernel_below_stride``: the consumer's kernel height is below its row stride;
+        ``dense_consumer``: not depthwise, with ``consumers="depthwise"``;
         ``peak``: the function's live bytes would not improve).
     scratch_bytes : int
         Largest kernel-local scratch of one parallel iteration among the fused kernels (bytes).
@@ -90,15 +101,18 @@ class FuseConvChain:
     Raises
     ------
     ValueError
-        ``min_stride``, ``tile_rows`` or ``lanes`` below 1.
+        ``min_stride``, ``tile_rows`` or ``lanes`` below 1, or an unknown ``consumers``.
     """
 
     def __init__(self, min_stride: int = 2, tile_rows: int = 2, lanes: int = 4,
-                 memory_check: bool = True, target=None):
+                 consumers: str = "all", memory_check: bool = True, target=None):
         for name, value in (("min_stride", min_stride), ("tile_rows", tile_rows),
                             ("lanes", lanes)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        if consumers not in CONSUMER_KINDS:
+            raise ValueError(f"consumers must be one of {CONSUMER_KINDS}, got {consumers!r}")
+        self.consumers = consumers
         self.min_stride, self.tile_rows, self.lanes = min_stride, tile_rows, lanes
         self.memory_check = memory_check
         self.target = target
@@ -126,6 +140,9 @@ class FuseConvChain:
                 continue
             if b.kernel[0] < b.stride[0]:  # tiles would skip rows (see the kernel module)
                 self._skip("kernel_below_stride")
+                continue
+            if self.consumers == "depthwise" and not b.groups == b.in_channels == b.out_channels:
+                self._skip("dense_consumer")
                 continue
             found = matcher.backward(value.args[0])
             if isinstance(found, str):

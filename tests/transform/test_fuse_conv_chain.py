@@ -68,9 +68,9 @@ def _build(model, shapes, passes):
         _LLVM, fusion=True, fusion_pass_list=passes))
 
 
-def _check_against_ort(model, shapes, seed=1):
+def _check_against_ort(model, shapes, seed=1, conv_chain="memory"):
     """Build with our fusion passes, compare every output with onnxruntime; the passes."""
-    passes = fusion_passes(_LLVM)
+    passes = fusion_passes(_LLVM, conv_chain)
     ex = _build(model, shapes, passes)
     name, shape = next(iter(shapes.items()))
     x = np.random.default_rng(seed).standard_normal(shape).astype("float32")
@@ -122,7 +122,7 @@ def test_tolerance_catches_a_wrong_result():
     w[0, 0, 1, 1] += 0.5
     wrong.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "wa"))
     shapes = {"x": (1, case["c_in"], *case["hw"])}
-    ex = _build(model, shapes, fusion_passes(_LLVM))
+    ex = _build(model, shapes, fusion_passes(_LLVM, "memory"))
     x = np.random.default_rng(1).standard_normal(shapes["x"]).astype("float32")
     ref = ort.InferenceSession(wrong.SerializeToString(),
                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
@@ -174,11 +174,34 @@ def test_refused_where_live_bytes_would_rise():
         max(lowered_live_bytes_by_step(mod, "main"))
 
 
+def test_auto_mode_fuses_depthwise_consumers_only():
+    """The default mode leaves a dense consumer to TVM (measured slower fused) and fuses a
+    depthwise one; ``off`` runs no FuseConvChain."""
+    dense, dw = CASES[0], CASES[1]
+    passes, _ = _check_against_ort(_chain_model(**dense), {"x": (1, 3, 13, 11)}, conv_chain="auto")
+    chain = [p for p in passes if p.info.name == "FuseConvChain"][0]
+    assert chain.fused == 0 and chain.skipped == {"dense_consumer": 1}
+    passes, _ = _check_against_ort(_chain_model(**dw), {"x": (1, 4, 17, 15)}, conv_chain="auto")
+    assert fusion_counts(passes)["conv_chain"] == 1
+    assert "conv_chain" not in fusion_counts(fusion_passes(_LLVM, "off"))
+
+
+def test_config_modes_are_the_pipeline_modes():
+    from relax_memplan import config
+    from relax_memplan.pipeline import CONV_CHAIN_MODES
+
+    assert tuple(CONV_CHAIN_MODES) == config._CONV_CHAIN_MODES  # pylint: disable=protected-access
+
+
 def test_bad_arguments_name_the_argument():
     with pytest.raises(ValueError, match="tile_rows"):
         FuseConvChain(tile_rows=0)
     with pytest.raises(ValueError, match="lanes"):
         FuseConvChain(lanes=0)
+    with pytest.raises(ValueError, match="consumers"):
+        FuseConvChain(consumers="dense")
+    with pytest.raises(ValueError, match="conv_chain must be one of"):
+        fusion_passes(_LLVM, "fast")
 
 
 def test_scratch_and_recompute_of_mobilenet_site():
@@ -198,11 +221,12 @@ def _submodel(path, tmp_path, inputs, outputs):
 
 
 def test_mobilenetv2_first_stride2_block_matches_onnxruntime(tmp_path):
-    """Real weights: mobilenetv2-tiny from its input to the first stride-2 block's depthwise
-    output (the expand conv + ReLU6 fused into the depthwise conv + ReLU6)."""
-    model = _submodel(shared_model("mobilenetv2-tiny.onnx"), tmp_path, ["x"],
+    """Real weights: mobilenetv2-tiny's first stride-2 block from its input (16 x 48 x 48) to
+    its depthwise output (the expand conv + ReLU6 fused into the depthwise conv + ReLU6)."""
+    model = _submodel(shared_model("mobilenetv2-tiny.onnx"), tmp_path, ["/Add_output_0"],
                       ["/blocks.1/blocks.1.5/Clip_output_0"])
-    passes, _ = _check_against_ort(model, {"x": (1, 3, 96, 96)})
+    passes, _ = _check_against_ort(model, {"/Add_output_0": (1, 16, 48, 48)},
+                                   conv_chain="auto")
     assert fusion_counts(passes)["conv_chain"] == 1
 
 
@@ -214,7 +238,7 @@ def test_yolov8n_stem_matches_onnxruntime(tmp_path):
     assert fusion_counts(passes)["conv_chain"] == 1
 
 
-def _static_bound(path, shapes, conv_chain):
+def _static_bound(path, shapes, conv_chain: str):
     from relax_memplan.transform.plan_static_memory import PlanStaticMemory
 
     mod, _ = import_onnx(path, shapes)
@@ -227,8 +251,8 @@ def _static_bound(path, shapes, conv_chain):
 def test_mobilenetv2_lower_bound_drops():
     """1,105,920 B (expand output 96x48x48 + stride-2 depthwise output 96x24x24) -> 718,848."""
     path = shared_model("mobilenetv2-tiny.onnx")
-    before, _ = _static_bound(path, {"x": (1, 3, 96, 96)}, conv_chain=False)
-    after, counts = _static_bound(path, {"x": (1, 3, 96, 96)}, conv_chain=True)
+    before, _ = _static_bound(path, {"x": (1, 3, 96, 96)}, conv_chain="off")
+    after, counts = _static_bound(path, {"x": (1, 3, 96, 96)}, conv_chain="auto")
     assert (before, after, counts["conv_chain"]) == (1105920, 718848, 3)
 
 
