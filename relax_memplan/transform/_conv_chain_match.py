@@ -51,6 +51,13 @@ def _is_tensor_const(expr) -> bool:
     return isinstance(expr, tvm.ir.GenericConst) and isinstance(expr.value, tvm.runtime.Tensor)
 
 
+def _float(expr) -> Optional[float]:
+    """A constant scalar bound (``FloatImm``/``IntImm``, possibly in a ``PrimValue``)."""
+    value = getattr(expr, "value", expr)
+    value = getattr(value, "value", value)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def _static_shape(expr) -> Optional[Tuple[int, ...]]:
     ty = expr.ty
     if not isinstance(ty, relax.TensorType) or ty.shape is None:
@@ -169,8 +176,11 @@ class ConvChainMatcher:
         if _op(value, "relax.sigmoid"):
             return value.args[0], [EpilogueStep("sigmoid")], [], []
         if _op(value, "relax.clip"):
-            lo, hi = (float(a.value) for a in value.args[1:3])
-            return value.args[0], [EpilogueStep("max", lo), EpilogueStep("min", hi)], [], []
+            bounds = [_float(a) for a in value.args[1:3]]
+            if None in bounds:
+                return None
+            return value.args[0], [EpilogueStep("max", bounds[0]),
+                                   EpilogueStep("min", bounds[1])], [], []
         if _op(value, "relax.add", "relax.multiply"):
             kind = "add" if value.op.name == "relax.add" else "mul"
             x, y = value.args

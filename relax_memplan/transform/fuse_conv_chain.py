@@ -93,7 +93,8 @@ class FuseConvChain:
         reader; ``epilogue``: an op between the convs that is not a supported epilogue;
         ``no_producer``/``form``: no conv producer in the supported form;
         ``kernel_below_stride``: the consumer's kernel height is below its row stride;
-        ``dense_consumer``: not depthwise, with ``consumers="depthwise"``;
+        ``dense_consumer``: not depthwise, with ``consumers="depthwise"``; ``overlap``: the
+        producer is the consumer of a chain already fused;
         ``peak``: the function's live bytes would not improve).
     scratch_bytes : int
         Largest kernel-local scratch of one parallel iteration among the fused kernels (bytes).
@@ -133,7 +134,7 @@ class FuseConvChain:
 
     def _sites(self, mod, func) -> List[ChainSite]:
         matcher = ConvChainMatcher(mod, func)
-        sites = []
+        sites, claimed = [], set()
         for var, value in matcher.bound.items():
             b = conv_spec(value)
             if b is None or b.stride[0] < self.min_stride:
@@ -155,8 +156,13 @@ class FuseConvChain:
                 continue
             shape = tuple(int(v) for v in value.ty.shape.values)
             b_steps, b_arrays, last, after = matcher.forward(var, b.out_channels, shape)
-            sites.append(ChainSite(producer, a, a_steps, a_arrays, value, b, b_steps, b_arrays,
-                                   last, replaced + [var] + after))
+            site = ChainSite(producer, a, a_steps, a_arrays, value, b, b_steps, b_arrays, last,
+                             replaced + [var] + after)
+            if claimed & set(site.replaced):  # conv -> s2 conv -> s2 conv: the first pair only
+                self._skip("overlap")
+                continue
+            claimed |= set(site.replaced)
+            sites.append(site)
         return sites
 
     def _rewrite(self, mod, gv, func, sites):

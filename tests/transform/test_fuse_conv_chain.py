@@ -268,3 +268,32 @@ def test_yolov8n_stem_leaves_the_concat_peak():
     after = sorted(lowered_live_bytes_by_step(fused, "main"), reverse=True)
     assert chain.fused == 2 and chain.skipped.get("other_consumer") == 4
     assert before[:4] == [2457600] * 4 and after[:2] == [2457600] * 2 and after[2] < 2457600
+
+
+def test_relax_clip_batch_two_and_a_chain_of_two_strided_convs():
+    """``R.clip`` epilogue, batch 2, conv -> s2 depthwise -> s2 depthwise: the first pair is
+    fused, the second (its producer already fused) is left; same result as TVM unfused."""
+    from tvm import relax
+
+    rng = np.random.default_rng(0)
+    const = lambda *shape: relax.const(rng.standard_normal(shape).astype("float32"))
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 4, 11, 11), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.nn.conv2d(x, const(6, 4, 3, 3), padding=[1, 1, 1, 1]))
+            t = bb.emit(relax.op.clip(a, 0.0, 6.0))
+            b = bb.emit(relax.op.nn.conv2d(t, const(6, 1, 3, 3), strides=[2, 2],
+                                           padding=[1, 1, 1, 1], groups=6))
+            c = bb.emit(relax.op.nn.conv2d(b, const(6, 1, 3, 3), strides=[2, 2],
+                                           padding=[1, 1, 1, 1], groups=6))
+            y = bb.emit_output(relax.op.nn.relu(c))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    chain = FuseConvChain(memory_check=False)
+    fused = chain(mod)
+    assert chain.fused == 1 and chain.skipped == {"overlap": 1}
+    xv = tvm.runtime.tensor(rng.standard_normal((2, 4, 11, 11)).astype("float32"))
+    run = lambda m: relax.VirtualMachine(tvm.compile(m, "llvm"), tvm.cpu())["main"](xv).numpy()
+    ref = run(mod)
+    np.testing.assert_allclose(run(fused), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
