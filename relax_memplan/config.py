@@ -232,8 +232,9 @@ class Config:
     fusion_conv_chain : {"auto", "memory", "off"}
         With ``fusion``, which conv chains
         :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain` fuses (llvm only):
-        ``auto`` into stride-2 depthwise convs, ``memory`` into any strided conv (lowest peak,
-        slower kernels for dense consumers), ``off`` none
+        ``auto`` where measured not slower (depthwise strided consumers; dense ones too without
+        ``schedule``), ``memory`` into any strided conv (lowest peak, slower kernels for dense
+        consumers with ``schedule``), ``off`` none
         (:data:`~relax_memplan.pipeline.CONV_CHAIN_MODES`).
     verify : VerifyConfig
         Numerical check settings.

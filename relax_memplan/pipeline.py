@@ -66,10 +66,12 @@ __all__ = ["get_pipeline", "backend_phases", "fusion_passes", "fusion_counts", "
 
 PLANNERS = ("relax_memplan", "tvm")
 
-#: ``fusion_passes(conv_chain=...)``: ``auto`` fuses conv chains into depthwise stride-2 convs
-#: (measured not slower), ``memory`` into any strided conv (lowest peak; dense consumers measured
-#: up to 1.2x slower with our CPU schedules), ``off`` never.
-CONV_CHAIN_MODES = {"auto": "depthwise", "memory": "all", "off": None}
+#: ``fusion_passes(conv_chain=...)``: ``auto`` fuses conv chains where measured not slower (into
+#: depthwise strided convs; into dense ones too without our CPU schedules, where TVM's legalized
+#: conv is an unscheduled loop nest), ``memory`` into any strided conv (lowest peak; dense
+#: consumers measured 1.2-3x slower than our scheduled convs), ``off`` never. Values: the
+#: ``FuseConvChain(consumers=...)`` with and without ``schedule``.
+CONV_CHAIN_MODES = {"auto": ("depthwise", "all"), "memory": ("all", "all"), "off": (None, None)}
 
 _BACKEND_MODULES = {
     "llvm": "tvm.relax.backend.cpu_generic.pipeline",
@@ -86,7 +88,8 @@ def _as_target(target: Union[str, dict, tvm.target.Target, None]) -> tvm.target.
     return tvm.target.Target(target)
 
 
-def fusion_passes(target: tvm.target.Target, conv_chain: str = "auto") -> list:
+def fusion_passes(target: tvm.target.Target, conv_chain: str = "auto",
+                  schedule: bool = False) -> list:
     """Our graph-level fusion passes, in the order they run (before ``LegalizeOps``).
 
     :class:`~relax_memplan.transform.fold_matmul_reshape.FoldMatmulReshape` (a matmul between
@@ -100,7 +103,8 @@ def fusion_passes(target: tvm.target.Target, conv_chain: str = "auto") -> list:
     block over row chunks where the lowered peak drops), on every target; on llvm/c targets
     :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain` last (a conv and the
     stride-2 conv reading it as one kernel where the live bytes improve; CPU kernel only, so not
-    for cuda), for the consumers ``conv_chain`` selects (:data:`CONV_CHAIN_MODES`). Give the
+    for cuda), for the consumers ``conv_chain`` selects (:data:`CONV_CHAIN_MODES`; ``schedule``:
+    the build applies our CPU schedules, as ``get_pipeline(schedule=...)``). Give the
     list to ``get_pipeline(..., fusion_pass_list=...)`` and read :func:`fusion_counts` after the
     build.
 
@@ -116,9 +120,10 @@ def fusion_passes(target: tvm.target.Target, conv_chain: str = "auto") -> list:
     passes = [FoldMatmulReshape(), RemoveDropout(), FuseAttention(target=target),
               FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target),
               ChunkFeedForward(target=target)]
-    if cpu and CONV_CHAIN_MODES[conv_chain] is not None:
+    consumers = CONV_CHAIN_MODES[conv_chain][0 if schedule else 1]
+    if cpu and consumers is not None:
         passes.append(FuseConvChain(lanes=simd_lanes(target), target=target,
-                                    consumers=CONV_CHAIN_MODES[conv_chain]))
+                                    consumers=consumers))
     return passes
 
 

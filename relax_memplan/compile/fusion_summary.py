@@ -76,11 +76,11 @@ def count_kernel_calls(func: relax.Function, mod: tvm.IRModule) -> int:
     return count[0]
 
 
-def _relax_phases(mod, target, fusion: bool, conv_chain: str = "auto"):
+def _relax_phases(mod, target, fusion: bool, conv_chain: str = "auto", schedule: bool = False):
     """(kernel calls of main, intermediate bytes, lower bound bytes, conv chain scratch bytes)
     after our Relax phases."""
     plan = PlanStaticMemory(time_limit_s=0.1)
-    passes = fusion_passes(target, conv_chain) if fusion else None
+    passes = fusion_passes(target, conv_chain, schedule) if fusion else None
     lowered = get_pipeline(target, plan_pass=plan, fusion=fusion, fusion_pass_list=passes)(mod)
     fplan = plan.plans.get("main")
     total = sum(t.size_bytes or 0 for t in fplan.liveness.tensors) if fplan else 0
@@ -112,8 +112,8 @@ def ort_optimized_nodes(onnx_model) -> Optional[int]:
             return None
 
 
-def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None,
-                     conv_chain: str = "auto") -> FusionSummary:
+def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None, conv_chain: str = "auto",
+                     schedule: bool = False) -> FusionSummary:
     """Kernels, intermediate bytes and lower bound of ``mod``'s ``main`` without and with our
     fusion (fixed shapes: a symbolic dim makes the lower bound a function of it, see the
     per-shape report instead), and onnxruntime's optimized node count of ``onnx_model``.
@@ -128,12 +128,14 @@ def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None,
         The model ``mod`` was imported from, for the onnxruntime column.
     conv_chain : {"auto", "memory", "off"}
         The build's conv chain mode (:data:`~relax_memplan.pipeline.CONV_CHAIN_MODES`).
+    schedule : bool
+        Whether the build applies our CPU schedules (``auto`` depends on it).
 
     Returns
     -------
     FusionSummary
     """
     k_tvm, b_tvm, lb_tvm, _ = _relax_phases(mod, target, fusion=False)
-    k_ours, b_ours, lb_ours, scratch = _relax_phases(mod, target, True, conv_chain)
+    k_ours, b_ours, lb_ours, scratch = _relax_phases(mod, target, True, conv_chain, schedule)
     ort = ort_optimized_nodes(onnx_model) if onnx_model is not None else None
     return FusionSummary(k_tvm, k_ours, b_tvm, b_ours, lb_tvm, lb_ours, ort, scratch)
