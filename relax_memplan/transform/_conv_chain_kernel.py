@@ -13,8 +13,9 @@ scheduled with :mod:`tvm.s_tir` primitives, as Halide/TVM ``compute_at`` does:
   only the ``(tile_rows - 1) * stride + kernel_h`` rows of the intermediate the tile reads, all
   its channels and columns. TVM's lowering (``CompactBufferAllocation``) shrinks the two
   intermediates to that region; these kernel-local buffers are allocated per parallel
-  iteration, by ``TVMBackendAllocWorkspace`` (the CPU workspace pool, not the stack) when
-  larger than TVM's stack limit; :func:`scratch_bytes` gives their size;
+  iteration by ``TVMBackendAllocWorkspace`` (TVM's CPU workspace pool: they exceed its stack
+  limit; checked in the LLVM IR of mobilenetv2's first site), the consumer's accumulator of
+  ``tile_rows`` output rows on the stack; :func:`scratch_bytes` gives their size;
 * the innermost loop of each block runs over output columns, vectorized when the SIMD width
   divides it; the epilogue ``out`` is computed per (tile, output channel) from the
   ``consumer`` rows just accumulated.

@@ -19,17 +19,20 @@ weights constant, float32, NCHW/OIHW, dilation 1. ``y`` becomes one ``R.call_tir
 kernel of :mod:`~relax_memplan.transform._conv_chain_kernel` (per output-row tile, the
 intermediate rows that tile reads are computed into a kernel-local buffer: patch-based
 inference as in MCUNetV2, Lin et al., NeurIPS 2021, and Halide/TVM ``compute_at``), at the
-position of ``y``'s binding. Where the intermediate is the function's largest live tensor (the
-peak of mobilenetv2's expand + stride-2 depthwise, yolov8n's stem), the peak live bytes drop by
-its size.
+position of ``y``'s binding. Where the intermediate sets the function's peak (mobilenetv2's
+expand output before its stride-2 depthwise conv), the peak drops: mobilenetv2-tiny 1,105,920 ->
+718,848 B (the new peak is a stride-1 block: expand + depthwise outputs + residual). yolov8n's
+stem pair ties with a C2f Concat at 2,457,600 B: fused, the Concat alone sets the bound.
 
 When it applies: the rewrites of a function are kept only when its live bytes after TVM's
 fusion and lowering (:func:`~relax_memplan.analysis.lowered_peak.lowered_live_bytes_by_step`,
 whose maximum is the lower bound our planner reports) improve: the peak drops, or it stays
 (another step ties with it) and the per-step live bytes, sorted from the largest, are
-lexicographically smaller -- the fusion takes the site's step off the peak and never raises
-another step above it. When all sites together do not pass, sites are tried one at a time in
-program order and kept while the rule holds (the others counted in ``skipped["peak"]``).
+lexicographically smaller (the largest step that changes gets smaller; a smaller step may grow,
+as the producer's input now lives until the fused call). When all sites together do not pass,
+sites are tried one at a time in program order and kept while the rule holds (the others
+counted in ``skipped["peak"]``). Which consumers may be fused is an argument (``consumers``:
+depthwise only, or all), set by the pipeline from measured kernel speed.
 
 Cost: the intermediate rows shared by two row tiles are recomputed
 (:func:`~relax_memplan.transform._conv_chain_kernel.recompute_factor`, 1.25 for a 3x3 stride-2
