@@ -17,10 +17,16 @@ max difference between the outputs of the two builds.
 Usage: TVM_NUM_THREADS=1 python benchmarks/conv_chain_bench.py [--rounds 20] [--only LABEL]
 [--json PATH]
 
-Last run (1 thread, 20 rounds, machine shared with other jobs and with this session's own
-builds: ranges are loose, see benchmarks/results/conv_chain_1t.json): chain / no chain ratio of
-the median ms 0.52-1.13, of the min ms 0.94-1.12; fused kernels / replaced kernels:
-mobilenetv2 0.10 (default build) and 0.85 (--schedule), yolov8n 0.19 and 1.19.
+Runs so far (machine shared with other jobs: ranges are loose; results/conv_chain_*.json),
+chain / no chain, "default" and "--schedule" builds:
+
+* mobilenetv2 (depthwise consumers), 1 thread: median ms 0.85 / 0.97, min ms 0.78 / 0.93,
+  fused / replaced kernels 0.44 / 0.85 (an earlier, busier run: 0.10 / 0.85); 2 threads:
+  median 0.98 / 0.62, min 0.98 / 0.95, kernels 0.07 / 0.52;
+* yolov8n (dense consumers), 1 thread: median 0.98 / 1.13, min 1.01 / 1.12, kernels 0.19 /
+  1.19; 2 threads: median 0.95 / 1.13, min 1.34 / 1.27, kernels - (the estimate went
+  negative: noise larger than the kernels) / 2.32. Its stem pair alone (a sub-graph, 1 thread,
+  --schedule) ran 2.2-3.0x slower fused.
 """
 
 from __future__ import annotations
