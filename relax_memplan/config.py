@@ -29,6 +29,9 @@ from .errors import ConfigError, TargetError
 from .planner import ALGORITHMS
 from .targets import check_cuda_arch
 
+# pipeline.CONV_CHAIN_MODES' keys (this module does not import TVM; a test checks they agree)
+_CONV_CHAIN_MODES = ("auto", "memory", "off")
+
 __all__ = ["TARGET_KINDS", "PlannerConfig", "VerifyConfig", "Config", "load_config"]
 
 TARGET_KINDS = ("llvm", "cuda")
@@ -237,6 +240,13 @@ class Config:
         Our graph-level fusion before ``LegalizeOps`` (``get_pipeline(fusion=True)``: dropout
         removal, attention as one kernel on CPU and CUDA); on by default (the fused attention
         measured faster than the kernels it replaces at every seq, ``attention_bench.py``).
+    fusion_conv_chain : {"auto", "memory", "off"}
+        With ``fusion``, which conv chains
+        :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain` fuses (llvm only):
+        ``auto`` where measured not slower (depthwise strided consumers; dense ones too without
+        ``schedule``), ``memory`` into any strided conv (lowest peak, slower kernels for dense
+        consumers with ``schedule``), ``off`` none
+        (:data:`~relax_memplan.pipeline.CONV_CHAIN_MODES`).
     verify : VerifyConfig
         Numerical check settings.
     """
@@ -250,6 +260,7 @@ class Config:
     schedule: bool = False
     check_indices: bool = True
     fusion: bool = True
+    fusion_conv_chain: str = "auto"
     verify: VerifyConfig = field(default_factory=VerifyConfig)
 
     def __post_init__(self):
@@ -258,6 +269,9 @@ class Config:
             raise ConfigError(f"schedule must be true or false, got {self.schedule!r}")
         if not isinstance(self.fusion, bool):
             raise ConfigError(f"fusion must be true or false, got {self.fusion!r}")
+        if self.fusion_conv_chain not in _CONV_CHAIN_MODES:
+            raise ConfigError(f"fusion_conv_chain must be one of {list(_CONV_CHAIN_MODES)}, "
+                              f"got {self.fusion_conv_chain!r}")
         if not isinstance(self.check_indices, bool):
             raise ConfigError(f"check_indices must be true or false, got {self.check_indices!r}")
         if self.target not in TARGET_KINDS:
@@ -358,6 +372,7 @@ class Config:
             "schedule": self.schedule,
             "check_indices": self.check_indices,
             "fusion": self.fusion,
+            "fusion_conv_chain": self.fusion_conv_chain,
             "verify": dataclasses.asdict(self.verify),
         }
 

@@ -58,14 +58,24 @@ from .transform.chunk_feed_forward import ChunkFeedForward
 from .transform.fold_matmul_reshape import FoldMatmulReshape
 from .transform.fuse_add_layer_norm import FuseAddLayerNorm
 from .transform.fuse_attention import FuseAttention
+from .transform.fuse_conv_chain import FuseConvChain
 from .transform.record_storage import RecordStorage
 from .transform.remove_dropout import RemoveDropout
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .schedules import cpu_schedule_pass, gpu_schedule_pass, schedule_prim_func
+from .schedules.cpu_matmul import simd_lanes
 
-__all__ = ["get_pipeline", "backend_phases", "fusion_passes", "fusion_counts", "PLANNERS"]
+__all__ = ["get_pipeline", "backend_phases", "fusion_passes", "fusion_counts", "PLANNERS",
+           "CONV_CHAIN_MODES"]
 
 PLANNERS = ("relax_memplan", "tvm")
+
+#: ``fusion_passes(conv_chain=...)``: ``auto`` fuses conv chains where measured not slower (into
+#: depthwise strided convs; into dense ones too without our CPU schedules, where TVM's legalized
+#: conv is an unscheduled loop nest), ``memory`` into any strided conv (lowest peak; dense
+#: consumers measured 1.2-3x slower than our scheduled convs), ``off`` never. Values: the
+#: ``FuseConvChain(consumers=...)`` with and without ``schedule``.
+CONV_CHAIN_MODES = {"auto": ("depthwise", "all"), "memory": ("all", "all"), "off": (None, None)}
 
 _BACKEND_MODULES = {
     "llvm": "tvm.relax.backend.cpu_generic.pipeline",
@@ -82,7 +92,8 @@ def _as_target(target: Union[str, dict, tvm.target.Target, None]) -> tvm.target.
     return tvm.target.Target(target)
 
 
-def fusion_passes(target: tvm.target.Target) -> list:
+def fusion_passes(target: tvm.target.Target, conv_chain: str = "auto",
+                  schedule: bool = False) -> list:
     """Our graph-level fusion passes, in the order they run (before ``LegalizeOps``).
 
     :class:`~relax_memplan.transform.fold_matmul_reshape.FoldMatmulReshape` (a matmul between
@@ -93,13 +104,31 @@ def fusion_passes(target: tvm.target.Target) -> list:
     :class:`~relax_memplan.transform.fuse_add_layer_norm.FuseAddLayerNorm` (its scheduled CPU
     kernel for ``llvm``/``c``, else a compute the target's default schedule rules schedule) and
     :class:`~relax_memplan.transform.chunk_feed_forward.ChunkFeedForward` (the feed-forward
-    block over row chunks where the lowered peak drops), on every target. Give the list to ``get_pipeline(..., fusion_pass_list=...)`` and read
-    :func:`fusion_counts` after the build.
+    block over row chunks where the lowered peak drops), on every target; on llvm/c targets
+    :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain` last (a conv and the
+    stride-2 conv reading it as one kernel where the live bytes improve; CPU kernel only, so not
+    for cuda), for the consumers ``conv_chain`` selects (:data:`CONV_CHAIN_MODES`; ``schedule``:
+    the build applies our CPU schedules, as ``get_pipeline(schedule=...)``). Give the
+    list to ``get_pipeline(..., fusion_pass_list=...)`` and read :func:`fusion_counts` after the
+    build.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``conv_chain`` mode.
     """
+    if conv_chain not in CONV_CHAIN_MODES:
+        raise ValueError(f"conv_chain must be one of {list(CONV_CHAIN_MODES)}, "
+                         f"got {conv_chain!r}")
     cpu = target.kind.name in ("llvm", "c")
-    return [FoldMatmulReshape(), RemoveDropout(), FuseAttention(target=target),
-            FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target),
-            ChunkFeedForward(target=target)]
+    passes = [FoldMatmulReshape(), RemoveDropout(), FuseAttention(target=target),
+              FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target),
+              ChunkFeedForward(target=target)]
+    consumers = CONV_CHAIN_MODES[conv_chain][0 if schedule else 1]
+    if cpu and consumers is not None:
+        passes.append(FuseConvChain(lanes=simd_lanes(target), target=target,
+                                    consumers=consumers))
+    return passes
 
 
 def fusion_counts(passes) -> dict:
@@ -107,8 +136,9 @@ def fusion_counts(passes) -> dict:
     blocks fused into one kernel, ``dropout``: dropouts removed, ``add_layer_norm``: residual
     add + layer norm pairs fused into one kernel, ``matmul_reshape``: matmuls taken out of a
     reshape sandwich so that FuseOps fuses their epilogue, ``feed_forward_chunked``: feed-forward
-    blocks computed over row chunks); a pattern whose pass did not run
-    is absent."""
+    blocks computed over row chunks, ``conv_chain``: conv + strided conv pairs fused,
+    ``conv_chain_refused``: chains found but not fused, because the intermediate has another
+    reader or the live bytes would not improve); a pattern whose pass did not run is absent."""
     by_name = {p.info.name: p for p in passes}
     counts = {}
     if "FuseAttention" in by_name:
@@ -121,6 +151,10 @@ def fusion_counts(passes) -> dict:
         counts["add_layer_norm"] = int(by_name["FuseAddLayerNorm"].fused)
     if "ChunkFeedForward" in by_name:
         counts["feed_forward_chunked"] = int(by_name["ChunkFeedForward"].chunked)
+    if "FuseConvChain" in by_name:
+        counts["conv_chain"] = int(by_name["FuseConvChain"].fused)
+        skipped = by_name["FuseConvChain"].skipped
+        counts["conv_chain_refused"] = sum(skipped.get(k, 0) for k in ("other_consumer", "peak"))
     return counts
 
 

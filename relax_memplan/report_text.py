@@ -246,7 +246,8 @@ def _fusion_line(report: CompileReport) -> str:
     done = {"attention": "attention fused", "dropout": "dropout removed",
             "add_layer_norm": "add+layer norm fused",
             "matmul_reshape": "matmul reshapes folded",
-            "feed_forward_chunked": "feed-forward chunked"}
+            "feed_forward_chunked": "feed-forward chunked",
+            "conv_chain": "conv chains fused", "conv_chain_refused": "conv chains refused"}
     counts = ", ".join(f"{done.get(k, k)} {n}x" for k, n in report.fusion.items())
     line = f"  fusion: on ({counts or 'no pattern for this target'})"
     summary = report.fusion_summary
@@ -259,6 +260,10 @@ def _fusion_line(report: CompileReport) -> str:
                  f"{_fmt_bytes(summary['intermediate_bytes_removed'])} removed; lower bound "
                  f"{_fmt_bytes(summary['lower_bound_bytes_tvm'])} without our fusion -> "
                  f"{_fmt_bytes(summary['lower_bound_bytes_ours'])}")
+        if summary.get("conv_chain_scratch_bytes"):
+            line += (f"\n    conv chain kernels: scratch "
+                     f"{_fmt_bytes(summary['conv_chain_scratch_bytes'])} per running thread "
+                     f"(TVM workspace, not in the lower bound)")
     return line
 
 

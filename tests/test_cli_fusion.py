@@ -26,7 +26,8 @@ def test_fusion_on_bert_tiny_verifies_and_reports_attention_fused(tmp_path, caps
     fusion = report["fusion"]
     assert fusion["enabled"] is True
     assert fusion["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 0,
-                               "matmul_reshape": 0, "feed_forward_chunked": 0}
+                               "matmul_reshape": 0, "feed_forward_chunked": 0,
+                               "conv_chain": 0, "conv_chain_refused": 0}
     # per attention block 7 kernels (3 of them transposes) become 1
     assert fusion["kernels_tvm"] - fusion["kernels_ours"] == 2 * 6
     assert fusion["intermediate_bytes_removed"] > 0
@@ -34,21 +35,30 @@ def test_fusion_on_bert_tiny_verifies_and_reports_attention_fused(tmp_path, caps
     assert fusion["ort_nodes"] > 0
     assert f"kernels per call: {fusion['kernels_ours']} (TVM FuseOps alone " in text
     assert ("fusion: on (attention fused 2x, dropout removed 0x, matmul reshapes folded 0x, "
-            "add+layer norm fused 0x, feed-forward chunked 0x)") in text
+            "add+layer norm fused 0x, feed-forward chunked 0x, conv chains fused 0x, "
+            "conv chains refused 0x)") in text
     assert report["arena_bytes"] <= report["tvm_default_bytes"]
 
 
-def test_fusion_on_the_example_fuses_nothing_and_says_so(tmp_path, capsys):
+def test_fusion_on_the_example_fuses_its_conv_chains_and_says_so(tmp_path, capsys):
+    # the example's three expand 1x1 conv + ReLU -> 3x3 stride-2 depthwise pairs become one
+    # kernel each (FuseConvChain): 3 kernels fewer, lower bound 737,280 -> 497,664 B
     report_path = tmp_path / "r.json"
     assert main(["compile", "-q", "--fusion", "--time-limit", "0.2",
                  "--report", str(report_path)]) == 0
     text = capsys.readouterr().out
     fusion = json.loads(report_path.read_text())["fusion"]
     assert fusion["fused"] == {"attention": 0, "dropout": 0, "add_layer_norm": 0,
-                               "matmul_reshape": 0, "feed_forward_chunked": 0}
-    assert fusion["kernels_ours"] == fusion["kernels_tvm"] and fusion["ort_nodes"] > 0
+                               "matmul_reshape": 0, "feed_forward_chunked": 0,
+                               "conv_chain": 3, "conv_chain_refused": 0}
+    assert fusion["kernels_ours"] == fusion["kernels_tvm"] - 3 and fusion["ort_nodes"] > 0
+    assert (fusion["lower_bound_bytes_tvm"], fusion["lower_bound_bytes_ours"]) == \
+        (737280, 497664)
+    assert fusion["conv_chain_scratch_bytes"] > 0
     assert "fusion: on (attention fused 0x, dropout removed 0x, matmul reshapes folded 0x, " \
-        "add+layer norm fused 0x, feed-forward chunked 0x)" in text
+        "add+layer norm fused 0x, feed-forward chunked 0x, conv chains fused 3x, " \
+        "conv chains refused 0x)" in text
+    assert "per running thread (TVM workspace, not in the lower bound)" in text
 
 
 def test_config_fusion_is_honoured_and_no_fusion_overrides_it(tmp_path, capsys):
@@ -86,7 +96,8 @@ def test_fusion_on_gpt2_tiny_fuses_add_layer_norm_and_verifies(tmp_path, capsys)
     # (4 tensors live at the fused step): 2 of the 5 pairs fused
     report, text = _compile_fused_and_verify("gpt2-tiny-randw.onnx", tmp_path, capsys)
     assert report["fusion"]["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 2,
-                                        "matmul_reshape": 6, "feed_forward_chunked": 0}
+                                        "matmul_reshape": 6, "feed_forward_chunked": 0,
+                                        "conv_chain": 0, "conv_chain_refused": 0}
     assert "add+layer norm fused 2x" in text
     assert report["lower_bound_bytes"] <= report["tvm_default_bytes"]
 

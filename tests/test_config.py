@@ -98,6 +98,7 @@ def test_unknown_key_names_key_and_file(tmp_path, text, key):
         ("shapes:\n  x: [1, true]\n", r"shapes.x\[1\] must be an integer"),
         ("verify:\n  rtol: -1.0\n", "verify.rtol must be >= 0"),
         ("verify:\n  seed: 1.5\n", "verify.seed must be an integer"),
+        ("fusion_conv_chain: fast\n", "fusion_conv_chain must be one of"),
     ],
 )
 def test_wrong_type_or_range_names_key_and_file(tmp_path, text, match):
@@ -219,3 +220,15 @@ def test_cli_passes_planner_inplace_and_reorder_to_the_build(tmp_path):
     _, options = _build_options(args, load_config(cfg))
     assert options.plan_pass.concat_inplace is True
     assert default.plan_pass.concat_inplace is False
+
+
+def test_cli_passes_fusion_conv_chain_to_the_build(tmp_path):
+    from relax_memplan.cli import _build_options, build_parser
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("fusion_conv_chain: memory\n", encoding="utf-8")
+    _, options = _build_options(build_parser().parse_args(["compile", "--config", str(cfg)]),
+                                load_config(cfg))
+    assert options.fusion_conv_chain == "memory"
+    _, default = _build_options(build_parser().parse_args(["compile"]), load_config(None))
+    assert default.fusion_conv_chain == "auto"

@@ -18,6 +18,7 @@ bound is left out: its size is unknown here).
 from __future__ import annotations
 
 import importlib
+from typing import List
 
 import tvm
 from tvm import relax
@@ -26,7 +27,7 @@ from ..planner import Buffer, peak_live_bytes
 from .dims import evaluate_bytes
 from .liveness import SYMBOLIC_SHAPE, analyze_liveness
 
-__all__ = ["lowered_peak_live_bytes", "planned_lower_bound_bytes"]
+__all__ = ["lowered_peak_live_bytes", "lowered_live_bytes_by_step", "planned_lower_bound_bytes"]
 
 _BACKENDS = {"llvm": "tvm.relax.backend.cpu_generic.pipeline",
              "c": "tvm.relax.backend.cpu_generic.pipeline",
@@ -105,6 +106,23 @@ def lowered_peak_live_bytes(mod: tvm.IRModule, func_name: str, target=None) -> i
     ValueError
         If the target kind has no Relax backend here.
     """
+    return peak_live_bytes(_lowered_buffers(mod, func_name, target))
+
+
+def lowered_live_bytes_by_step(mod: tvm.IRModule, func_name: str, target=None) -> List[int]:
+    """Live bytes (bytes) of ``func_name`` at each program step after TVM's fusion and
+    lowering (the tensors :func:`lowered_peak_live_bytes` counts; its result is the maximum of
+    this list, or 0 for an empty list). Same parameters and errors."""
+    buffers = _lowered_buffers(mod, func_name, target)
+    steps = max((b.end for b in buffers), default=0)
+    live = [0] * steps
+    for b in buffers:
+        for step in range(b.start, b.end):
+            live[step] += b.size_bytes
+    return live
+
+
+def _lowered_buffers(mod: tvm.IRModule, func_name: str, target) -> List[Buffer]:
     target, backend = _backend(target)
     passes = [p for p in backend.legalize_passes(target)
               if p.info.name in ("LegalizeOps", "AnnotateTIROpPattern", "FoldConstant",
@@ -129,4 +147,4 @@ def lowered_peak_live_bytes(mod: tvm.IRModule, func_name: str, target=None) -> i
                 size = None
         if size is not None:
             buffers.append(Buffer(id=t.uid, start=t.start, end=t.end, size_bytes=max(size, 1)))
-    return peak_live_bytes(buffers)
+    return buffers

@@ -34,7 +34,9 @@ class FusionSummary:
     """Kernels and bytes of ``main`` without (``tvm``) and with (``ours``) our fusion.
 
     Bytes are bytes; ``ort_nodes`` is ``None`` when onnxruntime could not optimize the model
-    (or was given none).
+    (or was given none). ``conv_chain_scratch_bytes``: the largest kernel-local scratch of one
+    parallel iteration of a :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain`
+    kernel (TVM's CPU workspace pool, once per running thread; not in the lower bound).
     """
 
     kernels_tvm: int
@@ -44,6 +46,7 @@ class FusionSummary:
     lower_bound_bytes_tvm: int
     lower_bound_bytes_ours: int
     ort_nodes: Optional[int] = None
+    conv_chain_scratch_bytes: int = 0
 
     @property
     def intermediate_bytes_removed(self) -> int:
@@ -73,15 +76,18 @@ def count_kernel_calls(func: relax.Function, mod: tvm.IRModule) -> int:
     return count[0]
 
 
-def _relax_phases(mod, target, fusion: bool):
-    """(kernel calls of main, intermediate bytes, lower bound bytes) after our Relax phases."""
+def _relax_phases(mod, target, fusion: bool, conv_chain: str = "auto", schedule: bool = False):
+    """(kernel calls of main, intermediate bytes, lower bound bytes, conv chain scratch bytes)
+    after our Relax phases."""
     plan = PlanStaticMemory(time_limit_s=0.1)
-    passes = fusion_passes(target) if fusion else None
+    passes = fusion_passes(target, conv_chain, schedule) if fusion else None
     lowered = get_pipeline(target, plan_pass=plan, fusion=fusion, fusion_pass_list=passes)(mod)
     fplan = plan.plans.get("main")
     total = sum(t.size_bytes or 0 for t in fplan.liveness.tensors) if fplan else 0
     lower = fplan.lower_bound_bytes if fplan else 0
-    return count_kernel_calls(lowered["main"], lowered), total, lower
+    scratch = max([p.scratch_bytes for p in passes or [] if p.info.name == "FuseConvChain"],
+                  default=0)
+    return count_kernel_calls(lowered["main"], lowered), total, lower, scratch
 
 
 def ort_optimized_nodes(onnx_model) -> Optional[int]:
@@ -106,7 +112,8 @@ def ort_optimized_nodes(onnx_model) -> Optional[int]:
             return None
 
 
-def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None) -> FusionSummary:
+def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None, conv_chain: str = "auto",
+                     schedule: bool = False) -> FusionSummary:
     """Kernels, intermediate bytes and lower bound of ``mod``'s ``main`` without and with our
     fusion (fixed shapes: a symbolic dim makes the lower bound a function of it, see the
     per-shape report instead), and onnxruntime's optimized node count of ``onnx_model``.
@@ -119,12 +126,16 @@ def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None) -> FusionSummar
         Target of the build (the fusion passes depend on it).
     onnx_model : onnx.ModelProto, optional
         The model ``mod`` was imported from, for the onnxruntime column.
+    conv_chain : {"auto", "memory", "off"}
+        The build's conv chain mode (:data:`~relax_memplan.pipeline.CONV_CHAIN_MODES`).
+    schedule : bool
+        Whether the build applies our CPU schedules (``auto`` depends on it).
 
     Returns
     -------
     FusionSummary
     """
-    k_tvm, b_tvm, lb_tvm = _relax_phases(mod, target, fusion=False)
-    k_ours, b_ours, lb_ours = _relax_phases(mod, target, fusion=True)
+    k_tvm, b_tvm, lb_tvm, _ = _relax_phases(mod, target, fusion=False)
+    k_ours, b_ours, lb_ours, scratch = _relax_phases(mod, target, True, conv_chain, schedule)
     ort = ort_optimized_nodes(onnx_model) if onnx_model is not None else None
-    return FusionSummary(k_tvm, k_ours, b_tvm, b_ours, lb_tvm, lb_ours, ort)
+    return FusionSummary(k_tvm, k_ours, b_tvm, b_ours, lb_tvm, lb_ours, ort, scratch)

@@ -226,7 +226,8 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
     """Our build with one strategy; its library written right away (before any run)."""
     plan_pass = options.plan_pass if options.plan_pass is not None else PlanStaticMemory()
     b = StrategyBuild(strategy=strategy, executable=None, report=None, plan_pass=plan_pass,
-                      fusion=fusion_passes(options.tvm_target) if options.fusion else None,
+                      fusion=fusion_passes(options.tvm_target, options.fusion_conv_chain,
+                                           options.schedule) if options.fusion else None,
                       hoist=HoistLoopStorage())
     kernel_options = dict(schedule=options.schedule, check_indices=options.check_indices,
                           fusion=options.fusion, fusion_pass_list=b.fusion)
@@ -276,7 +277,8 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
         if b.fusion is not None and "main" in b.report.functions:
             # what fusion changed: builds the Relax phases again without and with it
             b.report.fusion_summary = summarize_fusion(
-                source.mod, options.tvm_target, source.onnx_model).to_dict()
+                source.mod, options.tvm_target, source.onnx_model,
+                conv_chain=options.fusion_conv_chain, schedule=options.schedule).to_dict()
         return
     b.report.buckets = {n: list(v) for n, v in (b.dyn.buckets or {}).items()} \
         if b.strategy == "buckets" else {}

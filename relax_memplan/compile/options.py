@@ -83,6 +83,7 @@ class BuildOptions:
     schedule: bool = False
     check_indices: bool = True
     fusion: bool = True
+    fusion_conv_chain: str = "auto"
     prepare: bool = True
     compare_with_tvm: bool = True
     dump_dir: Optional[object] = None
