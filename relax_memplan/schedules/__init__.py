@@ -28,11 +28,12 @@ from .cpu_fallback import SpatialFallback
 from .cpu_gemv import DotProductGEMV
 from .cpu_reduction import RowReduction
 from .cpu_matmul import GenericMatmul, StaticMatmul, TileConfig, simd_lanes
-from .host import host_target
+from .host import NO_GATHER_FEATURES, host_target
 from .gpu import GuardedRule, gpu_schedule_pass, gpu_schedule_rules, schedule_gpu_prim_func
 
 __all__ = [
     "IS_SCHEDULED_ATTR",
+    "NO_GATHER_FEATURES",
     "SCHEDULE_RULE_ATTR",
     "CodegenGuard",
     "DirectConv",
