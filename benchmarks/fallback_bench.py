@@ -10,7 +10,9 @@ The top kernels of ``ours`` by time, and every other kernel where it is slower t
 listed with the schedule rule that took it (the function attribute
 ``relax_memplan.schedule_rule``; ``-`` where no rule did) and its time per call of ``main`` in
 the three builds (VM instrument hook, :func:`relax_memplan.runtime.kernel_profile`), the builds
-timed in interleaved rounds. A kernel is matched across builds by name (``*_prepacked`` by the
+timed in interleaved rounds (median over rounds; at one thread in CPU time of the calling thread,
+``time.thread_time``, which other processes on a shared machine do not inflate; at more threads
+in wall time, which they do). A kernel is matched across builds by name (``*_prepacked`` by the
 name before the suffix); ``-`` where the other build has no kernel of that name (another
 fusion). Each thread count runs in its own process (TVM reads ``TVM_NUM_THREADS`` once).
 Also prints each build's compile time (one build each: see compile_time_bench.py for that).
@@ -87,12 +89,16 @@ def _profiles(vms: dict, arrays, rounds: int) -> dict:
     from relax_memplan.runtime import kernel_profile
 
     args = [tvm.runtime.tensor(a) for a in arrays]
+    # one thread: CPU time of this thread (the kernels run in it), immune to other processes
+    # taking the core; more threads: wall time
+    clock = time.thread_time if os.environ.get("TVM_NUM_THREADS") == "1" else time.perf_counter
     samples = {name: {} for name in vms}
     for vm in vms.values():
         vm["main"](*args)  # warm-up
     for _ in range(rounds):
         for name, vm in vms.items():
-            for k, (s, _n) in kernel_profile(vm, args, merge_numbered=False).items():
+            for k, (s, _n) in kernel_profile(vm, args, merge_numbered=False,
+                                             clock=clock).items():
                 samples[name].setdefault(k, []).append(s * 1e3)
     return {name: {k: statistics.median(v) for k, v in per.items()}
             for name, per in samples.items()}
