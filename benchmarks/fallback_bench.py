@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # measure this checkout, not another installed copy
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from latency_bench import GENERATED, MODELS, MODELS_DIR, _generated  # noqa: E402
+from latency_bench import MODELS_DIR, model_files  # noqa: E402
 
 RULE_ATTR = "relax_memplan.schedule_rule"
 
@@ -136,12 +136,7 @@ def bench_model(label, path, shapes, values, rounds, top) -> dict:
 
 def _worker(args) -> None:
     rows = []
-    for label, file, shapes, values in MODELS:
-        if args.only and label not in args.only:
-            continue
-        path = _generated(file) if file.startswith(GENERATED) else Path(args.models) / file
-        if not path.exists():
-            continue
+    for label, path, shapes, values in model_files(args.models, args.only):
         try:
             rows.append(bench_model(label, path, shapes, values, args.rounds, args.top))
         except Exception as err:  # noqa: BLE001 -- one model failing must not stop the others

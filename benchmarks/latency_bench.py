@@ -78,6 +78,17 @@ def _generated(file: str) -> Path:
     return path
 
 
+def model_files(models_dir, only=None):
+    """``(label, path, shapes, values)`` of each model of ``MODELS`` in ``only`` (all if empty)
+    whose file exists (generated ones written first)."""
+    for label, file, shapes, values in MODELS:
+        if only and label not in only:
+            continue
+        path = _generated(file) if file.startswith(GENERATED) else Path(models_dir) / file
+        if path.exists():
+            yield label, path, shapes, values
+
+
 def _build(mod, target, pipeline):
     import tvm
     from tvm import relax

@@ -6,6 +6,7 @@ import tvm
 from tvm import relax, tirx
 
 from relax_memplan.schedules import NO_GATHER_FEATURES, host_target
+from tests.schedules.fallback_checks import _module
 
 X86 = str(tvm.target.codegen.llvm_get_system_triple()).startswith("x86_64")
 HAS_AVX2 = X86 and bool(tvm.target.codegen.llvm_cpu_has_features("avx2", host_target()))
@@ -13,14 +14,9 @@ HAS_AVX2 = X86 and bool(tvm.target.codegen.llvm_cpu_has_features("avx2", host_ta
 
 def _max_pool_kernel():
     """The legalized 2x2/2 max-pool of mnist (1, 8, 28, 28): no rule schedules it."""
-    x = relax.Var("x", relax.TensorType([1, 8, 28, 28], "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(bb.emit(relax.op.nn.max_pool2d(x, 2, 2)))
-        bb.emit_func_output(out)
-    mod = relax.transform.LegalizeOps()(bb.get())
-    (func,) = [f for _, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)]
+    mod = _module([(1, 8, 28, 28)], lambda x: relax.op.nn.max_pool2d(x, 2, 2))
+    (func,) = [f for _, f in relax.transform.LegalizeOps()(mod).functions_items()
+               if isinstance(f, tirx.PrimFunc)]
     return func.with_attr("global_symbol", "pool")
 
 
