@@ -17,8 +17,9 @@ name before the suffix); ``-`` where the other build has no kernel of that name 
 fusion). Each thread count runs in its own process (TVM reads ``TVM_NUM_THREADS`` once).
 Also prints each build's compile time (one build each: see compile_time_bench.py for that).
 
-Usage: python benchmarks/fallback_bench.py [--threads 1 2] [--rounds 20] [--only gpt2-tiny ...]
+Usage: python benchmarks/fallback_bench.py [--threads 1 2] [--rounds 10] [--only gpt2-tiny ...]
        [--top 8] [--json benchmarks/results/fallback_kernels.json]
+       python benchmarks/fallback_bench.py --load a_1t.json b_2t.json   (tables side by side)
 """
 
 from __future__ import annotations
@@ -141,8 +142,7 @@ def _worker(args) -> None:
             rows.append(bench_model(label, path, shapes, values, args.rounds, args.top))
         except Exception as err:  # noqa: BLE001 -- one model failing must not stop the others
             rows.append({"model": label, "error": f"{type(err).__name__}: {err}"[:500]})
-        print(f"done {label}", file=sys.stderr, flush=True)
-    print(json.dumps(rows))
+        print(json.dumps(rows[-1]), flush=True)  # one line per model: a partial run is kept
 
 
 def _fmt(ms) -> str:
@@ -153,39 +153,44 @@ def _ratio(a, b) -> str:
     return f"{a / b:>6.2f}" if a is not None and b else f"{'-':>6}"
 
 
+def _cells(rows, kernel) -> tuple:
+    """The table cells of ``kernel`` in one thread count's ``rows``, and whether ours loses."""
+    r = next((o for o in rows if o["kernel"] == kernel), None)
+    if r is None:
+        return f"{'':>38}", False
+    return (_fmt(r["ours_ms"]) + " " + _fmt(r["ours_llvm_ms"]) + " " + _fmt(r["tvm_ms"])
+            + _ratio(r["ours_ms"], r["tvm_ms"]) + _ratio(r["ours_llvm_ms"], r["tvm_ms"]),
+            _loses(r["ours_ms"], r["tvm_ms"]))
+
+
 def _print(by_threads: dict) -> None:
     threads = sorted(by_threads)
-    first = by_threads[threads[0]]
+    by_label = {t: {r["model"]: r for r in by_threads[t] if "kernels" in r} for t in threads}
     print(f"median ms per main call; x = ours / tvm, xl = ours_llvm / tvm; top kernels of ours, "
           f"then any other where ours is slower; SLOWER: ours > {LOSS_RATIO} x tvm and "
           f">= {LOSS_MIN_MS} ms more, at any thread count")
     head = "".join(f"{'ours' + str(t):>9}{'llvm' + str(t):>9}{'tvm' + str(t):>9}{'x':>6}"
                    f"{'xl':>6}" for t in threads)
-    for m, model in enumerate(first):
-        if "error" in model:
-            print(f"{model['model']}: FAILED {model['error'][:150]}")
+    labels = list(dict.fromkeys(r["model"] for t in threads for r in by_threads[t]))
+    for label in labels:
+        present = {t: by_label[t][label] for t in threads if label in by_label[t]}
+        if not present:
+            errors = [r.get("error", "") for t in threads for r in by_threads[t]
+                      if r["model"] == label]
+            print(f"\n{label}: FAILED {errors[0][:150] if errors else ''}")
             continue
-        totals = "  ".join(
-            f"{t}t total ours {by_threads[t][m]['total_ms']['ours']:.2f} / llvm "
-            f"{by_threads[t][m]['total_ms']['ours_llvm']:.2f} / tvm "
-            f"{by_threads[t][m]['total_ms']['tvm']:.2f}" for t in threads if
-            "total_ms" in by_threads[t][m])
-        print(f"\n{model['model']}  ({totals})")
+        totals = "  ".join(f"{t}t total ours {r['total_ms']['ours']:.2f} / llvm "
+                           f"{r['total_ms']['ours_llvm']:.2f} / tvm {r['total_ms']['tvm']:.2f}"
+                           for t, r in present.items())
+        print(f"\n{label}  ({totals})")
         print(f"  {'kernel':<44}{'rule':<22}{head}")
-        for k, row in enumerate(model["kernels"]):
-            cells, slower = "", False
-            for t in threads:
-                other = by_threads[t][m]["kernels"]
-                r = next((o for o in other if o["kernel"] == row["kernel"]), None)
-                if r is None:
-                    cells += f"{'':>39}"
-                    continue
-                cells += (_fmt(r["ours_ms"]) + " " + _fmt(r["ours_llvm_ms"]) + " "
-                          + _fmt(r["tvm_ms"]) + _ratio(r["ours_ms"], r["tvm_ms"])
-                          + _ratio(r["ours_llvm_ms"], r["tvm_ms"]))
-                slower |= _loses(r["ours_ms"], r["tvm_ms"])
-            print(f"  {row['kernel'][:43]:<44}{row['rule'][:21]:<22}{cells}"
-                  f"{'  SLOWER' if slower else ''}")
+        kernels = list(dict.fromkeys((k["kernel"], k["rule"]) for r in present.values()
+                                     for k in r["kernels"]))
+        for kernel, rule in kernels:
+            cells = [_cells(present[t]["kernels"], kernel) if t in present else (f"{'':>38}", False)
+                     for t in threads]
+            print(f"  {kernel[:43]:<44}{rule[:21]:<22}{''.join(c for c, _l in cells)}"
+                  f"{'  SLOWER' if any(lost for _c, lost in cells) else ''}")
 
 
 def main(argv=None) -> None:
@@ -195,6 +200,8 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--top", type=int, default=8)
+    parser.add_argument("--load", nargs="*", help="print the tables of earlier JSON files "
+                        "(e.g. one per thread count) side by side instead of measuring")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", default=str(REPO / "benchmarks" / "results"
                                               / "fallback_kernels.json"))
@@ -203,14 +210,21 @@ def main(argv=None) -> None:
         _worker(args)
         return
     by_threads = {}
+    if args.load:
+        for path in args.load:
+            for t, rows in json.loads(Path(path).read_text())["by_threads"].items():
+                by_threads[int(t)] = rows
+        _print(by_threads)
+        return
     for t in args.threads:
         cmd = [sys.executable, __file__, "--worker", "--rounds", str(args.rounds),
                "--top", str(args.top), "--models", args.models]
         if args.only:
             cmd += ["--only", *args.only]
         proc = subprocess.run(cmd, env=dict(os.environ, TVM_NUM_THREADS=str(t)), text=True,
-                              stdout=subprocess.PIPE, check=True)
-        by_threads[t] = json.loads(proc.stdout.strip().splitlines()[-1])
+                              stdout=subprocess.PIPE, check=False)
+        by_threads[t] = [json.loads(line) for line in proc.stdout.splitlines()
+                         if line.startswith("{")]
     _print(by_threads)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"rounds": args.rounds, "by_threads": {
