@@ -150,8 +150,9 @@ def main(argv=None) -> None:
               f"{r['wall_ratio_range'][0]:>7.2f}-{r['wall_ratio_range'][1]:<5.2f}  {top}",
               flush=True)
         rows.append(r)
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"rounds": args.rounds, "models": rows}, indent=1))
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)  # after each model: a
+        Path(args.json).write_text(json.dumps({"rounds": args.rounds, "models": rows},  # partial
+                                              indent=1))  # run is kept
     print(f"\nwrote {args.json}")
 
 
