@@ -116,9 +116,10 @@ def _reads_one_element(consumer: s_tir.SBlock, buffer) -> bool:
                                    for rng in reads[0].region)
 
 
-def _inline_intermediates(sch: s_tir.Schedule, blocks) -> bool:
+def _inline_intermediates(sch: s_tir.Schedule, blocks):
     """``compute_inline`` every spatial block writing a root-allocated buffer that one spatial
-    consumer reads one element at a time; whether any was.
+    consumer reads one element at a time; (whether any was, names of the blocks kept because
+    several consumers read them).
 
     A chain like inference batch-norm (``(x - mean) / sqrt(var + eps) * gamma + beta``,
     then relu) is legalized as one full-size intermediate buffer per step; inlined, the
@@ -127,6 +128,7 @@ def _inline_intermediates(sch: s_tir.Schedule, blocks) -> bool:
     """
     local = list(sch.get(get_root_block(sch)).alloc_buffers)
     changed = False
+    shared = []
     for block in blocks:
         node = sch.get(block)
         if not _is_spatial(node):
@@ -139,6 +141,7 @@ def _inline_intermediates(sch: s_tir.Schedule, blocks) -> bool:
             # concat of transposes read by two slices, an exp read by four) took 0.117 ms all
             # inlined, 0.032 ms with shared producers kept, 0.042 ms unscheduled (CPU time,
             # one thread); softmax's exp feeds two reductions
+            shared.append(node.name_hint)
             continue
         if consumers and not (_is_spatial(sch.get(consumers[0])) and all(
                 _reads_one_element(sch.get(consumers[0]), w.source) for w in node.writes)):
@@ -148,7 +151,7 @@ def _inline_intermediates(sch: s_tir.Schedule, blocks) -> bool:
         except _ScheduleError:
             continue
         changed = True
-    return changed
+    return changed, shared
 
 
 class SpatialFallback(ScheduleRule):
@@ -188,13 +191,18 @@ class SpatialFallback(ScheduleRule):
             return None
         if not blocks:
             return None
-        inlined = _inline_intermediates(sch, blocks)
+        inlined, shared = _inline_intermediates(sch, blocks)
         if inlined:
             blocks = sch.get_child_blocks(get_root_block(sch))
         plans = []
         for block in blocks:
             plan = self._plan(sch, block, target)
             if plan is None:
+                return None
+            if plan[2] is None and sch.get(block).name_hint in shared:
+                # a shared producer with the index arithmetic of inlined layout blocks and no
+                # vector loop: slower than TVM's chain of simple loops (yolov8n's
+                # concat -> split head: 0.339 ms against 0.105 ms unscheduled), so TVM's kernel
                 return None
             plans.append(plan)
         if not inlined and not any(p[1] or p[2] for p in plans):

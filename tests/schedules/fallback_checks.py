@@ -45,6 +45,17 @@ def shared_exp(shape):
     return _module([shape], body)
 
 
+def concat_split_head(sizes=(20, 10), channels=82, split=64):
+    """Maps flattened, concatenated and split along channels (yolov8n's detection head)."""
+    def body(*xs):
+        flat = [relax.op.reshape(x, (1, channels, n * n)) for x, n in zip(xs, sizes)]
+        parts = relax.op.split(relax.op.concat(flat, axis=2), [split], axis=1)
+        return relax.op.concat([relax.op.multiply(relax.TupleGetItem(parts, 0),
+                                                  relax.const(2.0, "float32")),
+                                relax.op.sigmoid(relax.TupleGetItem(parts, 1))], axis=1)
+    return _module([(1, channels, n, n) for n in sizes], body)
+
+
 # (label, module)
 CASES = [
     ("batch_norm relu 64x30x40", batch_norm_relu((1, 64, 30, 40))),
@@ -64,10 +75,11 @@ CASES = [
     ("max_pool 5x5 s1 pad2 (yolov8n SPPF)", _module(
         [(1, 128, 10, 10)], lambda x: relax.op.nn.max_pool2d(x, 5, 1, padding=2))),
     ("exp read by two slices", shared_exp((1, 4420, 4))),
+    ("concat of flattened maps read by a split", concat_split_head()),
 ]
 
 
-LEFT_ALONE = {"max_pool 5x5 s1 pad2 (yolov8n SPPF)"}
+LEFT_ALONE = {"max_pool 5x5 s1 pad2 (yolov8n SPPF)", "concat of flattened maps read by a split"}
 """Labels of CASES the rule leaves unscheduled on purpose (LLVM vectorises them serial)."""
 
 
