@@ -11,7 +11,7 @@ import pytest
 import tvm
 from tvm import relax, te, tirx
 
-from relax_memplan.schedules import SpatialFallback, host_target
+from relax_memplan.schedules import SpatialFallback, host_target, vector_codegen_risk
 from tests.schedules.fallback_checks import (CASES, LEFT_ALONE, _module, batch_norm_relu,
                                              concat_split_head, shared_exp)
 
@@ -35,6 +35,21 @@ def _scheduled_text(func):
 def test_fallback_schedules_every_case(case):
     texts = [_scheduled_text(f) for f in _fused_kernels(case[1])]
     assert any(t is not None for t in texts) == (case[0] not in LEFT_ALONE), case[0]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_fallback_schedules_pass_the_codegen_guard(case):
+    # compile-time guard: no vector loop wider than 64 lanes or enclosing another loop
+    for func in _fused_kernels(case[1]):
+        sch = SpatialFallback().apply(func, host_target(), False)
+        assert sch is None or vector_codegen_risk(sch.mod["main"]) is None, case[0]
+
+
+def test_codegen_guard_flags_a_fallback_vector_too_wide():
+    # the check above can fail: 16 registers of 16 floats make one 256-lane vector loop
+    wide = SpatialFallback(max_vector_registers=16).apply(
+        _fused_kernels(batch_norm_relu((1, 8, 4, 256)))[0], host_target(), False)
+    assert "lanes" in vector_codegen_risk(wide.mod["main"])
 
 
 def test_batch_norm_chain_is_one_parallel_vectorized_block():
