@@ -79,6 +79,19 @@ def _generated(file: str) -> Path:
     return path
 
 
+def model_files(models_dir, only=None):
+    """``(label, path, shapes, values)`` of each model of ``MODELS`` in ``only`` (in that order;
+    all if empty) whose file exists (generated ones written first)."""
+    by_label = {m[0]: m for m in MODELS}
+    for label in (only or by_label):
+        if label not in by_label:
+            raise SystemExit(f"unknown model label {label!r}; known: {', '.join(by_label)}")
+        _label, file, shapes, values = by_label[label]
+        path = _generated(file) if file.startswith(GENERATED) else Path(models_dir) / file
+        if path.exists():
+            yield label, path, shapes, values
+
+
 def _build(mod, target, pipeline):
     import tvm
     from tvm import relax

@@ -45,3 +45,12 @@ def test_kernel_profile_merges_numbered_kernels_and_divides_by_rounds():
     assert {"softmax", "softmax1"} <= set(exact) and exact["softmax"][1] == 1
     assert any(k.startswith("vm.builtin.") for k in exact)
     assert sum(n for _s, n in kernel_profile(vm, args).values()) == kernels_per_call(vm, args)
+
+
+def test_kernel_profile_reads_the_given_clock():
+    vm, args = _vm()
+    ticks = iter(range(10 ** 6))
+    exact = kernel_profile(vm, args, rounds=2, merge_numbered=False,
+                           clock=lambda: float(next(ticks)))
+    # a fake clock advancing by 1 per reading: every kernel call lasts exactly 1 "second"
+    assert exact["softmax"] == (1.0, 1.0) and exact["softmax1"] == (1.0, 1.0)

@@ -51,7 +51,15 @@ class BuildOptions:
     dispatch : mapping of str to sequence of int
         Kernel specialization values (:class:`~relax_memplan.transform.SpecializeKernels`).
     schedule : bool
-        Apply our CPU schedules (:mod:`relax_memplan.schedules`) to every build.
+        Apply our CPU schedules (:mod:`relax_memplan.schedules`: matmul, convolution, GEMV,
+        row reduction, then :class:`~relax_memplan.schedules.SpatialFallback`) to every build.
+        Off by default: with it every shared model matches onnxruntime and runs faster than
+        TVM's default build, but its build takes 1.5-2 x TVM's default pipeline's CPU time on
+        mnist-8, squeezenet1.0, magika, bert-tiny and vad-lstm (gpt2-tiny 5.6 x, with fusion;
+        ``benchmarks/compile_time_bench.py``), some kernels are still slower than TVM's
+        (``benchmarks/fallback_bench.py``), and the default target is plain ``llvm``, where
+        the schedules get SSE2 vectors only (:func:`~relax_memplan.schedules.host_target`
+        for the host CPU).
     check_indices : bool
         Check index values at run time where not proved in range (every build).
     fusion : bool

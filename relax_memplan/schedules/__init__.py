@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Union
 
 import tvm
-from tvm import tirx
+from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 from tvm.target import Target
 
@@ -28,11 +28,13 @@ from .cpu_fallback import SpatialFallback
 from .cpu_gemv import DotProductGEMV
 from .cpu_reduction import RowReduction, VectorRowReduction
 from .cpu_matmul import GenericMatmul, StaticMatmul, TileConfig, simd_lanes
-from .host import host_target
+from .host import NO_GATHER_FEATURES, host_target
 from .gpu import GuardedRule, gpu_schedule_pass, gpu_schedule_rules, schedule_gpu_prim_func
 
 __all__ = [
     "IS_SCHEDULED_ATTR",
+    "NO_GATHER_FEATURES",
+    "SCHEDULE_RULE_ATTR",
     "CodegenGuard",
     "DirectConv",
     "DotProductGEMV",
@@ -48,6 +50,7 @@ __all__ = [
     "gpu_schedule_rules",
     "gpu_schedule_pass",
     "host_target",
+    "rule_name",
     "schedule_prim_func",
     "schedule_gpu_prim_func",
     "simd_lanes",
@@ -56,6 +59,10 @@ __all__ = [
 
 IS_SCHEDULED_ATTR = "tirx.is_scheduled"
 """The function attribute dlight's ``ApplyDefaultSchedule`` sets and skips on."""
+
+SCHEDULE_RULE_ATTR = "relax_memplan.schedule_rule"
+"""The function attribute :func:`cpu_schedule_pass` writes: the name of the rule that
+scheduled the kernel (:func:`rule_name`), for profiles and tests."""
 
 
 def _as_target(target: Union[str, dict, Target]) -> Target:
@@ -93,11 +100,14 @@ def cpu_schedule_rules() -> list:
 def cpu_schedule_pass(target: Union[str, dict, Target]) -> tvm.transform.Pass:
     """The module pass scheduling every unscheduled PrimFunc for an llvm target.
 
-    Runs after ``FuseTIR`` (end of the ``legalize`` phase). A PrimFunc whose
-    matmul extents are all constant gets :class:`StaticMatmul`, one with
-    symbolic extents :class:`GenericMatmul`; GEMV and reductions get dlight's
-    CPU rules; anything else is left as is. Scheduled functions get
-    ``tirx.is_scheduled = True``.
+    Runs after ``FuseTIR`` (end of the ``legalize`` phase). Each PrimFunc not marked
+    ``tirx.is_scheduled`` gets the first of :func:`cpu_schedule_rules` that applies (as dlight's
+    ``ApplyDefaultSchedule`` does): a PrimFunc whose matmul extents are all constant gets
+    :class:`StaticMatmul`, one with symbolic extents :class:`GenericMatmul`, convolutions
+    :class:`DirectConv`, GEMV and reductions dlight's CPU rules, element-wise, layout and
+    pooling kernels :class:`SpatialFallback`; anything else is left as is. Scheduled
+    functions get ``tirx.is_scheduled = True`` and ``relax_memplan.schedule_rule = <rule>``
+    (:data:`SCHEDULE_RULE_ATTR`).
 
     Parameters
     ----------
@@ -107,17 +117,51 @@ def cpu_schedule_pass(target: Union[str, dict, Target]) -> tvm.transform.Pass:
     Returns
     -------
     tvm.transform.Pass
-        ``ApplyDefaultSchedule`` with :func:`cpu_schedule_rules`, run under ``target``.
+        The module pass ``CPUSchedule``, run under ``target``.
     """
     tgt = _as_target(target)
-    inner = dlight.ApplyDefaultSchedule(*cpu_schedule_rules())
+    rules = cpu_schedule_rules()
 
     @tvm.transform.module_pass(opt_level=0, name="CPUSchedule")
     def _pass(mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        updated = {}
         with tgt:
-            return inner(mod)
+            for gvar, func in mod.functions_items():
+                if isinstance(func, tirx.PrimFunc) and not _is_scheduled(func):
+                    scheduled = _apply_first(rules, func, tgt)
+                    if scheduled is not None:
+                        updated[gvar] = scheduled
+        for gvar, func in updated.items():
+            mod[gvar] = func
+        return mod
 
     return _pass
+
+
+def _is_scheduled(func: tirx.PrimFunc) -> bool:
+    return func.attrs is not None and IS_SCHEDULED_ATTR in func.attrs \
+        and bool(func.attrs[IS_SCHEDULED_ATTR])
+
+
+def rule_name(rule) -> str:
+    """The class name of the rule inside any :class:`GuardedRule`/:class:`CodegenGuard` wrappers
+    (``GuardedRule(CodegenGuard(DotProductGEMV(GEMV)))`` -> ``"DotProductGEMV"``)."""
+    while isinstance(rule, (GuardedRule, CodegenGuard)):
+        rule = rule.rule
+    return type(rule).__name__
+
+
+def _apply_first(rules, func: tirx.PrimFunc, target: Target):
+    """dlight's ``ApplyDefaultSchedule`` for one function: the first rule's result, marked
+    ``tirx.is_scheduled`` and ``relax_memplan.schedule_rule``; ``None`` if no rule applies."""
+    for rule in rules:
+        space = rule.apply(func, target, False)
+        if space is None:
+            continue
+        sch = space if isinstance(space, s_tir.Schedule) else space[0]
+        return sch.mod["main"].with_attrs({IS_SCHEDULED_ATTR: True,
+                                           SCHEDULE_RULE_ATTR: rule_name(rule)})
+    return None
 
 
 def schedule_prim_func(func: tirx.PrimFunc, target: Union[str, dict, Target]) -> tirx.PrimFunc:

@@ -32,6 +32,30 @@ def batch_norm_relu(shape):
     return _module([shape, (c,), (c,), (c,), (c,)], body)
 
 
+def shared_exp(shape):
+    """``exp(x)`` read by two slices, then concatenated (ultraface's box decoding in small)."""
+    half = shape[-1] // 2
+
+    def body(x):
+        e = relax.op.exp(x)
+        lo = relax.op.strided_slice(e, axes=[2], begin=[0], end=[half])
+        hi = relax.op.strided_slice(e, axes=[2], begin=[half], end=[shape[-1]])
+        return relax.op.concat([relax.op.multiply(lo, relax.const(0.5, "float32")),
+                                relax.op.add(hi, relax.const(1.0, "float32"))], axis=2)
+    return _module([shape], body)
+
+
+def concat_split_head(sizes=(20, 10), channels=82, split=64):
+    """Maps flattened, concatenated and split along channels (yolov8n's detection head)."""
+    def body(*xs):
+        flat = [relax.op.reshape(x, (1, channels, n * n)) for x, n in zip(xs, sizes)]
+        parts = relax.op.split(relax.op.concat(flat, axis=2), [split], axis=1)
+        return relax.op.concat([relax.op.multiply(relax.TupleGetItem(parts, 0),
+                                                  relax.const(2.0, "float32")),
+                                relax.op.sigmoid(relax.TupleGetItem(parts, 1))], axis=1)
+    return _module([(1, channels, n, n) for n in sizes], body)
+
+
 # (label, module)
 CASES = [
     ("batch_norm relu 64x30x40", batch_norm_relu((1, 64, 30, 40))),
@@ -48,7 +72,15 @@ CASES = [
                                 lambda a, b: relax.op.concat([a, b], axis=1))),
     ("sigmoid mul tiny", _module([(3, 5)], lambda x: relax.op.multiply(relax.op.sigmoid(x), x))),
     ("add broadcast 1-d long", _module([(70000,), (1,)], lambda a, b: relax.op.add(a, b))),
+    ("max_pool 5x5 s1 pad2 (yolov8n SPPF)", _module(
+        [(1, 128, 10, 10)], lambda x: relax.op.nn.max_pool2d(x, 5, 1, padding=2))),
+    ("exp read by two slices", shared_exp((1, 4420, 4))),
+    ("concat of flattened maps read by a split", concat_split_head()),
 ]
+
+
+LEFT_ALONE = {"max_pool 5x5 s1 pad2 (yolov8n SPPF)", "concat of flattened maps read by a split"}
+"""Labels of CASES the rule leaves unscheduled on purpose (LLVM vectorises them serial)."""
 
 
 def check_fallback_cases(target_name):
