@@ -191,7 +191,7 @@ def test_planner_reorder_and_inplace_keys_are_bools():
         PlannerConfig(reorder="yes")
     with pytest.raises(ConfigError, match="planner.inplace"):
         PlannerConfig(inplace=1)
-    assert PlannerConfig().concat_inplace is False
+    assert PlannerConfig().concat_inplace is True
     with pytest.raises(ConfigError, match="planner.concat_inplace must be true or false"):
         PlannerConfig(concat_inplace="on")
 
@@ -215,11 +215,11 @@ def test_cli_passes_planner_inplace_and_reorder_to_the_build(tmp_path):
     args = build_parser().parse_args(["compile", "--no-inplace", "--no-reorder"])
     _, flags = _build_options(args, load_config(None))
     assert flags.plan_pass.inplace is False and flags.reorder_pass is None
-    cfg.write_text("planner:\n  concat_inplace: true\n", encoding="utf-8")
+    assert default.plan_pass.concat_inplace is True
+    cfg.write_text("planner:\n  concat_inplace: false\n", encoding="utf-8")
     args = build_parser().parse_args(["compile", "--config", str(cfg)])
     _, options = _build_options(args, load_config(cfg))
-    assert options.plan_pass.concat_inplace is True
-    assert default.plan_pass.concat_inplace is False
+    assert options.plan_pass.concat_inplace is False
 
 
 def test_cli_passes_fusion_conv_chain_to_the_build(tmp_path):
