@@ -1,6 +1,7 @@
 """Shared ONNX models built with our CPU schedules for the host CPU (``schedule=True``): the
 outputs stay within ``1e-4 * max|ref| + 1e-5`` of onnxruntime. Covers the 1x1 convolutions as
-matmul tiles (mobilenetv2, squeezenet, yolov8n) and the weights packed at compile time (bert,
+matmul tiles (mobilenetv2, squeezenet, yolov8n), direct convolutions with SiLU /
+tanh-GELU epilogues (yolov8n, magika, ppocrv4-det) and the weights packed at compile time (bert,
 gpt2)."""
 
 import pytest
@@ -19,6 +20,10 @@ CASES = [
                  marks=pytest.mark.slow),
     pytest.param("squeezenet1.0-randw.onnx", None, id="squeezenet1.0", marks=pytest.mark.slow),
     pytest.param("yolov8n-nudenet-320n.onnx", {"images": (1, 3, 320, 320)}, id="yolov8n",
+                 marks=pytest.mark.slow),
+    # tanh-GELU after a conv1d (FastSigmoidTanh), a large conv1d-as-conv2d (DirectConv)
+    pytest.param("magika-1.0.3.onnx", {"bytes": (1, 2048)}, id="magika", marks=pytest.mark.slow),
+    pytest.param("ppocrv4-det.onnx", {"x": (1, 3, 320, 320)}, id="ppocrv4-det",
                  marks=pytest.mark.slow),
 ]
 
