@@ -44,7 +44,7 @@ along the rows instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import tvm
 from tvm import s_tir, tirx
@@ -55,7 +55,7 @@ from tvm.target import Target
 from .cpu_matmul import _has_fma, _try, simd_lanes
 from .cpu_spatial import parallelize_spatial
 
-__all__ = ["ConvAxes", "DirectConv", "match_conv"]
+__all__ = ["ConvAxes", "DirectConv", "deinterleave_strided_input", "match_conv"]
 
 _ScheduleError = s_tir.ScheduleError
 
@@ -193,6 +193,57 @@ def _tail_vectors(width: int, lanes: int, max_vectors: int) -> int:
                  if v * lanes <= width and width % (v * lanes) < lanes), 1)
 
 
+def _column_stride(sch: s_tir.Schedule, axes: ConvAxes, col: int) -> Tuple[int, int]:
+    """(index of the input read, stride of the output column ``col`` in the input's dim ``col``);
+    stride 1 when the index is not linear in the column variable."""
+    block = sch.get(axes.block)
+    x_var = [iv for iv in block.iter_vars if iv.iter_type == tirx.IterVar.DataPar][col].var
+    for k, read in enumerate(block.reads):
+        if len(read.region) > col and _uses(read.region[col].min, x_var):
+            coeffs = tvm.sym.detect_linear_equation(read.region[col].min, [x_var])
+            stride = _static(coeffs[0]) if len(coeffs) == 2 else None
+            return k, stride if stride is not None and stride > 0 else 1
+    return -1, 1
+
+
+def deinterleave_strided_input(sch: s_tir.Schedule, axes: ConvAxes, col: int) -> bool:
+    """Give the input of a column-strided convolution the layout ``(..., W % s, W // s)``.
+
+    With stride ``s`` along the output column ``x``, the block reads the input at
+    ``x * s + rx``: ``s`` apart, so a vector of output columns needs a gather. In the
+    deinterleaved layout that read is ``[rx % s, x + rx // s]``, one contiguous vector per
+    ``rx`` (the phase split of strided convolutions, as in the polyphase decomposition
+    of a strided filter). The layout is given to the padding block's buffer when the
+    input is padded in the function, else to a copy of the input (``cache_read``, added to
+    ``axes.producers``); either way the copy is one pass over the input.
+
+    Returns
+    -------
+    bool
+        ``True`` when the layout changed; ``False`` for stride 1, a dimension not a multiple
+        of ``s`` (the map would not be bijective) or a non-linear index.
+    """
+    read_index, stride = _column_stride(sch, axes, col)
+    if stride <= 1:
+        return False
+    buffer = sch.get(axes.block).reads[read_index].source
+    width = _static(buffer.shape[col])
+    if width is None or width % stride:
+        return False
+    writer = next((b for b in axes.producers
+                   if any(w.source.same_as(buffer) for w in sch.get(b).writes)), None)
+    if writer is None:
+        writer = sch.cache_read(axes.block, read_index, "global")
+        axes.producers.append(writer)
+
+    def _phases(*index):
+        return (*index[:col], index[col] % stride, index[col] // stride, *index[col + 1:])
+
+    sch.transform_layout(writer, ("write", 0),
+                         tirx.IndexMap.from_func(_phases, ndim=len(buffer.shape)))
+    return True
+
+
 class DirectConv(ScheduleRule):
     """Blocked direct convolution for constant shapes (see the module docstring).
 
@@ -212,17 +263,23 @@ class DirectConv(ScheduleRule):
         Fewest multiply-adds for the tile loop to be parallel; below it the
         kernel runs serially (a parallel launch costs more than it saves:
         mnist's 5x5 convolutions, 0.16 and 0.63 M multiply-adds).
+    deinterleave_strided : bool
+        Give the input of a convolution strided along its vectorised column the layout
+        ``(..., W % s, W // s)`` (:func:`deinterleave_strided_input`), so that its reads are
+        contiguous vectors, not gathers; when the schedule then fails, it is retried without.
     """
 
     def __init__(self, max_column_vectors: int = 2, channel_tiles=(12, 8, 6, 4, 3, 2),
                  accumulators_fma: int = 12, accumulators_no_fma: int = 8,
-                 accumulators_avx512: int = 24, min_parallel_macs: int = 1 << 20):
+                 accumulators_avx512: int = 24, min_parallel_macs: int = 1 << 20,
+                 deinterleave_strided: bool = True):
         self.max_column_vectors = max_column_vectors
         self.channel_tiles = tuple(channel_tiles)
         self.accumulators_fma = accumulators_fma
         self.accumulators_avx512 = accumulators_avx512
         self.accumulators_no_fma = accumulators_no_fma
         self.min_parallel_macs = min_parallel_macs
+        self.deinterleave_strided = deinterleave_strided
 
     def is_target_available(self, target: Target) -> bool:
         return target is not None and target.kind.name == "llvm"
@@ -249,18 +306,31 @@ class DirectConv(ScheduleRule):
             return None
         dtype = str(sch.get(axes.block).writes[0].source.dtype)
         lanes = simd_lanes(target, dtype)
-        try:
-            self._schedule(sch, axes, lanes, target)
-        except (_ScheduleError, tvm.error.InternalError):
-            return None  # a primitive's check failed on an unusual variant: leave it
-        return sch
+        for deinterleave in (self.deinterleave_strided, False):
+            try:
+                if deinterleave and not deinterleave_strided_input(sch, axes, self._column(axes)):
+                    continue
+                self._schedule(sch, axes, lanes, target)
+                return sch
+            except (_ScheduleError, tvm.error.InternalError):
+                pass  # a primitive's check failed on an unusual variant: retry plainly
+            sch = s_tir.Schedule(func)
+            axes = match_conv(sch)
+        return None  # leave it
+
+    @staticmethod
+    def _column(axes: ConvAxes) -> int:
+        """The output dim tiled into vectors: the width, or the length of a conv1d written
+        as a conv2d over ``(length, 1)`` (magika)."""
+        n_sp = len(axes.spatial_extents)
+        if n_sp == 4 and axes.spatial_extents[3] == 1 and axes.spatial_extents[2] > 1:
+            return 2
+        return n_sp - 1
 
     def _schedule(self, sch: s_tir.Schedule, axes: ConvAxes, lanes: int, target: Target) -> None:
         block = axes.block
         n_sp = len(axes.spatial_extents)
-        col = n_sp - 1
-        if n_sp == 4 and axes.spatial_extents[3] == 1 and axes.spatial_extents[2] > 1:
-            col = 2  # a conv1d written as a conv2d over (length, 1) (magika): tile the length
+        col = self._column(axes)
         width = axes.spatial_extents[col]
         xt = _column_tile(width, lanes, self.max_column_vectors)
         macs = 1

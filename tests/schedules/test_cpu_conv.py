@@ -170,3 +170,50 @@ def test_1x1_conv_gets_the_matmul_tile_without_padded_columns(shape, filters):
     assert sch is not None
     text = sch.mod["main"].script()
     assert "_pad" not in text and "T.vectorized(" in text and "_local" in text
+
+
+def _conv_func(shape, filters, kernel, stride, padding, groups=1):
+    (func,) = _fused_kernels(conv_module(shape, filters, kernel, stride, padding, 1, groups,
+                                         "relu"))
+    return func
+
+
+def _input_layout(func) -> tuple:
+    """Shape of the buffer the scheduled convolution reads its input from (the padding
+    block's, or the input copy's)."""
+    from tvm.s_tir.dlight.analysis import get_root_block
+
+    sch = tvm.s_tir.Schedule(func)
+    allocs = {b.name: b for b in sch.get(get_root_block(sch)).alloc_buffers}
+    buffer = allocs["pad_temp"] if "pad_temp" in allocs else allocs["x_global"]
+    return tuple(int(d) for d in buffer.shape)
+
+
+@pytest.mark.parametrize("shape, stride, padding, want", [
+    ((1, 3, 20, 64), 2, 1, (1, 3, 22, 2, 33)),  # yolov8n's stem: padded 66 -> 2 x 33
+    ((1, 4, 11, 47), 3, 2, (1, 4, 15, 3, 17)),  # stride 3: 51 -> 3 x 17
+    ((1, 4, 9, 63), 2, 0, (1, 4, 9, 63)),  # 63 is no multiple of 2: left as is
+    ((1, 4, 9, 64), 1, 1, (1, 4, 11, 66)),  # stride 1: nothing to do
+])
+def test_strided_input_is_deinterleaved_by_stride_phase(shape, stride, padding, want):
+    sch = DirectConv(min_parallel_macs=0).apply(_conv_func(shape, 8, 3 if stride < 3 else 5,
+                                                           stride, padding), host_target(), False)
+    assert _input_layout(sch.mod["main"]) == want
+
+
+def test_unpadded_input_parameter_is_deinterleaved_in_a_copy():
+    """No padding block in the function (inlined here): the input is copied
+    (``cache_read``) into the deinterleaved layout, and the result still matches."""
+    func = _conv_func((1, 4, 9, 64), 8, 3, 2, 0)
+    sch = tvm.s_tir.Schedule(func)
+    sch.compute_inline(sch.get_sblock("pad_temp"))
+    sch = DirectConv(min_parallel_macs=0).apply(sch.mod["main"], host_target(), False)
+    assert _input_layout(sch.mod["main"]) == (1, 4, 9, 2, 32)
+    assert "x_global" in sch.mod["main"].script()
+    _run_isolated("c.check_inlined_pad_deinterleaved()", "deinterleaved copy ok")
+
+
+def test_deinterleave_can_be_turned_off():
+    sch = DirectConv(min_parallel_macs=0, deinterleave_strided=False).apply(
+        _conv_func((1, 3, 20, 64), 16, 3, 2, 1), host_target(), False)
+    assert _input_layout(sch.mod["main"]) == (1, 3, 22, 66)
