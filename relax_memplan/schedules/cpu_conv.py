@@ -267,12 +267,24 @@ class DirectConv(ScheduleRule):
         Give the input of a convolution strided along its vectorised column the layout
         ``(..., W % s, W // s)`` (:func:`deinterleave_strided_input`), so that its reads are
         contiguous vectors, not gathers; when the schedule then fails, it is retried without.
+    min_deinterleave_channels : int
+        Fewest input channels summed per output for the deinterleaving copy to pay off
+        (never for depthwise). One thread, znver4, 3x3 stride 2: 32 -> 64 channels on an
+        80x80 map 0.91 -> 0.68 ms, but yolov8n's 3-channel stem 0.57 -> 0.68 ms and a
+        16-channel depthwise 0.19 -> 0.23 ms (``benchmarks/conv_bench.py``).
+    min_direct_1x1_pixels : int
+        A 1x1 convolution with a smaller output map is declined (left to
+        :class:`~relax_memplan.schedules.StaticMatmul`, which runs after this rule); a
+        larger one gets this rule's tile. One thread, znver4: 32 -> 32 channels on 80x80
+        1.15 (matmul tile) -> 0.27 ms, 192 -> 128 on 20x20 0.45 -> 0.28 ms; 256 -> 256 on
+        10x10 0.31 -> 0.32 ms.
     """
 
     def __init__(self, max_column_vectors: int = 2, channel_tiles=(12, 8, 6, 4, 3, 2),
                  accumulators_fma: int = 12, accumulators_no_fma: int = 8,
                  accumulators_avx512: int = 24, min_parallel_macs: int = 1 << 20,
-                 deinterleave_strided: bool = True):
+                 deinterleave_strided: bool = True, min_deinterleave_channels: int = 8,
+                 min_direct_1x1_pixels: int = 256):
         self.max_column_vectors = max_column_vectors
         self.channel_tiles = tuple(channel_tiles)
         self.accumulators_fma = accumulators_fma
@@ -280,6 +292,8 @@ class DirectConv(ScheduleRule):
         self.accumulators_no_fma = accumulators_no_fma
         self.min_parallel_macs = min_parallel_macs
         self.deinterleave_strided = deinterleave_strided
+        self.min_deinterleave_channels = min_deinterleave_channels
+        self.min_direct_1x1_pixels = min_direct_1x1_pixels
 
     def is_target_available(self, target: Target) -> bool:
         return target is not None and target.kind.name == "llvm"
@@ -302,11 +316,13 @@ class DirectConv(ScheduleRule):
             axes = match_conv(sch)
         except ValueError:  # body is not a root block
             return None
-        if axes is None:
+        if axes is None or self._left_to_matmul(axes):
             return None
         dtype = str(sch.get(axes.block).writes[0].source.dtype)
         lanes = simd_lanes(target, dtype)
-        for deinterleave in (self.deinterleave_strided, False):
+        deinterleave_first = self.deinterleave_strided and not axes.depthwise \
+            and axes.reduce_extents[0] >= self.min_deinterleave_channels
+        for deinterleave in (deinterleave_first, False):
             try:
                 if deinterleave and not deinterleave_strided_input(sch, axes, self._column(axes)):
                     continue
@@ -317,6 +333,17 @@ class DirectConv(ScheduleRule):
             sch = s_tir.Schedule(func)
             axes = match_conv(sch)
         return None  # leave it
+
+    def _left_to_matmul(self, axes: ConvAxes) -> bool:
+        """A 1x1 convolution (every reduction extent but the channel one is 1) with an output
+        map under ``min_direct_1x1_pixels``: StaticMatmul's tile (which runs after this
+        rule) is faster there."""
+        if axes.depthwise or any(e != 1 for e in axes.reduce_extents[1:]):
+            return False
+        pixels = 1
+        for extent in axes.spatial_extents[2:]:
+            pixels *= extent
+        return pixels < self.min_direct_1x1_pixels
 
     @staticmethod
     def _column(axes: ConvAxes) -> int:

@@ -47,7 +47,8 @@ CASES = [
     ("3x3 s2 p1 3-channel stem silu", (1, 3, 20, 64), 16, 3, 2, 1, 1, 1, "silu"),
     ("depthwise 3x3 s2 p0", (1, 8, 9, 64), 8, 3, 2, 0, 1, 8, "relu"),
     ("conv1d k3 s2 p0 64 long", (1, 4, 64), 8, 3, 2, 0, 1, 1, "relu"),
-    ("5x5 s3 p2 47-wide", (1, 4, 11, 47), 8, 5, 3, 2, 1, 1, "bias"),
+    ("5x5 s3 p2 47-wide", (1, 8, 11, 47), 8, 5, 3, 2, 1, 1, "bias"),
+    ("3x3 s2 p1 16 channels silu", (1, 16, 10, 64), 24, 3, 2, 1, 1, 1, "silu"),
     ("3x3 s2 p0 63-wide (odd: not deinterleaved)", (1, 4, 9, 63), 8, 3, 2, 0, 1, 1, "relu"),
 ]
 
@@ -116,7 +117,8 @@ def check_inlined_pad_deinterleaved():
     sch = s_tir.Schedule(func)
     sch.compute_inline(sch.get_sblock("pad_temp"))
     plain = sch.mod["main"]
-    scheduled = DirectConv(min_parallel_macs=0).apply(plain, host_target(), False).mod["main"]
+    scheduled = DirectConv(min_parallel_macs=0, min_deinterleave_channels=0).apply(
+        plain, host_target(), False).mod["main"]
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal([int(d) for d in p.shape], dtype="float32")
               for p in plain.params]  # the params are the buffers in TVM 0.27

@@ -43,7 +43,8 @@ def _run_isolated(call, marker, timeout=300):
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_direct_conv_applies_parallel_and_vectorized(case):
     (func,) = _fused_kernels(conv_module(*case[1:]))
-    sch = DirectConv(min_parallel_macs=0).apply(func, host_target(), False)  # small cases
+    sch = DirectConv(min_parallel_macs=0, min_direct_1x1_pixels=0).apply(  # small cases
+        func, host_target(), False)
     assert sch is not None, case[0]
     text = sch.mod["main"].script()
     assert "T.parallel(" in text and "T.vectorized(" in text
@@ -196,7 +197,7 @@ def _input_layout(func) -> tuple:
     ((1, 4, 9, 64), 1, 1, (1, 4, 11, 66)),  # stride 1: nothing to do
 ])
 def test_strided_input_is_deinterleaved_by_stride_phase(shape, stride, padding, want):
-    sch = DirectConv(min_parallel_macs=0).apply(_conv_func(shape, 8, 3 if stride < 3 else 5,
+    sch = DirectConv(min_parallel_macs=0, min_deinterleave_channels=0).apply(_conv_func(shape, 8, 3 if stride < 3 else 5,
                                                            stride, padding), host_target(), False)
     assert _input_layout(sch.mod["main"]) == want
 
@@ -207,7 +208,8 @@ def test_unpadded_input_parameter_is_deinterleaved_in_a_copy():
     func = _conv_func((1, 4, 9, 64), 8, 3, 2, 0)
     sch = tvm.s_tir.Schedule(func)
     sch.compute_inline(sch.get_sblock("pad_temp"))
-    sch = DirectConv(min_parallel_macs=0).apply(sch.mod["main"], host_target(), False)
+    sch = DirectConv(min_parallel_macs=0, min_deinterleave_channels=0).apply(
+        sch.mod["main"], host_target(), False)
     assert _input_layout(sch.mod["main"]) == (1, 4, 9, 2, 32)
     assert "x_global" in sch.mod["main"].script()
     _run_isolated("c.check_inlined_pad_deinterleaved()", "deinterleaved copy ok")
@@ -217,3 +219,29 @@ def test_deinterleave_can_be_turned_off():
     sch = DirectConv(min_parallel_macs=0, deinterleave_strided=False).apply(
         _conv_func((1, 3, 20, 64), 16, 3, 2, 1), host_target(), False)
     assert _input_layout(sch.mod["main"]) == (1, 3, 22, 66)
+
+
+def test_deinterleave_skips_few_input_channels_and_depthwise():
+    """The copy costs more than it saves there (yolov8n's 3-channel stem, depthwise 3x3 s2)."""
+    rule = DirectConv(min_parallel_macs=0)
+    stem = rule.apply(_conv_func((1, 3, 20, 64), 16, 3, 2, 1), host_target(), False)
+    assert _input_layout(stem.mod["main"]) == (1, 3, 22, 66)
+    depthwise = rule.apply(_conv_func((1, 16, 20, 64), 16, 3, 2, 1, groups=16), host_target(),
+                           False)
+    assert _input_layout(depthwise.mod["main"]) == (1, 16, 22, 66)
+    wide = rule.apply(_conv_func((1, 16, 20, 64), 16, 3, 2, 1), host_target(), False)
+    assert _input_layout(wide.mod["main"]) == (1, 16, 22, 2, 33)
+
+
+@pytest.mark.parametrize("shape, direct", [((1, 32, 80, 80), True), ((1, 192, 20, 20), True),
+                                           ((1, 256, 10, 10), False), ((1, 96, 12, 12), False)])
+def test_1x1_conv_goes_to_direct_conv_on_large_maps_only(shape, direct):
+    """DirectConv runs before StaticMatmul and declines 1x1 convolutions under 256 output
+    pixels; a 3x3 convolution on a small map is still its own."""
+    from relax_memplan.schedules import cpu_schedule_rules
+
+    assert isinstance(cpu_schedule_rules()[0], DirectConv)
+    (func,) = _fused_kernels(conv_module(shape, 16, 1, 1, 0, 1, 1, "relu"))
+    assert (DirectConv().apply(func, host_target(), False) is not None) == direct
+    assert DirectConv().apply(_conv_func((1, 8, 6, 6), 8, 3, 1, 1), host_target(),
+                              False) is not None
