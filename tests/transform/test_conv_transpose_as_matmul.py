@@ -9,6 +9,7 @@ from tvm import relax
 from relax_memplan.pipeline import backend_phases, get_pipeline
 from relax_memplan.schedules import host_target
 from relax_memplan.transform.conv_transpose_as_matmul import ConvTransposeAsMatmul
+from tests.conftest import relax_ops
 
 
 def _module(shape=(1, 6, 5, 7), out_channels=4, kernel=2, stride=2, padding=0,
@@ -28,17 +29,6 @@ def _module(shape=(1, 6, 5, 7), out_channels=4, kernel=2, stride=2, padding=0,
             out = bb.emit_output(y)
         bb.emit_func_output(out)
     return bb.get()
-
-
-def _ops(mod) -> list:
-    ops = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            ops.append(expr.op.name)
-
-    relax.analysis.post_order_visit(mod["main"].body, visit)
-    return ops
 
 
 def _run(mod, schedule, arrays):
@@ -62,8 +52,8 @@ def test_kernel_equals_stride_becomes_matmul_and_matches_tvm(shape, out_channels
     pass_ = ConvTransposeAsMatmul()
     rewritten = pass_(mod)
     assert pass_.rewritten == 1
-    assert "relax.nn.conv2d_transpose" not in _ops(rewritten)
-    assert "relax.matmul" in _ops(rewritten)
+    assert "relax.nn.conv2d_transpose" not in relax_ops(rewritten)
+    assert "relax.matmul" in relax_ops(rewritten)
     arrays = _arrays(mod)
     want = _run(mod, False, arrays)  # TVM's legalization (dilate, pad, conv)
     got = _run(mod, True, arrays)  # our pipeline: this pass, then our schedules
@@ -95,7 +85,7 @@ def test_other_transposed_convolutions_are_left_to_tvm(kwargs):
     kwargs.setdefault("out_channels", 4)
     mod = _module((1, 6, 5, 7), **kwargs)
     pass_ = ConvTransposeAsMatmul()
-    assert "relax.nn.conv2d_transpose" in _ops(pass_(mod)) and pass_.rewritten == 0
+    assert "relax.nn.conv2d_transpose" in relax_ops(pass_(mod)) and pass_.rewritten == 0
 
 
 def test_runs_before_legalize_in_scheduled_llvm_builds_only():
