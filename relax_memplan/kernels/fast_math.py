@@ -37,10 +37,20 @@ _CLAMP_LO, _CLAMP_HI = -87.0, 88.0
 _TANH_SMALL = 0.25
 # tanh(x) = x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835 - ...
 _TANH_TAYLOR = (1.0, -1.0 / 3.0, 2.0 / 15.0, -17.0 / 315.0, 62.0 / 2835.0)
+_EXP_TAYLOR = (1.0, 1.0, 1 / 2, 1 / 6, 1 / 24, 1 / 120, 1 / 720, 1 / 5040)
 
 
 def _f(value: float) -> tirx.PrimExpr:
     return tirx.const(value, "float32")
+
+
+def _let(name: str, value: tirx.PrimExpr, body) -> tirx.PrimExpr:
+    """``let name = value in body(name)``: each value is computed once, however often the
+    formula uses it. Without it, fused into a kernel whose argument is itself a large
+    expression (magika's tanh-GELU), the argument was copied ~60 times and the build took
+    17x longer."""
+    var = tirx.Var(name, "float32")  # every value bound here is float32
+    return tirx.Let(var, value, body(var))
 
 
 def _horner(x: tirx.PrimExpr, coefficients) -> tirx.PrimExpr:
@@ -70,13 +80,16 @@ def exp_clamped_f32(x: tirx.PrimExpr) -> tirx.PrimExpr:
         ``exp(-87)`` / ``exp(88)``, not 0 / ``inf``: use only where that cannot show
         (:func:`sigmoid_f32`, :func:`tanh_f32`). NaN is not preserved here.
     """
-    xc = tirx.max(tirx.min(x, _f(_CLAMP_HI)), _f(_CLAMP_LO))
-    n = tirx.floor(xc * _f(_LOG2E) + _f(0.5))
-    r = xc - n * _f(_LN2_HI) - n * _f(_LN2_LO)
-    poly = _horner(r, (1.0, 1.0, 1 / 2, 1 / 6, 1 / 24, 1 / 120, 1 / 720, 1 / 5040))
-    bits = tirx.shift_left(tirx.Cast("int32", n) + tirx.const(127, "int32"),
-                           tirx.const(23, "int32"))
-    return poly * tirx.reinterpret("float32", bits)
+    def _with_n(xc, n):
+        r = xc - n * _f(_LN2_HI) - n * _f(_LN2_LO)
+        bits = tirx.shift_left(tirx.Cast("int32", n) + tirx.const(127, "int32"),
+                               tirx.const(23, "int32"))
+        return _let("r", r, lambda rv: _horner(rv, _EXP_TAYLOR)) * tirx.reinterpret("float32",
+                                                                                   bits)
+
+    clamped = tirx.max(tirx.min(x, _f(_CLAMP_HI)), _f(_CLAMP_LO))
+    return _let("xc", clamped, lambda xc: _let(
+        "n", tirx.floor(xc * _f(_LOG2E) + _f(0.5)), lambda n: _with_n(xc, n)))
 
 
 def sigmoid_f32(x: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -87,7 +100,7 @@ def sigmoid_f32(x: tirx.PrimExpr) -> tirx.PrimExpr:
     tvm.tirx.PrimExpr
         float32 in ``[0, 1]``; absolute error a few 1e-8 (asserted in the tests).
     """
-    return _keep_nan(x, _f(1.0) / (_f(1.0) + exp_clamped_f32(-x)))
+    return _let("x", x, lambda v: _keep_nan(v, _f(1.0) / (_f(1.0) + exp_clamped_f32(-v))))
 
 
 def tanh_f32(x: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -98,9 +111,13 @@ def tanh_f32(x: tirx.PrimExpr) -> tirx.PrimExpr:
     tvm.tirx.PrimExpr
         float32 in ``[-1, 1]``; relative error a few 1e-7 (asserted in the tests).
     """
-    ax = tirx.abs(x)
-    e = exp_clamped_f32(_f(-2.0) * ax)
-    large = (_f(1.0) - e) / (_f(1.0) + e)
-    large = tirx.Select(x < _f(0.0), -large, large)
-    small = x * _horner(x * x, _TANH_TAYLOR)
-    return _keep_nan(x, tirx.Select(ax < _f(_TANH_SMALL), small, large))
+    def _body(v):
+        def _large(e):
+            mag = (_f(1.0) - e) / (_f(1.0) + e)
+            return tirx.Select(v < _f(0.0), -mag, mag)
+
+        large = _let("e", exp_clamped_f32(_f(-2.0) * tirx.abs(v)), _large)
+        small = v * _let("x2", v * v, lambda x2: _horner(x2, _TANH_TAYLOR))
+        return _keep_nan(v, tirx.Select(tirx.abs(v) < _f(_TANH_SMALL), small, large))
+
+    return _let("x", x, _body)
