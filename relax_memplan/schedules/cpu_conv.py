@@ -279,19 +279,26 @@ class DirectConv(ScheduleRule):
         1.15 (matmul tile) -> 0.27 ms, 192 -> 128 on 20x20 0.45 -> 0.28 ms; 256 -> 256 on
         10x10 0.31 -> 0.32 ms.
     schedule_depthwise : bool
-        Schedule depthwise convolutions (one input channel per output) too. Off: they keep
+        Schedule every depthwise convolution (one input channel per output). Off: the wide
+        ones (``tvm_depthwise_min_width``) keep
         TVM's unscheduled kernel (returned unchanged, so that the later rules, whose result
         was slower still, do not take it), which LLVM vectorises and which ran
         2.4-4x faster than this rule's tile (one thread, znver4: ppocrv4-det's 3x3 depthwise
         32 channels stride 2 on 160x160 0.26 vs 0.62 ms, 48 channels on 80x80 0.17 vs
         0.70 ms; the padding copy and a one-channel tile dominate).
+    tvm_depthwise_min_width : int
+        Only depthwise convolutions with an output at least this wide keep TVM's kernel;
+        narrower ones get this rule's tile, which wins there (ppocrv4-det's 5x5 depthwise
+        with hard-swish, one thread: 192 channels on 20x20 0.14 vs 0.73 ms, 384 on 10x10
+        0.10 vs 0.22 ms). The threshold lies between the widths measured (10-20 vs 80).
     """
 
     def __init__(self, max_column_vectors: int = 2, channel_tiles=(12, 8, 6, 4, 3, 2),
                  accumulators_fma: int = 12, accumulators_no_fma: int = 8,
                  accumulators_avx512: int = 24, min_parallel_macs: int = 1 << 20,
                  deinterleave_strided: bool = True, min_deinterleave_channels: int = 8,
-                 min_direct_1x1_pixels: int = 256, schedule_depthwise: bool = False):
+                 min_direct_1x1_pixels: int = 256, schedule_depthwise: bool = False,
+                 tvm_depthwise_min_width: int = 32):
         self.max_column_vectors = max_column_vectors
         self.channel_tiles = tuple(channel_tiles)
         self.accumulators_fma = accumulators_fma
@@ -302,6 +309,7 @@ class DirectConv(ScheduleRule):
         self.min_deinterleave_channels = min_deinterleave_channels
         self.min_direct_1x1_pixels = min_direct_1x1_pixels
         self.schedule_depthwise = schedule_depthwise
+        self.tvm_depthwise_min_width = tvm_depthwise_min_width
 
     def is_target_available(self, target: Target) -> bool:
         return target is not None and target.kind.name == "llvm"
@@ -326,7 +334,8 @@ class DirectConv(ScheduleRule):
             return None
         if axes is None or self._left_to_matmul(axes):
             return None
-        if self._one_channel_per_output(axes) and not self.schedule_depthwise:
+        if self._one_channel_per_output(axes) and not self.schedule_depthwise and \
+                axes.spatial_extents[self._column(axes)] >= self.tvm_depthwise_min_width:
             return sch  # TVM's kernel as is, marked scheduled so no later rule takes it
         dtype = str(sch.get(axes.block).writes[0].source.dtype)
         lanes = simd_lanes(target, dtype)
