@@ -3,7 +3,8 @@
 Where it runs
 -------------
 After ``FuseTIR`` (see :func:`relax_memplan.schedules.cpu_schedule_pass`),
-before the GEMV rule, on PrimFuncs that LegalizeOps makes of ``relax.nn.conv1d``
+first of the CPU rules (before StaticMatmul, which gets the 1x1 convolutions on small maps
+this rule declines, and the GEMV rule), on PrimFuncs that LegalizeOps makes of ``relax.nn.conv1d``
 / ``relax.nn.conv2d`` (TOPI ``conv*_nchw`` / ``group_conv2d_nchw`` /
 depthwise computes): a padding block, one reduction block
 ``out[n, f, y, x] += pad[n, c(f, rc), y * sh + ry * dh, x * sw + rx * dw] * w[f, rc, ry, rx]``
@@ -39,6 +40,13 @@ runs as a separate parallel pass (squeezenet's 7x7 stem alone, 1 thread:
 mobilenetv2-tiny's stem 0.39 -> 0.05 ms). An output of
 width 1 over rows (a conv1d exported as a conv2d on ``(length, 1)``) is tiled
 along the rows instead.
+
+Three choices measured per kernel (``benchmarks/conv_bench.py``, one thread, znver4):
+a column-strided convolution with at least 8 input channels reads a deinterleaved copy of
+its input (:func:`deinterleave_strided_input`); a 1x1 convolution with fewer than 256
+output pixels is left to StaticMatmul's tile; a depthwise convolution at least 32 outputs
+wide keeps TVM's unscheduled kernel (returned unchanged), which LLVM vectorises better
+than a one-channel tile.
 """
 
 from __future__ import annotations
