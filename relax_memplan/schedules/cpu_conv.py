@@ -44,7 +44,7 @@ along the rows instead.
 Three choices measured per kernel (``benchmarks/conv_bench.py``, one thread, znver4):
 a column-strided convolution with at least 8 input channels reads a deinterleaved copy of
 its input (:func:`deinterleave_strided_input`); a 1x1 convolution with fewer than 256
-output pixels is left to StaticMatmul's tile; a depthwise convolution at least 32 outputs
+output pixels is left to StaticMatmul's tile; a depthwise convolution at least 64 outputs
 wide keeps TVM's unscheduled kernel (returned unchanged), which LLVM vectorises better
 than a one-channel tile.
 """
@@ -194,7 +194,8 @@ class DirectConv(ScheduleRule):
         Only depthwise convolutions with an output at least this wide keep TVM's kernel;
         narrower ones get this rule's tile, which wins there (ppocrv4-det's 5x5 depthwise
         with hard-swish, one thread: 192 channels on 20x20 0.14 vs 0.73 ms, 384 on 10x10
-        0.10 vs 0.22 ms). The threshold lies between the widths measured (10-20 vs 80).
+        0.10 vs 0.22 ms, 3x3 96 channels on 40x40 0.11 vs 1.32 ms). The threshold lies
+        between the widths measured (10-40 vs 80).
     """
 
     def __init__(self, max_column_vectors: int = 2, channel_tiles=(12, 8, 6, 4, 3, 2),
@@ -202,7 +203,7 @@ class DirectConv(ScheduleRule):
                  accumulators_avx512: int = 24, min_parallel_macs: int = 1 << 20,
                  deinterleave_strided: bool = True, min_deinterleave_channels: int = 8,
                  min_direct_1x1_pixels: int = 256, schedule_depthwise: bool = False,
-                 tvm_depthwise_min_width: int = 32):
+                 tvm_depthwise_min_width: int = 64):
         self.max_column_vectors = max_column_vectors
         self.channel_tiles = tuple(channel_tiles)
         self.accumulators_fma = accumulators_fma
