@@ -8,7 +8,9 @@ rounds, with the same thread count (``TVM_NUM_THREADS`` and onnxruntime's
 * ``tvm``: ``get_pipeline("llvm", planner="tvm", fusion=False)`` (TVM's legalize/fuse pipeline, no
   schedules, TVM's memory planner);
 * ``ort``: onnxruntime's CPUExecutionProvider, its idle workers not spinning (they would
-  take the cores from the TVM runs interleaved with it).
+  take the cores from the TVM runs interleaved with it). TVM's workers do not spin either
+  (``TVM_THREAD_POOL_SPIN_COUNT=0`` unless ``--tvm-spin``): on a host shared with other jobs
+  a spinning worker takes the core its partner needs to finish the parallel loop.
 
 Reports median latency and spread (10th-90th percentile, in % of the median), the best
 (least disturbed) call of each runner and their ratio, the
@@ -232,8 +234,15 @@ def main(argv=None) -> None:
     parser.add_argument("--generic-llvm", action="store_true",
                         help="build ours for plain llvm instead of the host CPU (on a loaded "
                              "2-core machine the host-CPU build of vad-lstm took > 15 min)")
+    parser.add_argument("--tvm-spin", action="store_true",
+                        help="keep TVM's thread-pool workers spinning between parallel kernels "
+                             "(default: TVM_THREAD_POOL_SPIN_COUNT=0, like onnxruntime's "
+                             "allow_spinning=0 here; on a loaded host, squeezenet at 2 threads "
+                             "ran 218 ms spinning vs 18 ms not)")
     parser.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "latency.json"))
     args = parser.parse_args(argv)
+    if not args.tvm_spin:  # read by TVM when its thread pool starts, at the first kernel
+        os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
     if os.environ.get("TVM_NUM_THREADS") != str(args.threads):
         raise SystemExit(f"set TVM_NUM_THREADS={args.threads} before starting (TVM reads it "
                          "when its thread pool starts)")

@@ -62,6 +62,8 @@ from .transform.fuse_conv_chain import FuseConvChain
 from .transform.record_storage import RecordStorage
 from .transform.remove_dropout import RemoveDropout
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule
+from .transform.conv_transpose_as_matmul import ConvTransposeAsMatmul
+from .transform.fast_sigmoid_tanh import FastSigmoidTanh
 from .schedules import cpu_schedule_pass, gpu_schedule_pass, schedule_prim_func
 from .schedules.cpu_matmul import simd_lanes
 
@@ -275,6 +277,11 @@ def backend_phases(
         fuse_tir = [i for i, p in enumerate(legalize) if p.info.name == "FuseTIR"]
         legalize.insert(fuse_tir[-1] + 1 if fuse_tir else len(legalize), dispatch_pass)
     if schedule and kind == "llvm":
+        # vectorisable sigmoid/tanh instead of libm expf per element (SiLU, tanh-GELU);
+        # kernel-equals-stride transposed convolutions as a matmul (no zero-dilated input)
+        at = [i for i, p in enumerate(legalize) if p.info.name == "LegalizeOps"]
+        legalize[at[0] if at else 0:at[0] if at else 0] = [ConvTransposeAsMatmul(),
+                                                             FastSigmoidTanh()]
         # constant weights get the kernels' packed layout at compile time: we mark them
         # (layout_free_buffers), our rules add the layout-rewrite block, TVM splits it into
         # its own PrimFunc and FoldConstant runs it on the constant (schedules/prepack.py)

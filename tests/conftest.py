@@ -33,3 +33,18 @@ def lower_to_alloc_form(mod):
             [relax.transform.LegalizeOps()] + cpu.dataflow_lower_passes(target)
         )
         return seq(mod)
+
+
+def relax_ops(mod, func_name: str = "main") -> list:
+    """Names of the Relax operators called in ``mod[func_name]``, in post order."""
+    import tvm
+    from tvm import relax
+
+    ops = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            ops.append(expr.op.name)
+
+    relax.analysis.post_order_visit(mod[func_name].body, visit)
+    return ops

@@ -70,7 +70,8 @@ def _as_target(target: Union[str, dict, Target]) -> Target:
 
 
 def cpu_schedule_rules() -> list:
-    """The rules, most specific first: matmul, convolution, GEMV, reductions, then the fallback.
+    """The rules, most specific first: convolution (it declines 1x1 convolutions on small
+    maps, :attr:`DirectConv.min_direct_1x1_pixels`), matmul, GEMV, reduction, then the fallback.
 
     dlight's CPU ``GEMV`` and ``Reduction`` (softmax, layer norm) follow ours,
     guarded (:class:`GuardedRule`): any failure inside them, e.g. GEMV's assertion on a
@@ -91,7 +92,7 @@ def cpu_schedule_rules() -> list:
     -------
     list of tvm.s_tir.dlight.ScheduleRule
     """
-    return [StaticMatmul(), GenericMatmul(), DirectConv(),
+    return [DirectConv(), StaticMatmul(), GenericMatmul(),
             GuardedRule(CodegenGuard(DotProductGEMV(dlight.cpu.GEMV()))),
             GuardedRule(VectorRowReduction()), GuardedRule(RowReduction(dlight.cpu.Reduction())),
             GuardedRule(SpatialFallback())]

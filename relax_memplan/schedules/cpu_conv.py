@@ -3,7 +3,8 @@
 Where it runs
 -------------
 After ``FuseTIR`` (see :func:`relax_memplan.schedules.cpu_schedule_pass`),
-before the GEMV rule, on PrimFuncs that LegalizeOps makes of ``relax.nn.conv1d``
+first of the CPU rules (before StaticMatmul, which gets the 1x1 convolutions on small maps
+this rule declines, and the GEMV rule), on PrimFuncs that LegalizeOps makes of ``relax.nn.conv1d``
 / ``relax.nn.conv2d`` (TOPI ``conv*_nchw`` / ``group_conv2d_nchw`` /
 depthwise computes): a padding block, one reduction block
 ``out[n, f, y, x] += pad[n, c(f, rc), y * sh + ry * dh, x * sw + rx * dw] * w[f, rc, ry, rx]``
@@ -39,128 +40,31 @@ runs as a separate parallel pass (squeezenet's 7x7 stem alone, 1 thread:
 mobilenetv2-tiny's stem 0.39 -> 0.05 ms). An output of
 width 1 over rows (a conv1d exported as a conv2d on ``(length, 1)``) is tiled
 along the rows instead.
+
+Three choices measured per kernel (``benchmarks/conv_bench.py``, one thread, znver4):
+a column-strided convolution with at least 8 input channels reads a deinterleaved copy of
+its input (:func:`deinterleave_strided_input`); a 1x1 convolution with fewer than 256
+output pixels is left to StaticMatmul's tile; a depthwise convolution at least 64 outputs
+wide keeps TVM's unscheduled kernel (returned unchanged), which LLVM vectorises better
+than a one-channel tile.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Tuple
 
 import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight import ScheduleRule
-from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.target import Target
 
+from .conv_match import ConvAxes, _static, _uses, match_conv
 from .cpu_matmul import _has_fma, _try, simd_lanes
 from .cpu_spatial import parallelize_spatial
 
-__all__ = ["ConvAxes", "DirectConv", "match_conv"]
+__all__ = ["ConvAxes", "DirectConv", "deinterleave_strided_input", "match_conv"]
 
 _ScheduleError = s_tir.ScheduleError
-
-
-@dataclass
-class ConvAxes:
-    """The convolution block of a PrimFunc and what the schedule needs to know.
-
-    Attributes
-    ----------
-    block : SBlockRV
-        The reduction block.
-    spatial_extents : list of int
-        ``(n, f, [y,] x)`` output extents.
-    reduce_extents : list of int
-        ``(rc, [ry,] rx)`` extents.
-    depthwise : bool
-        The input channel read depends on the output channel (grouped or depthwise).
-    producers, consumers : list of SBlockRV
-        Blocks before / after the reduction block, in program order.
-    """
-
-    block: object
-    spatial_extents: List[int]
-    reduce_extents: List[int]
-    depthwise: bool
-    producers: list
-    consumers: list
-
-
-def _uses(expr, var) -> bool:
-    if isinstance(expr, tirx.IntImm):
-        return False
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
-
-
-def _static(extent) -> Optional[int]:
-    return extent.value if isinstance(extent, tirx.IntImm) else None
-
-
-def match_conv(sch: s_tir.Schedule) -> Optional[ConvAxes]:
-    """Find the direct-convolution block of the function in ``sch``.
-
-    Parameters
-    ----------
-    sch : tvm.s_tir.Schedule
-
-    Returns
-    -------
-    ConvAxes or None
-        ``None`` unless the function has exactly one reduction block, a sum of
-        products of two buffers written at its spatial iter vars ``(n, f, [y,] x)``
-        in order, with at least two reduction iter vars (or one reading the
-        input at a ``x * stride + rx`` index), ``x`` indexing only the last dim
-        of one operand (the input) and not the other (the weights), and every
-        extent constant.
-    """
-    blocks = sch.get_child_blocks(get_root_block(sch))
-    reductions = [b for b in blocks if any(iv.iter_type == tirx.IterVar.CommReduce
-                                           for iv in sch.get(b).iter_vars)]
-    if len(reductions) != 1:
-        return None
-    block_rv = reductions[0]
-    block = sch.get(block_rv)
-    spatial = [iv for iv in block.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
-    reduce = [iv for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
-    if len(spatial) + len(reduce) != len(block.iter_vars) or len(spatial) not in (3, 4):
-        return None
-    if len(reduce) != len(spatial) - 1:
-        return None
-    extents = [_static(iv.dom.extent) for iv in block.iter_vars]
-    if any(e is None for e in extents):
-        return None
-    # loops in iter-var order (S.. then R..), one loop per iter var
-    loops = sch.get_loops(block_rv)
-    if len(loops) != len(block.iter_vars):
-        return None
-    for lp, iv in zip(loops, block.iter_vars):
-        binding = sch.get(lp)
-        if _static(binding.extent) != _static(iv.dom.extent):
-            return None
-    if len(block.writes) != 1 or len(block.reads) != 2:
-        return None
-    out_idx = [r.min for r in block.writes[0].region]
-    if len(out_idx) != len(spatial) or not all(
-            isinstance(i, tirx.Var) and i.same_as(iv.var) for i, iv in zip(out_idx, spatial)):
-        return None
-    store = block.body
-    if not isinstance(store, tirx.BufferStore) or not isinstance(store.value, tirx.Add):
-        return None
-    x_var, f_var = spatial[-1].var, spatial[1].var
-    data = [r for r in block.reads if _uses(r.region[-1].min, x_var)]
-    weights = [r for r in block.reads if not any(_uses(rng.min, x_var) for rng in r.region)]
-    if len(data) != 1 or len(weights) != 1:
-        return None
-    if any(not (isinstance(rng.extent, tirx.IntImm) and rng.extent.value == 1)
-           for r in block.reads for rng in r.region):
-        return None
-    depthwise = any(_uses(rng.min, f_var) for rng in data[0].region)
-    pos = [sch.get(b).same_as(block) for b in blocks].index(True)
-    return ConvAxes(block=block_rv,
-                    spatial_extents=[_static(iv.dom.extent) for iv in spatial],
-                    reduce_extents=[_static(iv.dom.extent) for iv in reduce],
-                    depthwise=depthwise,
-                    producers=list(blocks[:pos]), consumers=list(blocks[pos + 1:]))
 
 
 def _same_domain(sch: s_tir.Schedule, block, extents: List[int]) -> bool:
@@ -193,6 +97,57 @@ def _tail_vectors(width: int, lanes: int, max_vectors: int) -> int:
                  if v * lanes <= width and width % (v * lanes) < lanes), 1)
 
 
+def _column_stride(sch: s_tir.Schedule, axes: ConvAxes, col: int) -> Tuple[int, int]:
+    """(index of the input read, stride of the output column ``col`` in the input's dim ``col``);
+    stride 1 when the index is not linear in the column variable."""
+    block = sch.get(axes.block)
+    x_var = [iv for iv in block.iter_vars if iv.iter_type == tirx.IterVar.DataPar][col].var
+    for k, read in enumerate(block.reads):
+        if len(read.region) > col and _uses(read.region[col].min, x_var):
+            coeffs = tvm.sym.detect_linear_equation(read.region[col].min, [x_var])
+            stride = _static(coeffs[0]) if len(coeffs) == 2 else None
+            return k, stride if stride is not None and stride > 0 else 1
+    return -1, 1
+
+
+def deinterleave_strided_input(sch: s_tir.Schedule, axes: ConvAxes, col: int) -> bool:
+    """Give the input of a column-strided convolution the layout ``(..., W % s, W // s)``.
+
+    With stride ``s`` along the output column ``x``, the block reads the input at
+    ``x * s + rx``: ``s`` apart, so a vector of output columns needs a gather. In the
+    deinterleaved layout that read is ``[rx % s, x + rx // s]``, one contiguous vector per
+    ``rx`` (the phase split of strided convolutions, as in the polyphase decomposition
+    of a strided filter). The layout is given to the padding block's buffer when the
+    input is padded in the function, else to a copy of the input (``cache_read``, added to
+    ``axes.producers``); either way the copy is one pass over the input.
+
+    Returns
+    -------
+    bool
+        ``True`` when the layout changed; ``False`` for stride 1, a dimension not a multiple
+        of ``s`` (the map would not be bijective) or a non-linear index.
+    """
+    read_index, stride = _column_stride(sch, axes, col)
+    if stride <= 1:
+        return False
+    buffer = sch.get(axes.block).reads[read_index].source
+    width = _static(buffer.shape[col])
+    if width is None or width % stride:
+        return False
+    writer = next((b for b in axes.producers
+                   if any(w.source.same_as(buffer) for w in sch.get(b).writes)), None)
+    if writer is None:
+        writer = sch.cache_read(axes.block, read_index, "global")
+        axes.producers.append(writer)
+
+    def _phases(*index):
+        return (*index[:col], index[col] % stride, index[col] // stride, *index[col + 1:])
+
+    sch.transform_layout(writer, ("write", 0),
+                         tirx.IndexMap.from_func(_phases, ndim=len(buffer.shape)))
+    return True
+
+
 class DirectConv(ScheduleRule):
     """Blocked direct convolution for constant shapes (see the module docstring).
 
@@ -212,17 +167,54 @@ class DirectConv(ScheduleRule):
         Fewest multiply-adds for the tile loop to be parallel; below it the
         kernel runs serially (a parallel launch costs more than it saves:
         mnist's 5x5 convolutions, 0.16 and 0.63 M multiply-adds).
+    deinterleave_strided : bool
+        Give the input of a convolution strided along its vectorised column the layout
+        ``(..., W % s, W // s)`` (:func:`deinterleave_strided_input`), so that its reads are
+        contiguous vectors, not gathers; when the schedule then fails, it is retried without.
+    min_deinterleave_channels : int
+        Fewest input channels summed per output for the deinterleaving copy to pay off
+        (never for depthwise). One thread, znver4, 3x3 stride 2: 32 -> 64 channels on an
+        80x80 map 0.91 -> 0.68 ms, but yolov8n's 3-channel stem 0.57 -> 0.68 ms and a
+        16-channel depthwise 0.19 -> 0.23 ms (``benchmarks/conv_bench.py``).
+    min_direct_1x1_pixels : int
+        A 1x1 convolution with a smaller output map is declined (left to
+        :class:`~relax_memplan.schedules.StaticMatmul`, which runs after this rule); a
+        larger one gets this rule's tile. One thread, znver4: 32 -> 32 channels on 80x80
+        1.15 (matmul tile) -> 0.27 ms, 192 -> 128 on 20x20 0.45 -> 0.28 ms; 256 -> 256 on
+        10x10 0.31 -> 0.32 ms.
+    schedule_depthwise : bool
+        Schedule every depthwise convolution (one input channel per output). Off: the wide
+        ones (``tvm_depthwise_min_width``) keep
+        TVM's unscheduled kernel (returned unchanged, so that the later rules, whose result
+        was slower still, do not take it), which LLVM vectorises and which ran
+        2.4-4x faster than this rule's tile (one thread, znver4: ppocrv4-det's 3x3 depthwise
+        32 channels stride 2 on 160x160 0.26 vs 0.62 ms, 48 channels on 80x80 0.17 vs
+        0.70 ms; the padding copy and a one-channel tile dominate).
+    tvm_depthwise_min_width : int
+        Only depthwise convolutions with an output at least this wide keep TVM's kernel;
+        narrower ones get this rule's tile, which wins there (ppocrv4-det's 5x5 depthwise
+        with hard-swish, one thread: 192 channels on 20x20 0.14 vs 0.73 ms, 384 on 10x10
+        0.10 vs 0.22 ms, 3x3 96 channels on 40x40 0.11 vs 1.32 ms). The threshold lies
+        between the widths measured (10-40 vs 80).
     """
 
     def __init__(self, max_column_vectors: int = 2, channel_tiles=(12, 8, 6, 4, 3, 2),
                  accumulators_fma: int = 12, accumulators_no_fma: int = 8,
-                 accumulators_avx512: int = 24, min_parallel_macs: int = 1 << 20):
+                 accumulators_avx512: int = 24, min_parallel_macs: int = 1 << 20,
+                 deinterleave_strided: bool = True, min_deinterleave_channels: int = 8,
+                 min_direct_1x1_pixels: int = 256, schedule_depthwise: bool = False,
+                 tvm_depthwise_min_width: int = 64):
         self.max_column_vectors = max_column_vectors
         self.channel_tiles = tuple(channel_tiles)
         self.accumulators_fma = accumulators_fma
         self.accumulators_avx512 = accumulators_avx512
         self.accumulators_no_fma = accumulators_no_fma
         self.min_parallel_macs = min_parallel_macs
+        self.deinterleave_strided = deinterleave_strided
+        self.min_deinterleave_channels = min_deinterleave_channels
+        self.min_direct_1x1_pixels = min_direct_1x1_pixels
+        self.schedule_depthwise = schedule_depthwise
+        self.tvm_depthwise_min_width = tvm_depthwise_min_width
 
     def is_target_available(self, target: Target) -> bool:
         return target is not None and target.kind.name == "llvm"
@@ -245,22 +237,56 @@ class DirectConv(ScheduleRule):
             axes = match_conv(sch)
         except ValueError:  # body is not a root block
             return None
-        if axes is None:
+        if axes is None or self._left_to_matmul(axes):
             return None
+        if self._one_channel_per_output(axes) and not self.schedule_depthwise and \
+                axes.spatial_extents[self._column(axes)] >= self.tvm_depthwise_min_width:
+            return sch  # TVM's kernel as is, marked scheduled so no later rule takes it
         dtype = str(sch.get(axes.block).writes[0].source.dtype)
         lanes = simd_lanes(target, dtype)
-        try:
-            self._schedule(sch, axes, lanes, target)
-        except (_ScheduleError, tvm.error.InternalError):
-            return None  # a primitive's check failed on an unusual variant: leave it
-        return sch
+        deinterleave_first = self.deinterleave_strided and not axes.depthwise \
+            and axes.reduce_extents[0] >= self.min_deinterleave_channels
+        for deinterleave in (deinterleave_first, False):
+            try:
+                if deinterleave and not deinterleave_strided_input(sch, axes, self._column(axes)):
+                    continue
+                self._schedule(sch, axes, lanes, target)
+                return sch
+            except (_ScheduleError, tvm.error.InternalError):
+                pass  # a primitive's check failed on an unusual variant: retry plainly
+            sch = s_tir.Schedule(func)
+            axes = match_conv(sch)
+        return None  # leave it
+
+    @staticmethod
+    def _one_channel_per_output(axes: ConvAxes) -> bool:
+        """Depthwise: each output channel sums over one input channel only."""
+        return axes.depthwise and axes.reduce_extents[0] == 1
+
+    def _left_to_matmul(self, axes: ConvAxes) -> bool:
+        """A 1x1 convolution (every reduction extent but the channel one is 1) with an output
+        map under ``min_direct_1x1_pixels``: StaticMatmul's tile (which runs after this
+        rule) is faster there."""
+        if axes.depthwise or any(e != 1 for e in axes.reduce_extents[1:]):
+            return False
+        pixels = 1
+        for extent in axes.spatial_extents[2:]:
+            pixels *= extent
+        return pixels < self.min_direct_1x1_pixels
+
+    @staticmethod
+    def _column(axes: ConvAxes) -> int:
+        """The output dim tiled into vectors: the width, or the length of a conv1d written
+        as a conv2d over ``(length, 1)`` (magika)."""
+        n_sp = len(axes.spatial_extents)
+        if n_sp == 4 and axes.spatial_extents[3] == 1 and axes.spatial_extents[2] > 1:
+            return 2
+        return n_sp - 1
 
     def _schedule(self, sch: s_tir.Schedule, axes: ConvAxes, lanes: int, target: Target) -> None:
         block = axes.block
         n_sp = len(axes.spatial_extents)
-        col = n_sp - 1
-        if n_sp == 4 and axes.spatial_extents[3] == 1 and axes.spatial_extents[2] > 1:
-            col = 2  # a conv1d written as a conv2d over (length, 1) (magika): tile the length
+        col = self._column(axes)
         width = axes.spatial_extents[col]
         xt = _column_tile(width, lanes, self.max_column_vectors)
         macs = 1

@@ -43,7 +43,8 @@ def _run_isolated(call, marker, timeout=300):
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_direct_conv_applies_parallel_and_vectorized(case):
     (func,) = _fused_kernels(conv_module(*case[1:]))
-    sch = DirectConv(min_parallel_macs=0).apply(func, host_target(), False)  # small cases
+    sch = DirectConv(min_parallel_macs=0, min_direct_1x1_pixels=0,  # small cases
+                     schedule_depthwise=True).apply(func, host_target(), False)
     assert sch is not None, case[0]
     text = sch.mod["main"].script()
     assert "T.parallel(" in text and "T.vectorized(" in text
@@ -170,3 +171,95 @@ def test_1x1_conv_gets_the_matmul_tile_without_padded_columns(shape, filters):
     assert sch is not None
     text = sch.mod["main"].script()
     assert "_pad" not in text and "T.vectorized(" in text and "_local" in text
+
+
+def _conv_func(shape, filters, kernel, stride, padding, groups=1):
+    (func,) = _fused_kernels(conv_module(shape, filters, kernel, stride, padding, 1, groups,
+                                         "relu"))
+    return func
+
+
+def _input_layout(func) -> tuple:
+    """Shape of the buffer the scheduled convolution reads its input from (the padding
+    block's, or the input copy's)."""
+    from tvm.s_tir.dlight.analysis import get_root_block
+
+    sch = tvm.s_tir.Schedule(func)
+    allocs = {b.name: b for b in sch.get(get_root_block(sch)).alloc_buffers}
+    buffer = allocs["pad_temp"] if "pad_temp" in allocs else allocs["x_global"]
+    return tuple(int(d) for d in buffer.shape)
+
+
+@pytest.mark.parametrize("shape, stride, padding, want", [
+    ((1, 3, 20, 64), 2, 1, (1, 3, 22, 2, 33)),  # yolov8n's stem: padded 66 -> 2 x 33
+    ((1, 4, 11, 47), 3, 2, (1, 4, 15, 3, 17)),  # stride 3: 51 -> 3 x 17
+    ((1, 4, 9, 63), 2, 0, (1, 4, 9, 63)),  # 63 is no multiple of 2: left as is
+    ((1, 4, 9, 64), 1, 1, (1, 4, 11, 66)),  # stride 1: nothing to do
+])
+def test_strided_input_is_deinterleaved_by_stride_phase(shape, stride, padding, want):
+    sch = DirectConv(min_parallel_macs=0, min_deinterleave_channels=0).apply(_conv_func(shape, 8, 3 if stride < 3 else 5,
+                                                           stride, padding), host_target(), False)
+    assert _input_layout(sch.mod["main"]) == want
+
+
+def test_unpadded_input_parameter_is_deinterleaved_in_a_copy():
+    """No padding block in the function (inlined here): the input is copied
+    (``cache_read``) into the deinterleaved layout, and the result still matches."""
+    func = _conv_func((1, 4, 9, 64), 8, 3, 2, 0)
+    sch = tvm.s_tir.Schedule(func)
+    sch.compute_inline(sch.get_sblock("pad_temp"))
+    sch = DirectConv(min_parallel_macs=0, min_deinterleave_channels=0).apply(
+        sch.mod["main"], host_target(), False)
+    assert _input_layout(sch.mod["main"]) == (1, 4, 9, 2, 32)
+    assert "x_global" in sch.mod["main"].script()
+    _run_isolated("c.check_inlined_pad_deinterleaved()", "deinterleaved copy ok")
+
+
+def test_deinterleave_can_be_turned_off():
+    sch = DirectConv(min_parallel_macs=0, deinterleave_strided=False).apply(
+        _conv_func((1, 3, 20, 64), 16, 3, 2, 1), host_target(), False)
+    assert _input_layout(sch.mod["main"]) == (1, 3, 22, 66)
+
+
+def test_deinterleave_skips_few_input_channels_and_depthwise():
+    """The copy costs more than it saves there (yolov8n's 3-channel stem, depthwise 3x3 s2)."""
+    rule = DirectConv(min_parallel_macs=0)
+    stem = rule.apply(_conv_func((1, 3, 20, 64), 16, 3, 2, 1), host_target(), False)
+    assert _input_layout(stem.mod["main"]) == (1, 3, 22, 66)
+    depthwise = rule.apply(_conv_func((1, 16, 20, 64), 16, 3, 2, 1, groups=16), host_target(),
+                           False)
+    assert _input_layout(depthwise.mod["main"]) == (1, 16, 22, 66)
+    wide = rule.apply(_conv_func((1, 16, 20, 64), 16, 3, 2, 1), host_target(), False)
+    assert _input_layout(wide.mod["main"]) == (1, 16, 22, 2, 33)
+
+
+@pytest.mark.parametrize("shape, direct", [((1, 32, 80, 80), True), ((1, 192, 20, 20), True),
+                                           ((1, 256, 10, 10), False), ((1, 96, 12, 12), False)])
+def test_1x1_conv_goes_to_direct_conv_on_large_maps_only(shape, direct):
+    """DirectConv runs before StaticMatmul and declines 1x1 convolutions under 256 output
+    pixels; a 3x3 convolution on a small map is still its own."""
+    from relax_memplan.schedules import cpu_schedule_rules
+
+    assert isinstance(cpu_schedule_rules()[0], DirectConv)
+    (func,) = _fused_kernels(conv_module(shape, 16, 1, 1, 0, 1, 1, "relu"))
+    assert (DirectConv().apply(func, host_target(), False) is not None) == direct
+    assert DirectConv().apply(_conv_func((1, 8, 6, 6), 8, 3, 1, 1), host_target(),
+                              False) is not None
+
+
+def test_depthwise_keeps_tvms_kernel_unless_asked():
+    """TVM's unscheduled depthwise kernel ran 2.4-4x faster than our tile on wide maps
+    (ppocrv4-det): returned unchanged, so that no later rule takes it either; on maps under
+    64 wide our tile wins and is kept."""
+    func = _conv_func((1, 16, 10, 160), 16, 3, 2, 1, groups=16)  # 80 wide
+    kept = DirectConv().apply(func, host_target(), False)
+    tvm.ir.assert_structural_equal(kept.mod["main"], func)
+    ours = DirectConv(min_parallel_macs=0, schedule_depthwise=True).apply(func, host_target(),
+                                                                         False)
+    assert "T.parallel(" in ours.mod["main"].script()
+    narrow = _conv_func((1, 32, 6, 40), 32, 3, 1, 1, groups=32)  # 40 wide: our tile wins
+    text = DirectConv().apply(narrow, host_target(), False).mod["main"].script()
+    assert "_local" in text or "_partition" in text  # our tile
+    grouped = _conv_func((1, 16, 20, 64), 16, 3, 1, 1, groups=4)  # 4 channels per output
+    text = DirectConv(min_parallel_macs=0).apply(grouped, host_target(), False).mod["main"].script()
+    assert "T.parallel(" in text

@@ -1,8 +1,9 @@
 """Shared ONNX models built with our CPU schedules for the host CPU (``schedule=True``): the
 outputs stay within ``1e-4 * max|ref| + 1e-5`` of onnxruntime. Covers the 1x1 convolutions as
-matmul tiles (mobilenetv2, squeezenet, yolov8n), the weights packed at compile time (bert,
-gpt2), and every other shared model (mnist, ultraface, silero, magika, ppocrv4-det: direct
-convolutions, conv1d, the fallback's pooling and element-wise kernels)."""
+matmul tiles (mobilenetv2, squeezenet, yolov8n), direct convolutions with SiLU /
+tanh-GELU epilogues (yolov8n, magika, ppocrv4-det), the weights packed at compile time (bert,
+gpt2), and every other shared model (mnist, ultraface, silero: conv1d, the fallback's pooling
+and element-wise kernels)."""
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ CASES = [
     pytest.param("silero-vad-op18-ifless.onnx", {"input": (1, 512), "state": (2, 1, 128)},
                  {"sr": np.array(16000, dtype=np.int64)}, id="silero-vad",
                  marks=pytest.mark.slow),
+    # tanh-GELU after a conv1d (FastSigmoidTanh), a large conv1d-as-conv2d (DirectConv)
     pytest.param("magika-1.0.3.onnx", {"bytes": (1, 2048)}, id="magika", marks=pytest.mark.slow),
     pytest.param("ppocrv4-det.onnx", {"x": (1, 3, 320, 320)}, id="ppocrv4-det",
                  marks=pytest.mark.slow),

@@ -11,6 +11,7 @@ from relax_memplan.pipeline import get_pipeline
 from relax_memplan.targets import cuda_source
 from relax_memplan.transform import ExpandIntegerPower
 from relax_memplan.transform.expand_integer_power import small_integer_exponent
+from tests.conftest import relax_ops
 
 
 def _power_module(exponent: float):
@@ -24,24 +25,13 @@ def _power_module(exponent: float):
     return bb.get()
 
 
-def _ops(mod) -> list:
-    ops = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
-            ops.append(expr.op.name)
-
-    relax.analysis.post_order_visit(mod["main"].body, visit)
-    return ops
-
-
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_small_integer_powers_become_multiplications_and_match_numpy(n):
     pass_ = ExpandIntegerPower()
     mod = pass_(_power_module(float(n)))
     assert pass_.expanded == 1
-    assert "relax.power" not in _ops(mod)
-    assert _ops(mod).count("relax.multiply") == (1 if n == 2 else 2)
+    assert "relax.power" not in relax_ops(mod)
+    assert relax_ops(mod).count("relax.multiply") == (1 if n == 2 else 2)
     ex = tvm.compile(mod, "llvm", relax_pipeline=get_pipeline("llvm"))
     x = np.linspace(-3, 3, 32, dtype="float32").reshape(4, 8)  # negative bases included
     out = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
@@ -52,7 +42,7 @@ def test_small_integer_powers_become_multiplications_and_match_numpy(n):
 def test_other_exponents_are_left_to_tvm(exponent):
     pass_ = ExpandIntegerPower()
     mod = pass_(_power_module(exponent))
-    assert pass_.expanded == 0 and "relax.power" in _ops(mod)
+    assert pass_.expanded == 0 and "relax.power" in relax_ops(mod)
 
 
 def test_exponent_must_be_a_one_element_float_constant():
@@ -78,7 +68,6 @@ def test_a_broadcasting_power_is_left_alone():
     pass_ = ExpandIntegerPower()
     pass_(Broadcast)
     assert pass_.expanded == 0
-
 
 
 def test_cuda_build_has_no_pow_where_tvm_alone_emits_one():
