@@ -85,7 +85,14 @@ class FuseConvChain:
         SIMD lanes of the kernel's inner loops (the target's, see
         :func:`~relax_memplan.schedules.cpu_matmul.simd_lanes`).
     memory_check : bool
-        Apply the live-bytes rule (module docstring); ``False`` fuses every match.
+        Apply the live-bytes rule (module docstring), and refuse a site whose scratch for
+        ``threads`` parallel iterations is not smaller than the intermediate it removes
+        (the scratch lives in TVM's workspace, outside the arena and the lower bound, so the
+        live-bytes rule cannot see it); ``False`` fuses every match.
+    threads : int, optional
+        Threads that run a fused kernel at once, for the scratch rule (>= 1; default
+        ``tvm.runtime.num_threads()`` at compile time: a library run with more threads than
+        it was compiled for uses more scratch than this rule allowed for).
     target : tvm.target.Target or str, optional
         Whose lowering passes the check runs (default ``llvm``).
 
@@ -100,7 +107,8 @@ class FuseConvChain:
         ``kernel_below_stride``: the consumer's kernel height is below its row stride;
         ``dense_consumer``: not depthwise, with ``consumers="depthwise"``; ``overlap``: the
         producer is the consumer of a chain already fused;
-        ``peak``: the function's live bytes would not improve).
+        ``peak``: the function's live bytes would not improve; ``scratch``: the scratch of
+        ``threads`` parallel iterations is not smaller than the intermediate).
     scratch_bytes : int
         Largest kernel-local scratch of one parallel iteration among the fused kernels (bytes).
 
@@ -111,7 +119,8 @@ class FuseConvChain:
     """
 
     def __init__(self, min_stride: int = 2, tile_rows: int = 2, lanes: int = 4,
-                 consumers: str = "all", memory_check: bool = True, target=None):
+                 consumers: str = "all", memory_check: bool = True, target=None,
+                 threads: Optional[int] = None):
         for name, value in (("min_stride", min_stride), ("tile_rows", tile_rows),
                             ("lanes", lanes)):
             if value < 1:
@@ -122,6 +131,9 @@ class FuseConvChain:
         self.min_stride, self.tile_rows, self.lanes = min_stride, tile_rows, lanes
         self.memory_check = memory_check
         self.target = target
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self.threads = threads
         self.fused = 0
         self.skipped: Dict[str, int] = {}
         self.scratch_bytes = 0
@@ -163,12 +175,21 @@ class FuseConvChain:
             b_steps, b_arrays, last, after = matcher.forward(var, b.out_channels, shape)
             site = ChainSite(producer, a, a_steps, a_arrays, value, b, b_steps, b_arrays, last,
                              replaced + [var] + after)
+            if self.memory_check and self._scratch_exceeds(a, b):
+                self._skip("scratch")
+                continue
             if claimed & set(site.replaced):  # conv -> s2 conv -> s2 conv: the first pair only
                 self._skip("overlap")
                 continue
             claimed |= set(site.replaced)
             sites.append(site)
         return sites
+
+    def _scratch_exceeds(self, a, b) -> bool:
+        """Scratch of all threads >= the intermediate of one image (float32 bytes)."""
+        threads = self.threads if self.threads is not None else tvm.runtime.num_threads()
+        intermediate = 4 * a.out_channels * a.out_hw[0] * a.out_hw[1]
+        return scratch_bytes(a, b, self.tile_rows) * threads >= intermediate
 
     def _rewrite(self, mod, gv, func, sites):
         if not sites:

@@ -91,7 +91,7 @@ CASES = [
          k_b=3, stride_b=(3, 3), pad_b=(0, 0, 0, 0), group_b=6, act="relu6"),
     dict(c_in=3, hw=[19, 21], c_mid=8, k_a=3, stride_a=(2, 2), pad_a=(1, 1, 1, 1), c_out=8,
          k_b=3, stride_b=(2, 2), pad_b=(1, 1, 1, 1), group_b=8, act="silu"),
-    dict(c_in=2, hw=[14, 9], c_mid=4, k_a=3, stride_a=(1, 1), pad_a=(0, 1, 0, 1), c_out=3,
+    dict(c_in=2, hw=[40, 9], c_mid=4, k_a=3, stride_a=(1, 1), pad_a=(0, 1, 0, 1), c_out=3,
          k_b=3, stride_b=(3, 2), pad_b=(1, 0, 0, 1), group_b=1, act="silu"),
 ]
 
@@ -107,7 +107,7 @@ def test_chain_matches_onnxruntime(case):
 def test_consumer_kernel_below_its_stride_is_left_to_tvm():
     """A 2-row kernel at stride 3 reads rows with gaps: not fused, and still right."""
     case = dict(CASES[3], k_b=2)
-    passes, _ = _check_against_ort(_chain_model(**case), {"x": (1, 2, 14, 9)})
+    passes, _ = _check_against_ort(_chain_model(**case), {"x": (1, 2, *case["hw"])})
     chain = [p for p in passes if p.info.name == "FuseConvChain"][0]
     assert chain.fused == 0 and chain.skipped == {"kernel_below_stride": 1}
 
@@ -217,6 +217,26 @@ def test_scratch_and_recompute_of_mobilenet_site():
     b = ConvSpec(96, 96, (48, 48), (3, 3), (2, 2), (1, 1, 1, 1), 96)
     assert scratch_bytes(a, b, 2) == 4 * (5 * 96 * (48 + 50) + 2 * 24) == 188352
     assert recompute_factor(b, 2) == 1.25 and recompute_factor(b, 1) == 1.5
+
+
+def test_site_whose_scratch_is_not_smaller_than_the_intermediate_is_refused():
+    """The scratch (TVM workspace, one per running thread) is outside the lower bound, so the
+    live-bytes rule cannot see it: a site is refused when the scratch of all threads is not
+    smaller than the intermediate it removes. mobilenetv2's first site: 188,352 B per thread
+    against 884,736 B, fused up to 4 threads, refused from 5."""
+    a = ConvSpec(16, 96, (48, 48), (1, 1), (1, 1), (0, 0, 0, 0), 1)
+    b = ConvSpec(96, 96, (48, 48), (3, 3), (2, 2), (1, 1, 1, 1), 96)
+    assert not FuseConvChain(threads=4)._scratch_exceeds(a, b)
+    assert FuseConvChain(threads=5)._scratch_exceeds(a, b)
+    model = _chain_model(**CASES[0])
+    mod, _ = import_onnx(model, {"x": (1, CASES[0]["c_in"], *CASES[0]["hw"])})
+    many, one = FuseConvChain(target=_LLVM, threads=64), FuseConvChain(target=_LLVM, threads=1)
+    many(mod)
+    one(mod)
+    assert (many.fused, many.skipped) == (0, {"scratch": 1})
+    assert one.fused == 1
+    with pytest.raises(ValueError, match="threads"):
+        FuseConvChain(threads=0)
 
 
 def _submodel(path, tmp_path, inputs, outputs):
