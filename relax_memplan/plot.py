@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import textwrap
 from pathlib import Path
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import RelaxMemplanError
+from .planner.buffer import union_bytes
 
 __all__ = ["plot_plan", "plot_shapes", "shape_series", "live_bytes_per_step", "byte_unit"]
 
@@ -33,9 +34,15 @@ def byte_unit(max_bytes: int) -> Tuple[str, int]:
     return ("MiB", 1 << 20) if max_bytes >= 4 << 20 else ("KiB", 1 << 10)
 
 
-def live_bytes_per_step(tensors: Sequence, num_steps: int) -> List[int]:
+def live_bytes_per_step(tensors: Sequence, num_steps: int,
+                        offsets: Optional[Sequence[int]] = None) -> List[int]:
     """Bytes of ``tensors`` live at each step ``0 .. num_steps - 1`` (half-open live ranges
-    ``[start, end)``, sizes ``size_bytes``)."""
+    ``[start, end)``, sizes ``size_bytes``); with ``offsets`` (one per tensor, one arena), the
+    bytes their ranges cover, so tensors placed inside one another (concatenation inputs in
+    their output, in-place chains) count once."""
+    if offsets is not None:
+        return [union_bytes((o, t.size_bytes) for t, o in zip(tensors, offsets)
+                            if t.start <= step < t.end) for step in range(num_steps)]
     delta = [0] * (num_steps + 1)
     for t in tensors:
         delta[max(t.start, 0)] += t.size_bytes
@@ -96,7 +103,7 @@ def plot_plan(function_plan, path, title: str = "") -> Path:
         layout.set_title(_fit_title(f"{_short_name(title)} {function_plan.name}: device "
                                     f"{arena.device_index}, {len(placed)} tensors in one arena "
                                     f"({arena.algorithm})"))
-        _draw_live_bytes(live, [t for t, _ in placed], arena, unit, scale, steps)
+        _draw_live_bytes(live, placed, arena, unit, scale, steps)
     fig.tight_layout()
     for k, arena in enumerate(arenas):  # after the layout: labels are fitted in pixels
         placed = sorted(((tensors[uid], offset) for uid, offset in arena.offsets.items()),
@@ -272,8 +279,8 @@ def _label(ax, t, offset: int, unit: str, scale: int) -> None:
             return
 
 
-def _draw_live_bytes(ax, placed_tensors, arena, unit: str, scale: int, steps: int) -> None:
-    live = live_bytes_per_step(placed_tensors, steps)
+def _draw_live_bytes(ax, placed, arena, unit: str, scale: int, steps: int) -> None:
+    live = live_bytes_per_step([t for t, _ in placed], steps, [o for _, o in placed])
     xs = list(range(steps + 1))
     ys = [b / scale for b in live] + [live[-1] / scale if live else 0]
     ax.fill_between(xs, ys, step="post", color="#1f77b4", alpha=0.25)

@@ -377,7 +377,9 @@ def _peak_lines(tensors: List[Dict], peak_step: Optional[int], live_at_peak: Lis
         return []
     by_name = {t["name"]: t for t in tensors}
     live = [by_name[n] for n in live_at_peak]
-    total = sum(t["size_bytes"] for t in live)
+    from .compile.summary import live_storage_bytes  # the package imports this module first
+
+    total = live_storage_bytes(live)  # tensors placed inside one another count once
     lines = [f"  live at the peak{where} (step {peak_step}): {len(live)} tensors, {total:,} B"
              + (f"; the {top} largest:" if len(live) > top else ":"),
              f"    {'tensor':<16}{'kernel':<36}{'shape':<22}{'bytes':>12}{'offset':>12}  live"]

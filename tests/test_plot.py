@@ -120,3 +120,31 @@ def test_long_model_path_titles_fit_the_figure():
     text = _fit_title(f"{_short_name(path)} main: device 0, 123 tensors in one arena "
                       f"(lowest_first_by_area)")
     assert all(len(line) <= 70 for line in text.splitlines()) and "\n" in text
+
+
+def test_live_bytes_count_tensors_placed_inside_one_another_once():
+    """Newcomer trial: yolov8n's plot showed live bytes 2,400 KiB above its 2,000 KiB arena
+    (a concat output and its three inputs placed inside it, summed). With offsets the live
+    bytes are the bytes covered; the report's peak rows the same."""
+    from types import SimpleNamespace
+
+    from relax_memplan.compile.summary import live_storage_bytes, peak_of
+    from relax_memplan.planner.buffer import union_bytes
+
+    def t(start, end, size):
+        return SimpleNamespace(start=start, end=end, size_bytes=size)
+
+    # out [0, 300) holds a [0, 100) and b [100, 300); c elsewhere
+    tensors = [t(0, 3, 100), t(1, 3, 200), t(2, 4, 300), t(0, 4, 50)]
+    offsets = [0, 100, 0, 300]
+    assert live_bytes_per_step(tensors, 4) == [150, 350, 650, 350]
+    assert live_bytes_per_step(tensors, 4, offsets) == [150, 350, 350, 350]
+    assert union_bytes([(0, 100), (100, 200), (0, 300), (300, 50)]) == 350
+    assert union_bytes([(0, 10), (5, 10), (30, 1), (0, 0)]) == 16
+    rows = [{"name": n, "size_bytes": x.size_bytes, "live_range": [x.start, x.end],
+             "offset_bytes": o, "arena": 0} for n, x, o in zip("abcd", tensors, offsets)]
+    step, names = peak_of(rows)
+    assert live_storage_bytes([r for r in rows if r["name"] in names]) == 350
+    # two arenas never merge their ranges
+    assert live_storage_bytes([dict(rows[0], arena=0), dict(rows[0], arena=1)]) == 200
+    assert live_storage_bytes([{"size_bytes": 7}, {"size_bytes": 5}]) == 12

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["Buffer", "Plan", "peak_live_bytes", "live_bytes_profile", "check_unique_ids"]
+__all__ = ["Buffer", "Plan", "peak_live_bytes", "live_bytes_profile", "check_unique_ids",
+           "union_bytes"]
 
 
 def _as_int(value, name: str, buffer_id) -> int:
@@ -175,6 +176,22 @@ def live_bytes_profile(buffers: Iterable[Buffer]) -> list[tuple[int, int]]:
         else:
             profile.append((step, live))
     return profile
+
+
+def union_bytes(ranges: Iterable[Tuple[int, int]]) -> int:
+    """Bytes covered by byte ranges ``(offset, size)`` (each ``[offset, offset + size)``),
+    overlaps counted once: what tensors placed inside one another (a concatenation's inputs
+    inside its output, an in-place chain at one offset) occupy together."""
+    covered, end = 0, None
+    for start, size in sorted((o, s) for o, s in ranges if s > 0):
+        stop = start + size
+        if end is None or start >= end:
+            covered += size
+            end = stop
+        elif stop > end:
+            covered += stop - end
+            end = stop
+    return covered
 
 
 def peak_live_bytes(buffers: Iterable[Buffer]) -> int:
