@@ -210,9 +210,12 @@ def _plan_cells(s: ShapeMeasurement) -> str:
     return f"{s.lower_bound_bytes:>12,}{s.arena_bytes:>12,}{s.arena_over_lower_bound:>9.3f}"
 
 
-def _ratio_cell(s: ShapeMeasurement) -> str:
-    """The x LB cell of the side-by-side table (9 characters)."""
-    return f"{'-':>9}" if s.arena_over_lower_bound is None else f"{s.arena_over_lower_bound:>9.3f}"
+def _ratio_cell(s: ShapeMeasurement, lower_bound: Optional[int]) -> str:
+    """The x LB cell of the side-by-side table (9 characters): the strategy's arena over
+    ``lower_bound``, the row's LB column (the lowest bound of any strategy there)."""
+    if not s.planned or not lower_bound or s.arena_bytes is None:
+        return f"{'-':>9}"
+    return f"{s.arena_bytes / lower_bound:>9.3f}"
 
 
 _LOOP_FORMS = {"kernel": "time loop inside one kernel", "unrolled": "unrolled",
@@ -330,9 +333,12 @@ def format_side_by_side(reports: Mapping[str, CompileReport]) -> str:
     lines.append(cols + f"{'run TVM':>12}{'max err':>10}" + ("  verify" if compared else ""))
     for k, row in enumerate(first.shapes):
         same = [reports[n].shapes[k] for n in names]
-        lbs = [s.lower_bound_bytes for s in same if s.planned]
-        text = f"  {_dims_text(row.dims):<28}{_num(lbs[0] if lbs else None):>12}"
-        text += "".join(f"{_ratio_cell(s)}{_num(s.runtime_alloc_bytes):>12}" for s in same)
+        # one LB column: the lowest bound of any strategy (in-place reuse lowers exact's
+        # and buckets' bound, not upper_bound's), every x LB against it
+        lbs = [s.lower_bound_bytes for s in same if s.planned and s.lower_bound_bytes]
+        lb = min(lbs) if lbs else None
+        text = f"  {_dims_text(row.dims):<28}{_num(lb):>12}"
+        text += "".join(f"{_ratio_cell(s, lb)}{_num(s.runtime_alloc_bytes):>12}" for s in same)
         errors = [s.max_abs_error for s in same if s.max_abs_error is not None]
         text += f"{_num(row.tvm_default_runtime_alloc_bytes):>12}"
         text += f"{max(errors):>10.2g}" if errors else f"{'-':>10}"

@@ -92,3 +92,19 @@ def test_text_shows_the_ten_largest_tensors_live_at_the_peak():
             if line.startswith("    t") and not line.startswith("    tensor")]
     assert [r[0] for r in rows] == live[:10]
     assert rows[0] == ["t11", "fused_kernel_11", "12", "float32", "48", "704", "[0,", "3)"]
+
+
+def test_side_by_side_ratios_are_against_the_lowest_bound_of_the_row():
+    """Newcomer trial: with in-place reuse exact's bound (786,432) is below upper_bound's
+    (917,504, no in-place); the LB column showed upper_bound's and exact said 1.000 against
+    it. Now one LB column, the lowest, and every x LB against it."""
+    reports = {}
+    for name, arena, lb in (("exact", 786432, 786432), ("upper_bound", 917504, 917504)):
+        r = CompileReport(model="m", strategy=name, dims={"n": (1, 4)})
+        r.shapes.append(ShapeMeasurement({"n": 1}, arena + 40, arena, lb,
+                                         tvm_default_runtime_alloc_bytes=10**6))
+        reports[name] = r
+    lines = format_side_by_side(reports).splitlines()
+    assert lines[4].split()[:6] == ["n=1", "786,432", "1.000", "786,472", "1.167", "917,544"]
+    reports = {"upper_bound": reports["upper_bound"], "exact": reports["exact"]}  # order free
+    assert format_side_by_side(reports).splitlines()[4].split()[1:3] == ["786,432", "1.167"]
