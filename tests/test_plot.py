@@ -148,3 +148,19 @@ def test_live_bytes_count_tensors_placed_inside_one_another_once():
     # two arenas never merge their ranges
     assert live_storage_bytes([dict(rows[0], arena=0), dict(rows[0], arena=1)]) == 200
     assert live_storage_bytes([{"size_bytes": 7}, {"size_bytes": 5}]) == 12
+
+
+def test_peak_counts_a_group_root_over_its_reserved_span():
+    """A concat output's storage is reserved from its first input's definition (the planner's
+    merged buffer, the lower bound): with that span the peak rows cover the output's bytes
+    at a step where only an input has been written."""
+    from relax_memplan.compile.summary import live_storage_bytes, peak_of
+
+    rows = [{"name": "out", "size_bytes": 300, "live_range": [3, 5], "offset_bytes": 0},
+            {"name": "a", "size_bytes": 100, "live_range": [1, 4], "offset_bytes": 0},
+            {"name": "x", "size_bytes": 250, "live_range": [0, 2], "offset_bytes": 300}]
+    step, names = peak_of(rows)
+    assert (step, live_storage_bytes([r for r in rows if r["name"] in names])) == (1, 350)
+    step, names = peak_of(rows, {"out": (1, 5)})
+    assert step == 1 and sorted(names) == ["a", "out", "x"]
+    assert live_storage_bytes([r for r in rows if r["name"] in names]) == 550

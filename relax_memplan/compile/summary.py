@@ -145,22 +145,44 @@ def planned_tensors(fplan) -> Tuple[List[Dict], Optional[int], List[str]]:
              "size_bytes": t.size_bytes, "live_range": [t.start, t.end],
              "arena": placed[t.uid][0], "offset_bytes": placed[t.uid][1]}
             for t in fplan.liveness.tensors if t.uid in placed]
-    return (rows,) + peak_of(rows)
+    return (rows,) + peak_of(rows, _reserved_spans(fplan))
 
 
-def peak_of(rows: Sequence[Dict]) -> Tuple[Optional[int], List[str]]:
+def _reserved_spans(fplan) -> Dict[str, Tuple[int, int]]:
+    """Root tensor of each placement group (a concatenation's output holding its inputs, an
+    in-place chain) -> the steps its storage is reserved: the span of all its members, as
+    the planner's merged buffers (the lower bound counts the region over that span)."""
+    from ..transform._inplace_plan import absolute_deltas
+
+    ranges = {t.uid: (t.start, t.end) for t in fplan.liveness.tensors}
+    spans: Dict[str, Tuple[int, int]] = {}
+    for arena in fplan.arenas:
+        for member, (root, _delta) in absolute_deltas(getattr(arena, "nested", {})).items():
+            lo, hi = spans.get(root, ranges[root])
+            spans[root] = (min(lo, ranges[member][0]), max(hi, ranges[member][1]))
+    return spans
+
+
+def peak_of(rows: Sequence[Dict], spans: Optional[Dict[str, Tuple[int, int]]] = None
+            ) -> Tuple[Optional[int], List[str]]:
     """The step where the live bytes of ``rows`` (``size_bytes``, half-open ``live_range``)
-    peak (:func:`live_storage_bytes`: tensors placed inside one another count once), and the
-    names of the rows live there, largest first; ``(None, [])`` for no rows."""
+    peak (:func:`live_storage_bytes`: tensors placed inside one another count once; a row in
+    ``spans`` -- a placement group's root -- occupies its storage over that span, as in the
+    lower bound), and the names of the rows live there, largest first; ``(None, [])`` for no
+    rows."""
     if not rows:
         return None, []
+    spans = spans or {}
+
+    def span(r):
+        return spans.get(r["name"], tuple(r["live_range"]))
+
     best, peak_step = -1, None
-    for step in sorted({r["live_range"][0] for r in rows}):  # bytes rise only where one starts
-        live = live_storage_bytes([r for r in rows
-                                   if r["live_range"][0] <= step < r["live_range"][1]])
+    for step in sorted({span(r)[0] for r in rows}):  # bytes rise only where one starts
+        live = live_storage_bytes([r for r in rows if span(r)[0] <= step < span(r)[1]])
         if live > best:
             best, peak_step = live, step
-    at_peak = sorted((r for r in rows if r["live_range"][0] <= peak_step < r["live_range"][1]),
+    at_peak = sorted((r for r in rows if span(r)[0] <= peak_step < span(r)[1]),
                      key=lambda r: (-r["size_bytes"], r["name"]))
     return peak_step, [r["name"] for r in at_peak]
 
