@@ -87,9 +87,9 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
         label = "saved vs TVM default" if f.saved_bytes >= 0 else "MORE than TVM default"
         lines.append(f"  {label:<38}{_fmt_bytes(abs(f.saved_bytes)):>30}  "
                      f"{abs(f.saved_percent):.1f} %")
-        if f.loop_storage_bytes:
-            lines.append("  (TVM's figure leaves out what its loop bodies allocate on every "
-                         "iteration: compare the run-time lines)")
+    if f.loop_storage_bytes:
+        lines.append("  (TVM's figure leaves out what its loop bodies allocate on every "
+                     "iteration, so no saving is computed from it: compare the run-time lines)")
     if f.runtime_alloc_bytes is not None:
         agree = "matches the plan" if f.runtime_matches_plan else (
             f"DIFFERS from the plan ({_fmt_bytes(f.expected_runtime_alloc_bytes)})"

@@ -108,3 +108,22 @@ def test_side_by_side_ratios_are_against_the_lowest_bound_of_the_row():
     assert lines[4].split()[:6] == ["n=1", "786,432", "1.000", "786,472", "1.167", "917,544"]
     reports = {"upper_bound": reports["upper_bound"], "exact": reports["exact"]}  # order free
     assert format_side_by_side(reports).splitlines()[4].split()[1:3] == ["786,432", "1.167"]
+
+
+def test_no_static_saving_when_loop_bodies_allocate_per_iteration():
+    """Newcomer trial: a Loop with a run-time trip count read "TVM default 0 B" and
+    saved_bytes -49,152 while TVM's build allocated 655,360 B at run time against our
+    49,152 B: TVM's static figure leaves out its per-iteration allocations, so no saving is
+    computed from it and the text says to compare the run-time lines."""
+    report = _report(planned_bytes=1_024, unplanned_bytes=64, loop_storage_bytes=48_064,
+                     tvm_default_bytes=0)
+    main = report.main
+    assert main.saved_bytes is None and main.saved_percent is None
+    data = report.to_dict()
+    assert data["saved_bytes"] is None and data["saved_percent"] is None
+    text = report.format_text()
+    assert "MORE than TVM default" not in text and "saved vs TVM default" not in text
+    assert "so no saving is computed from it: compare the run-time lines" in text
+    # without loop bodies the static comparison stands, even against 0 B
+    plain = _report(planned_bytes=1_024, unplanned_bytes=64, tvm_default_bytes=2_048).main
+    assert plain.saved_bytes == 960
