@@ -7,8 +7,11 @@ bound is not reached) and the improvement search. Problems with many overlapping
 (``MAX_CONFLICT_PAIRS``, or when building the pairs would eat a quarter of the budget) run
 the lowest-first orders on the skyline of :mod:`.skyline` instead, best-for-large first
 (one pass is about 10 us per buffer), each pass able to finish early by dropping the
-buffers left (see :func:`~relax_memplan.planner.skyline.lowest_first_sweep`); the time
-left goes to the improvement search. When the first pass is not expected to fit
+buffers left (see :func:`~relax_memplan.planner.skyline.lowest_first_sweep`); then the
+window repair of :mod:`.repair` re-places the buffers around the highest ones of the
+best plan (the passes leave it ``REPAIR_SHARE`` of the budget), and the time left goes
+to the improvement search.
+When the first pass is not expected to fit
 (:func:`first_pass_count`), it places only the largest-area buffers lowest-first and drops
 the smaller rest on the skyline, rather than being cut where the clock runs out. A pass or search step is started only if, at the
 cost of the slowest pass so far, it ends before the deadline.
@@ -29,16 +32,24 @@ from .algorithms import DETERMINISTIC, PROBLEM_ALGORITHMS, lowest_first_keys
 from .buffer import Buffer, Plan
 from .exact import exact_offsets
 from .placement import Problem
+from .repair import window_repair
 from .search import iterated_greedy_offsets
 from .skyline import DROP_SECONDS_PER_BUFFER, lowest_first_sweep
 from .validate import no_overlap_on_steps, validate
 
-__all__ = ["plan", "use_skyline", "first_pass_count", "SEARCH_NAME", "EXACT_NAME", "SWEEP_ORDER"]
+__all__ = ["plan", "use_skyline", "first_pass_count", "SEARCH_NAME", "EXACT_NAME", "REPAIR_NAME",
+           "SWEEP_ORDER"]
 
 #: ``Plan.algorithm`` of plans found by the improvement search inside :func:`plan`.
 SEARCH_NAME = "iterated_greedy"
 #: ``Plan.algorithm`` of plans found by the exact search inside :func:`plan`.
 EXACT_NAME = "exact"
+#: ``Plan.algorithm`` of plans lowered by :func:`~relax_memplan.planner.repair.window_repair`.
+REPAIR_NAME = "window_repair"
+#: Share of the budget the lowest-first passes leave to the window repair on large graphs
+#: (pangu_2.6B: 1.0076 -> 1.0000 x LB, the lower bound + 4 bytes, in 0.07 s CPU; S_1: no
+#: lower plan found in 0.7 s, so the repair gets what is left, not more).
+REPAIR_SHARE = 0.2
 #: Above this many time-overlapping pairs the conflict lists are not built.
 MAX_CONFLICT_PAIRS = 2_000_000
 #: Rough cost of building the conflict lists and one lowest-first pass on them, seconds per
@@ -133,9 +144,11 @@ def plan(
     best_offsets, best_height, best_name = None, None, None
     slowest, decode = 0.0, None  # slowest pass; fastest lowest-first pass (the first one
     # on the conflict lists also builds them) to estimate one search placement
+    # Large graphs keep a share of the budget for the window repair after the passes.
+    reserve = REPAIR_SHARE * time_limit_s if search and p.sweep else 0.0
     for name in names:
         started = time.perf_counter()
-        if best_offsets is not None and started + 1.1 * slowest > deadline:
+        if best_offsets is not None and started + 1.1 * slowest > deadline - reserve:
             break
         if p.sweep:
             count = None if best_offsets is not None else first_pass_count(
@@ -160,6 +173,10 @@ def plan(
             if found is not None and p.height(found) < best_height:
                 best_offsets, best_height, best_name = found, p.height(found), EXACT_NAME
 
+    if search and p.sweep and best_height != lb:
+        best_offsets, best_height, best_name = _repaired(
+            p, best_offsets, best_height, best_name, deadline, seed)
+
     left = deadline - time.perf_counter()
     if p.sweep and best_offsets is not None and left < 1.5 * slowest:
         left = 0.0  # not even one more pass fits: skip the search
@@ -174,6 +191,17 @@ def plan(
     if not _checked(p, best_offsets):
         validate(p.buffers, result)  # raises the precise error
     return Plan(result, best_height, lb, best_name)
+
+
+def _repaired(p: Problem, offsets, height: int, name: str, deadline: float, seed: int):
+    """``(offsets, height, name)`` lowered by the window repair if it finds a lower plan
+    before ``deadline``, else the plan given."""
+    if time.perf_counter() >= deadline:
+        return offsets, height, name
+    found = window_repair(p, offsets, deadline, seed=seed)
+    if found is None:
+        return offsets, height, name
+    return found, p.height(found), REPAIR_NAME
 
 
 def _checked(p: Problem, offsets: Sequence[int]) -> bool:

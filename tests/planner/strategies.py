@@ -1,5 +1,7 @@
 """Hypothesis strategies and small helpers shared by the planner tests."""
 
+from itertools import combinations
+
 from hypothesis import strategies as st
 
 from relax_memplan.planner import Buffer
@@ -31,3 +33,17 @@ def padded_total_bytes(buffers):
 
 def height(buffers, offsets):
     return max((offsets[b.id] + b.size_bytes for b in buffers), default=0)
+
+
+def assert_no_overlap_brute_force(buffers, offsets):
+    """Every pair of time-overlapping buffers is disjoint in bytes; offsets aligned, >= 0.
+
+    ``offsets`` is a list by buffer index. A pairwise check, independent of the planner's
+    validator and of its skyline replay.
+    """
+    for i, j in combinations(range(len(buffers)), 2):
+        x, y = buffers[i], buffers[j]
+        if x.overlaps_in_time(y):
+            assert offsets[i] + x.size_bytes <= offsets[j] or offsets[j] + y.size_bytes <= offsets[i]
+    for b, off in zip(buffers, offsets):
+        assert off >= 0 and off % b.alignment_bytes == 0

@@ -3,7 +3,6 @@
 import heapq
 import random
 import time
-from itertools import combinations
 from unittest.mock import patch
 
 from hypothesis import given, settings
@@ -14,16 +13,7 @@ from relax_memplan.planner.algorithms import area_key, lifetime_key, size_key, s
 from relax_memplan.planner.placement import Problem
 from relax_memplan.planner.skyline import lowest_first_sweep
 
-from .strategies import buffer_lists
-
-
-def _brute_force_valid(buffers, offsets):
-    for i, j in combinations(range(len(buffers)), 2):
-        x, y = buffers[i], buffers[j]
-        if x.overlaps_in_time(y):
-            assert offsets[i] + x.size_bytes <= offsets[j] or offsets[j] + y.size_bytes <= offsets[i]
-    for b, off in zip(buffers, offsets):
-        assert off >= 0 and off % b.alignment_bytes == 0
+from .strategies import assert_no_overlap_brute_force, buffer_lists
 
 
 def _gravity_offsets(buffers, order):
@@ -47,7 +37,7 @@ def test_sweep_has_no_overlap_and_leaves_no_gap_under_a_buffer(buffers, python_s
         with patch.object(skyline, "PYTHON_SCAN_MAX", python_scan_max):
             offsets, height, order, exact = lowest_first_sweep(p, key(p))
         assert exact and sorted(order) == list(range(len(buffers)))
-        _brute_force_valid(buffers, offsets)
+        assert_no_overlap_brute_force(buffers, offsets)
         assert height == max((o + b.size_bytes for o, b in zip(offsets, buffers)), default=0)
         # Raising a segment nothing fits in never lifts a buffer above its lowest spot.
         assert offsets == _gravity_offsets(buffers, order)
@@ -70,7 +60,7 @@ def test_drop_mode_past_the_deadline_is_still_valid(buffers):
     offsets, height, order, exact = lowest_first_sweep(p, size_key(p),
                                                        deadline=time.perf_counter() - 1)
     assert exact == (not buffers) and sorted(order) == list(range(len(buffers)))
-    _brute_force_valid(buffers, offsets)
+    assert_no_overlap_brute_force(buffers, offsets)
     assert height == max((o + b.size_bytes for o, b in zip(offsets, buffers)), default=0)
 
 
@@ -91,7 +81,7 @@ def test_deadline_in_the_middle_drops_the_rest_validly(buffers):
             patch.object(skyline.time, "perf_counter", lambda: next(readings)):
         offsets, height, order, exact = lowest_first_sweep(p, size_key(p), deadline=1.0)
     assert sorted(order) == list(range(len(buffers)))
-    _brute_force_valid(buffers, offsets)
+    assert_no_overlap_brute_force(buffers, offsets)
     assert height == max((o + b.size_bytes for o, b in zip(offsets, buffers)), default=0)
 
 
@@ -107,7 +97,7 @@ def test_plan_on_the_skyline_is_valid_on_random_instances():
         with patch.object(portfolio, "MAX_CONFLICT_PAIRS", -1):
             result = plan(buffers, time_limit_s=0.02, seed=trial)
         offsets = [result.offsets[b.id] for b in buffers]
-        _brute_force_valid(buffers, offsets)
+        assert_no_overlap_brute_force(buffers, offsets)
         assert result.lower_bound_bytes <= result.height_bytes
 
 
@@ -172,7 +162,7 @@ def test_count_places_the_first_ranks_lowest_first_and_drops_the_rest(buffers, c
     assert exact == (count >= len(buffers))
     placed = min(count, len(buffers))
     assert sorted(order[:placed]) == sorted(i for i in range(len(buffers)) if keys[i] < count)
-    _brute_force_valid(buffers, offsets)
+    assert_no_overlap_brute_force(buffers, offsets)
     assert height == max((o + b.size_bytes for o, b in zip(offsets, buffers)), default=0)
 
 
