@@ -22,9 +22,11 @@ buffers 1.65 / 1.32 x LB by lanes, pangu_2.6B 2.24 (one pass by area: 1.07 / 1.0
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
-__all__ = ["size_class_lanes", "LANE_RATIO"]
+__all__ = ["size_class_lanes", "lane_offsets", "LANE_RATIO"]
 
 #: Ratio between consecutive size classes (measured on random 20k / 100k buffers: 2**0.5
 #: gives 1.65 / 1.32 x LB, 2**0.25 gives 1.86 / 1.37: more classes, more peaks summed).
@@ -52,16 +54,25 @@ def size_class_lanes(p, ratio: float = LANE_RATIO) -> list[int]:
     ValueError
         If ``ratio <= 1``.
     """
+    lo, hi, _ = p.step_arrays
+    return lane_offsets(lo, hi, p.size, p.align, ratio=ratio)
+
+
+def lane_offsets(lo: np.ndarray, hi: np.ndarray, size: Sequence[int], align: Sequence[int],
+                 base_bytes: int = 0, ratio: float = LANE_RATIO) -> list[int]:
+    """Lane plan of the buffers given as arrays, stacked from ``base_bytes`` up.
+
+    ``lo``/``hi`` are the buffers' step ranges ``[lo, hi)`` (int arrays), ``size`` and
+    ``align`` their sizes and alignments in bytes. Returns offsets in bytes, in the order
+    given, all at or above ``base_bytes`` (see :func:`size_class_lanes`).
+    """
     if ratio <= 1:
         raise ValueError(f"lane ratio must be > 1, got {ratio}")
-    n = p.n
-    if n == 0:
+    if len(size) == 0:
         return []
-    lo, hi, _ = p.step_arrays
-    size = np.asarray(p.size, dtype=np.float64)
-    size_int = np.asarray(p.size, dtype=object if max(p.size) >= 1 << 62 else np.int64)
-    cls = np.floor(np.log(size) / np.log(ratio)).astype(np.int64)
-    lane = _colour(cls, lo, hi)
+    size_int = np.asarray(size, dtype=object if max(size) >= 1 << 62 else np.int64)
+    cls = np.floor(np.log(np.asarray(size, dtype=np.float64)) / np.log(ratio)).astype(np.int64)
+    lane = _colour(cls, np.asarray(lo), np.asarray(hi))
     # Lanes numbered per class; a global lane id per (class, lane), classes largest first.
     classes, cls_index = np.unique(-cls, return_inverse=True)
     lanes_per_class = np.zeros(len(classes), dtype=np.int64)
@@ -72,8 +83,8 @@ def size_class_lanes(p, ratio: float = LANE_RATIO) -> list[int]:
     tall = np.zeros(num_lanes, dtype=size_int.dtype)
     np.maximum.at(tall, lane_id, size_int)  # the largest buffer of each lane
     lane_align = np.ones(num_lanes, dtype=np.int64)
-    np.lcm.at(lane_align, lane_id, np.asarray(p.align, dtype=np.int64))
-    base, offset = [0] * num_lanes, 0
+    np.lcm.at(lane_align, lane_id, np.asarray(align, dtype=np.int64))
+    base, offset = [0] * num_lanes, base_bytes
     for k, (top, a) in enumerate(zip(tall.tolist(), lane_align.tolist())):
         base[k] = offset = -(-offset // a) * a  # a multiple of every alignment in the lane
         offset += top

@@ -12,11 +12,11 @@ window repair of :mod:`.repair` re-places the buffers around the highest ones of
 best plan (the passes leave it ``REPAIR_SHARE`` of the budget), and the time left goes
 to the improvement search.
 When the first pass is not expected to fit
-(:func:`first_pass_count`), the size-class lanes of :mod:`.lanes` give a plan first (about
-1 us per buffer), then, if time allows, a pass places only the largest-area buffers
-lowest-first and drops the smaller rest on the skyline, rather than being cut where the
-clock runs out; the lower of the two is kept. A pass or search step is started only if,
-at the cost of the slowest pass so far, it ends before the deadline.
+(:func:`first_pass_count`), it places only the largest-area buffers lowest-first and puts
+the smaller rest in the size-class lanes of :mod:`.lanes` above them (about 1 us per
+buffer), rather than being cut where the clock runs out; with no time for any buffer
+placed lowest-first, the plan is the lanes alone. A pass or search step is started only
+if, at the cost of the slowest pass so far, it ends before the deadline.
 
 The final check of the returned plan is the numpy skyline replay of
 :func:`~relax_memplan.planner.validate.no_overlap_on_steps` on the compiled problem; only a
@@ -49,11 +49,10 @@ SEARCH_NAME = "iterated_greedy"
 EXACT_NAME = "exact"
 #: ``Plan.algorithm`` of the size-class lane plan (budgets below one skyline pass).
 LANES_NAME = "size_class_lanes"
-#: With less time than one full skyline pass, a partial pass (the largest-area buffers
-#: lowest-first, the rest dropped) runs after the lanes only if it can place at least this
-#: share of the buffers lowest-first (a quarter placed: pangu_2.6B / S_1 / Y_1 / random
-#: 100k 1.18 / 1.11 / 1.03 / 1.69 x LB, lanes 2.12 / 2.03 / 1.05 / 1.32).
-MIN_COUNT_SHARE = 0.05
+#: A partial first pass (after the lanes) runs only if an idle machine could place this
+#: share of the buffers lowest-first in the time left (random 100k, a tenth placed: 1.36
+#: x LB with the rest in lanes, the lanes alone 1.32).
+MIN_COUNT_SHARE = 0.1
 #: ``Plan.algorithm`` of plans lowered by :func:`~relax_memplan.planner.repair.window_repair`.
 REPAIR_NAME = "window_repair"
 #: Share of the budget the lowest-first passes leave to the window repair on large graphs
@@ -161,13 +160,15 @@ def plan(
         if best_offsets is not None and started + 1.1 * slowest > deadline - reserve:
             break
         if p.sweep:
-            count = None if best_offsets is not None else first_pass_count(
-                p.n, deadline - started, slowdown)
-            if count is not None:  # no full pass fits: lanes first, then a partial pass
+            count = None
+            if best_offsets is None and first_pass_count(p.n, deadline - started, slowdown):
+                # A full pass may not fit on this (busy) machine: the lanes first, kept if
+                # lower; then a pass with the count an idle machine affords (a pass that
+                # measures itself too slow keeps fewer buffers lowest-first).
                 best_offsets = size_class_lanes(p)
                 best_height, best_name = p.height(best_offsets), LANES_NAME
                 started = time.perf_counter()
-                count = first_pass_count(p.n, deadline - started, slowdown)
+                count = first_pass_count(p.n, deadline - started)
                 if count is not None and count < MIN_COUNT_SHARE * p.n:
                     break
             offsets = lowest_first_sweep(p, lowest_first_keys[name](p), deadline, count)[0]
@@ -231,12 +232,13 @@ def _checked(p: Problem, offsets: Sequence[int]) -> bool:
 def first_pass_count(n: int, left_s: float, slowdown: float = 1.0) -> Optional[int]:
     """How many buffers the first skyline pass places lowest-first, or None for all.
 
-    A full pass costs about ``SWEEP_SECONDS_PER_BUFFER`` per buffer, a drop on the skyline
+    A full pass costs about ``SWEEP_SECONDS_PER_BUFFER`` per buffer, a drop into the lanes
     ``DROP_SECONDS_PER_BUFFER`` (both times ``slowdown``, the wall/CPU ratio measured while
     compiling). When the full pass does not fit in ``left_s`` seconds, the pass places
     lowest-first as many buffers of largest priority (area) as fit with the drop of the
-    others: the small ones dropped last waste little (random 20k buffers, a third placed
-    lowest-first: 1.5 x LB, where cutting a full pass at the same point gave 2.0).
+    others: the small ones dropped last waste little (random 100k buffers, a quarter placed
+    lowest-first and the rest in lanes: 1.34 x LB, where cutting a full pass at the same
+    point gave 2.1). 0 means no buffer: the lanes alone.
     """
     per, drop = SWEEP_SECONDS_PER_BUFFER * slowdown, DROP_SECONDS_PER_BUFFER * slowdown
     if n * per <= left_s:

@@ -26,12 +26,13 @@ and the scan stops there. The earlier version of this module kept a
 heap of buffers and re-checked every buffer whose lowest offset had risen since it was
 queued: 6.2 million checks for pangu_2.6B's 18,692 buffers, against 44,000 queries here.
 
-A pass can be given a deadline: when it is so close that only dropping the buffers left
-still fits, they are dropped, largest first, on top of the skyline over their range (a
-Tetris drop: one slice each, about 3 us, valid, possibly leaving gaps). A pass can also be
-told to place only the ``count`` buffers of smallest priority (largest area) and drop the
-rest: at a quarter of the buffers that gives 1.18 / 1.11 / 1.03 / 1.69 x LB on pangu_2.6B /
-S_1 / Y_1 / random 100k, where a pass cut at the same point gave 9.1 / 1.9 / 1.3 / 2.1.
+A pass can be given a deadline: when it is so close that only *dropping* the buffers left
+still fits, they go into the size-class lanes of :mod:`.lanes`, stacked above the buffers
+placed so far (about 1 us per buffer, valid). A pass can also be told to place only the
+``count`` buffers of smallest priority (largest area) and drop the rest: at a quarter of
+the buffers that gives 1.09 / 1.11 / 1.34 x LB on pangu_2.6B / S_1 / random 100k with the
+lanes (the earlier drop on top of the skyline, one numpy slice per buffer, about 3 us:
+1.18 / 1.11 / 1.69; a pass cut at the same point 9.1 / 1.9 / 2.1).
 """
 
 from __future__ import annotations
@@ -42,19 +43,24 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .lanes import lane_offsets
+
 __all__ = ["lowest_first_sweep", "rank_of"]
 
 #: A pass looks at the clock once per this many steps.
 CLOCK_EVERY = 1024
+#: When a pass measures that it cannot place all its buffers in time, it keeps this share
+#: of the number it can afford (the speed varies on a shared machine).
+AFFORD_SHARE = 0.9
 #: Candidate slices up to this length are scanned in Python, longer ones with numpy.
 PYTHON_SCAN_MAX = 64
 #: The sorted arrays are compacted when placed buffers exceed this share of them.
 COMPACT_SHARE = 0.25
-#: Cost of dropping one buffer on the skyline, kept from the deadline: at least this many
-#: seconds, and at least this share of the time per buffer placed so far (a drop is about
-#: a third of a placement; the share follows a slow, busy machine).
-DROP_SECONDS_PER_BUFFER = 4e-6
-DROP_SHARE = 0.4
+#: Cost of dropping one buffer into the lanes, kept from the deadline: at least this many
+#: seconds, and at least this share of the time per buffer placed so far (lanes: 0.074 s
+#: CPU for random 100k buffers, a tenth of a placement; the share follows a slow machine).
+DROP_SECONDS_PER_BUFFER = 2e-6
+DROP_SHARE = 0.15
 
 
 def rank_of(priority: Sequence) -> np.ndarray:
@@ -103,6 +109,16 @@ class _ByStart:
         keep = self.hi_np < self.gone
         self._set(self.index_np[keep], self.lo_np[keep], self.hi_np[keep], self.rank_np[keep])
 
+    def restrict(self, keep: int) -> None:
+        """Keep only the ``keep`` unplaced buffers of smallest rank (the others are left
+        unplaced, for the lanes), then compact."""
+        self.compact()
+        if keep < len(self.rank_np):
+            cut = np.partition(self.rank_np, keep)[keep] if keep > 0 else -1
+            kept = self.rank_np < cut
+            self._set(self.index_np[kept], self.lo_np[kept], self.hi_np[kept],
+                      self.rank_np[kept])
+
 
 def lowest_first_sweep(
     p, priority: Sequence, deadline: Optional[float] = None, count: Optional[int] = None
@@ -117,8 +133,8 @@ def lowest_first_sweep(
         Sort key per buffer index (list of keys or numpy array); among the buffers that fit
         in the lowest segment, the smallest key goes first (ties by buffer index).
     deadline : float, optional
-        ``time.perf_counter()`` value to finish by; past it the buffers left are dropped on
-        the skyline, largest first (valid, possibly leaving gaps).
+        ``time.perf_counter()`` value to finish by; past it the buffers left are dropped
+        into size-class lanes above the placed ones (valid, possibly leaving gaps).
     count : int, optional
         Place only the ``count`` buffers of smallest priority lowest-first, then drop the
         others (a pass that fits a short budget; see :func:`~.portfolio.plan`).
@@ -155,9 +171,17 @@ def lowest_first_sweep(
     monotone = cands.monotone
     while len(order) < count:
         steps += 1
-        if deadline is not None and steps % CLOCK_EVERY == 1 and _must_drop(
-                clock(), started, len(order), n, deadline):
-            break
+        if deadline is not None and steps % CLOCK_EVERY == 1:
+            now = clock()
+            if _must_drop(now, started, len(order), n, deadline):
+                break
+            keep = _affordable(now, started, len(order), count, n, deadline)
+            if keep is not None:  # too slow to place them all: keep the smallest ranks
+                keep = min(keep, count - len(order))
+                cands.restrict(keep)
+                count = len(order) + keep
+                compact_at = COMPACT_SHARE * len(cands.rank) + 64
+                first_at, c_hi, c_rank = cands.first_at, cands.hi, cands.rank
         h, a = divmod(pop(heap), width)
         if not alive[a] or seg_h[a] != h:
             continue
@@ -239,7 +263,7 @@ def lowest_first_sweep(
         if mid == s:
             push(heap, top * width + s)
     if len(order) < n:
-        height = _drop_rest(p, offsets, order, seg_end, seg_h, alive, height)
+        height = _lanes_for_rest(p, offsets, order, height)
         return offsets, height, order, False
     return offsets, height, order, True
 
@@ -268,26 +292,31 @@ def _must_drop(now: float, started: float, placed: int, n: int, deadline: float)
     return now + per_buffer * (n - placed) > deadline
 
 
-def _drop_rest(p, offsets, order, seg_end, seg_h, alive, height) -> int:
-    """Drop the unplaced buffers, largest first, on top of the skyline; return the height."""
-    sky = np.zeros(p.num_steps, dtype=np.int64)
-    for a in range(p.num_steps):
-        if alive[a]:
-            sky[a:seg_end[a]] = seg_h[a]
-    lo_of, hi_of, size, align = p.step_lo, p.step_hi, p.size, p.align
-    # Largest first: measured better than the priority order (Y_1 cut short: 1.26 vs 1.6).
-    for u in np.argsort(-np.asarray(p.size, dtype=np.int64), kind="stable").tolist():
-        if offsets[u] >= 0:
-            continue
-        s, e = lo_of[u], hi_of[u]
-        off = int(sky[s:e].max())
-        a = align[u]
-        if a != 1:
-            off = -(-off // a) * a
-        top = off + size[u]
-        sky[s:e] = top
+def _affordable(now: float, started: float, placed: int, count: int, n: int,
+                deadline: float) -> Optional[int]:
+    """How many more buffers the pass can place lowest-first and still drop the rest into
+    the lanes before ``deadline``, at the speed measured so far; None if all of them."""
+    if placed < CLOCK_EVERY:
+        return None
+    per = (now - started) / placed
+    drop = max(DROP_SECONDS_PER_BUFFER, DROP_SHARE * per)
+    left = deadline - now - (n - placed) * drop
+    if (count - placed) * (per - drop) <= left:
+        return None
+    return max(0, int(AFFORD_SHARE * left / (per - drop)))
+
+
+def _lanes_for_rest(p, offsets, order, height) -> int:
+    """Put the unplaced buffers in size-class lanes above ``height``; return the height."""
+    rest = [u for u in range(p.n) if offsets[u] < 0]
+    lo, hi, _ = p.step_arrays
+    pick = np.asarray(rest, dtype=np.int64)
+    size, align = p.size, p.align
+    placed = lane_offsets(lo[pick], hi[pick], [size[u] for u in rest], [align[u] for u in rest],
+                          base_bytes=height)
+    for u, off in zip(rest, placed):
         offsets[u] = off
-        order.append(u)
-        if top > height:
-            height = top
+        if off + size[u] > height:
+            height = off + size[u]
+    order.extend(rest)
     return height

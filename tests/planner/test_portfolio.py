@@ -132,10 +132,10 @@ def test_conflict_lists_too_slow_for_the_budget_use_the_skyline():
 
 def test_first_pass_count_fits_the_pass_and_the_drop_in_the_time_left():
     assert first_pass_count(10_000, 1.0) is None  # 10k x 14 us = 0.14 s: a full pass
-    # 100k in 1 s: full pass 1.4 s; m x 14 us + (100k - m) x 4 us <= 1 s -> m = 60,000.
-    assert first_pass_count(100_000, 1.0) == 60_000
-    assert first_pass_count(100_000, 1.0, slowdown=2.0) == 10_000
-    assert first_pass_count(100_000, 0.1) == 0  # not even the drop fits: drop them all
+    # 100k in 1 s: full pass 1.4 s; m x 14 us + (100k - m) x 2 us <= 1 s -> m = 66,666.
+    assert first_pass_count(100_000, 1.0) == 66_666
+    assert first_pass_count(100_000, 1.0, slowdown=2.0) == 25_000
+    assert first_pass_count(100_000, 0.1) == 0  # not even the drop fits: lanes alone
 
 
 def test_short_budget_places_the_largest_buffers_lowest_first():
