@@ -161,7 +161,8 @@ def plan(
             break
         if p.sweep:
             count = None
-            if best_offsets is None and first_pass_count(p.n, deadline - started, slowdown):
+            if best_offsets is None and first_pass_count(
+                    p.n, deadline - started, slowdown) is not None:
                 # A full pass may not fit on this (busy) machine: the lanes first, kept if
                 # lower; then a pass with the count an idle machine affords (a pass that
                 # measures itself too slow keeps fewer buffers lowest-first).
@@ -184,31 +185,43 @@ def plan(
         if best_height == lb:
             break
 
-    if search and best_height != lb and p.n <= EXACT_MAX_BUFFERS and not p.sweep:
-        left = deadline - time.perf_counter()
-        if left > 0:
-            found = exact_offsets(p, best_offsets, time_limit_s=EXACT_SHARE * left)
-            if found is not None and p.height(found) < best_height:
-                best_offsets, best_height, best_name = found, p.height(found), EXACT_NAME
-
-    if search and p.sweep and best_height != lb:
-        best_offsets, best_height, best_name = _repaired(
-            p, best_offsets, best_height, best_name, deadline, seed)
-
-    left = deadline - time.perf_counter()
-    if p.sweep and best_offsets is not None and left < 1.5 * slowest:
-        left = 0.0  # not even one more pass fits: skip the search
-    if search and best_height != lb and (best_offsets is None or left > 0):
-        offsets, height = iterated_greedy_offsets(
-            p, time_limit_s=max(left, 0.0), seed=seed, initial=best_offsets,
-            pass_seconds=slowest if decode is None else decode)
-        if best_height is None or height < best_height:
-            best_offsets, best_height, best_name = offsets, height, SEARCH_NAME
+    if search and best_height != lb:
+        best_offsets, best_height, best_name = _improve(
+            p, (best_offsets, best_height, best_name), deadline, seed, (slowest, decode))
 
     result = p.offsets_by_id(best_offsets)
     if not _checked(p, best_offsets):
         validate(p.buffers, result)  # raises the precise error
     return Plan(result, best_height, lb, best_name)
+
+
+def _improve(p: Problem, best, deadline: float, seed: int, pass_seconds):
+    """The searches after the greedy passes: exact search (small problems), window repair
+    (large graphs), then the improvement search in the time left. ``best`` and the result
+    are ``(offsets, height, algorithm name)`` (None when no pass ran); ``pass_seconds`` is
+    ``(slowest, fastest lowest-first)`` pass in seconds, the second possibly None."""
+    best_offsets, best_height, best_name = best
+    slowest, decode = pass_seconds
+    lb = p.lower_bound
+    if best_offsets is not None and p.n <= EXACT_MAX_BUFFERS and not p.sweep:
+        left = deadline - time.perf_counter()
+        if left > 0:
+            found = exact_offsets(p, best_offsets, time_limit_s=EXACT_SHARE * left)
+            if found is not None and p.height(found) < best_height:
+                best_offsets, best_height, best_name = found, p.height(found), EXACT_NAME
+    if p.sweep and best_offsets is not None and best_height != lb:
+        best_offsets, best_height, best_name = _repaired(
+            p, best_offsets, best_height, best_name, deadline, seed)
+    left = deadline - time.perf_counter()
+    if p.sweep and best_offsets is not None and left < 1.5 * slowest:
+        left = 0.0  # not even one more pass fits: skip the search
+    if best_height != lb and (best_offsets is None or left > 0):
+        offsets, height = iterated_greedy_offsets(
+            p, time_limit_s=max(left, 0.0), seed=seed, initial=best_offsets,
+            pass_seconds=slowest if decode is None else decode)
+        if best_height is None or height < best_height:
+            best_offsets, best_height, best_name = offsets, height, SEARCH_NAME
+    return best_offsets, best_height, best_name
 
 
 def _repaired(p: Problem, offsets, height: int, name: str, deadline: float, seed: int):

@@ -95,3 +95,19 @@ def test_old_fallback_fails_the_short_budget_ratio_bound(random_20k):
     p = Problem(random_20k)
     assert _skyline_drop_height(p) / p.lower_bound > 2.0
     assert p.height(size_class_lanes(p)) / p.lower_bound <= 2.0
+
+
+def test_no_time_for_any_pass_returns_the_lanes():
+    # first_pass_count 0 (not even a partial pass fits) once read as "a full pass fits"
+    # (0 is falsy): the full pass ran and overran the budget.
+    from unittest.mock import patch
+
+    from relax_memplan.planner import portfolio
+
+    buffers = _random_buffers(500, 3)
+    with patch.object(portfolio, "use_skyline", return_value=True), \
+            patch.object(portfolio, "first_pass_count", return_value=0), \
+            patch.object(portfolio, "lowest_first_sweep", side_effect=AssertionError):
+        result = plan(buffers, time_limit_s=1.0, search=False)
+    assert result.algorithm == LANES_NAME
+    validate(buffers, result.offsets)
