@@ -49,6 +49,11 @@ __all__ = ["lowest_first_sweep", "rank_of"]
 
 #: A pass looks at the clock once per this many steps.
 CLOCK_EVERY = 1024
+#: A pass judges its speed only after placing this share of its buffers: the first
+#: placements are the slowest (wide segments, long candidate slices), so an early
+#: measurement cut Y_1's pass short under load (1 s budget, load 5: lanes 1.0524 x LB
+#: before this, 1.02-1.04 with it).
+MEASURE_SHARE = 0.125
 #: When a pass measures that it cannot place all its buffers in time, it keeps this share
 #: of the number it can afford (the speed varies on a shared machine).
 AFFORD_SHARE = 0.9
@@ -296,7 +301,7 @@ def _affordable(now: float, started: float, placed: int, count: int, n: int,
                 deadline: float) -> Optional[int]:
     """How many more buffers the pass can place lowest-first and still drop the rest into
     the lanes before ``deadline``, at the speed measured so far; None if all of them."""
-    if placed < CLOCK_EVERY:
+    if placed < max(CLOCK_EVERY, MEASURE_SHARE * count):
         return None
     per = (now - started) / placed
     drop = max(DROP_SECONDS_PER_BUFFER, DROP_SHARE * per)

@@ -226,3 +226,11 @@ def test_pass_that_measures_itself_slow_keeps_the_smallest_ranks(buffers, keep):
     # (5 s here) looking for buffers that were not there; 40 buffers take milliseconds.
     assert exact or len(calls) >= 2
     assert time.perf_counter() - started < 2.5
+
+
+def test_pass_does_not_judge_its_speed_on_its_slowest_first_placements():
+    # The first placements scan the longest candidate slices: judged on them, Y_1's pass
+    # (62k buffers, 1 s budget under load) was cut to lanes, 1.0524 x LB instead of 1.02.
+    slow = dict(now=1.0, started=0.0, count=100_000, n=100_000, deadline=1.5)
+    assert skyline._affordable(placed=2048, **slow) is None  # under an eighth placed
+    assert skyline._affordable(placed=20_000, **slow) is not None
