@@ -32,7 +32,10 @@ placed so far (about 1 us per buffer, valid). A pass can also be told to place o
 ``count`` buffers of smallest priority (largest area) and drop the rest: at a quarter of
 the buffers that gives 1.09 / 1.11 / 1.34 x LB on pangu_2.6B / S_1 / random 100k with the
 lanes (the earlier drop on top of the skyline, one numpy slice per buffer, about 3 us:
-1.18 / 1.11 / 1.69; a pass cut at the same point 9.1 / 1.9 / 2.1).
+1.18 / 1.11 / 1.69; a pass cut at the same point 9.1 / 1.9 / 2.1). A pass with a deadline
+also measures its own speed (once ``MEASURE_SHARE`` of its buffers are placed) and, when it
+cannot place them all in time, keeps lowest-first only the smallest ranks it can afford
+(:func:`_affordable`), the rest going to the lanes: the ``count`` chosen as it goes.
 """
 
 from __future__ import annotations
