@@ -42,7 +42,7 @@ qualifies is left unscheduled (returns ``None``).
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight import ScheduleRule
@@ -50,6 +50,7 @@ from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.analysis.common_analysis import get_sblockrealize
 from tvm.target import Target
 
+from ._column_reduction import column_group, column_reduction_lead, schedule_column_reduction
 from .cpu_matmul import _ScheduleError, simd_lanes
 
 __all__ = ["SpatialFallback"]
@@ -116,6 +117,40 @@ def _reads_one_element(consumer: s_tir.SBlock, buffer) -> bool:
                                    for rng in reads[0].region)
 
 
+def _reads_each_element_once(consumer: s_tir.SBlock, buffer) -> bool:
+    """``consumer`` reads ``buffer`` through one access whose indices are distinct iter vars of
+    ``consumer`` (or constants), every iter var of extent > 1 among them: each element once
+    over all iterations, so a producer inlined into it -- a reduction included -- computes
+    every element once."""
+    reads = [r for r in consumer.reads if r.source.same_as(buffer)]
+    if len(reads) != 1 or not _reads_one_element(consumer, buffer):
+        return False
+    iter_vars = [iv.var for iv in consumer.iter_vars]
+    seen = []
+    for rng in reads[0].region:
+        index = rng.min
+        if isinstance(index, tirx.IntImm):
+            continue
+        if not (isinstance(index, tirx.Var) and any(index.same_as(v) for v in iter_vars)) \
+                or any(index.same_as(v) for v in seen):
+            return False
+        seen.append(index)
+    # an iter var the index leaves out (a broadcast) reads each element once per its value
+    return all(any(iv.var.same_as(v) for v in seen) for iv in consumer.iter_vars
+               if not (isinstance(iv.dom.extent, tirx.IntImm) and iv.dom.extent.value == 1))
+
+
+def _may_inline_into(sch: s_tir.Schedule, consumer, buffer) -> bool:
+    """A producer of ``buffer`` may be inlined into ``consumer``: a spatial block reading one
+    element per iteration, or a column reduction (:mod:`._column_reduction`) reading each
+    element once (magika's ``sum(x * x)``: the square computed in the vector loop)."""
+    node = sch.get(consumer)
+    if _is_spatial(node):
+        return _reads_one_element(node, buffer)
+    return _reads_each_element_once(node, buffer) and \
+        column_reduction_lead(sch, consumer, _contiguous_in) is not None
+
+
 def _inline_intermediates(sch: s_tir.Schedule, blocks):
     """``compute_inline`` every spatial block writing a root-allocated buffer that one spatial
     consumer reads one element at a time; (whether any was, names of the blocks kept because
@@ -143,15 +178,24 @@ def _inline_intermediates(sch: s_tir.Schedule, blocks):
             # one thread); softmax's exp feeds two reductions
             shared.append(node.name_hint)
             continue
-        if consumers and not (_is_spatial(sch.get(consumers[0])) and all(
-                _reads_one_element(sch.get(consumers[0]), w.source) for w in node.writes)):
-            continue  # a reduction or a window would compute each element several times
+        if consumers and not all(_may_inline_into(sch, consumers[0], w.source)
+                                 for w in node.writes):
+            continue  # a window would compute each element several times; row reductions stay
         try:
             sch.compute_inline(block)
         except _ScheduleError:
             continue
         changed = True
     return changed, shared
+
+
+class _ColumnPlan(NamedTuple):
+    """How to schedule a column reduction: spatial loops before the reductions, columns per
+    accumulator group, SIMD lanes."""
+
+    lead: int
+    group: int
+    lanes: int
 
 
 class SpatialFallback(ScheduleRule):
@@ -169,10 +213,20 @@ class SpatialFallback(ScheduleRule):
     max_serial_window : int
         A reduction over a window of at most this many iterations whose innermost output
         loop is unit-stride (stride-1 pooling) stays serial: LLVM vectorises it.
+    max_column_vectors : int
+        Accumulator vectors per column group of a column reduction (``sum`` over a
+        non-innermost axis, :mod:`._column_reduction`).
+    min_parallel_reduction_work : int
+        Fewest iterations for a column reduction to get a parallel loop. Memory-bound: magika's
+        ``[1, 512, 256] -> [1, 256]`` sum (131,072 iterations) took 0.021 ms serial and 0.025 ms
+        parallel at two threads (CPU time, shared host), so the default keeps such sizes serial.
     """
 
     def __init__(self, min_parallel_work: int = 32768, min_parallel_extent: int = 16,
-                 max_vector_registers: int = 2, max_serial_window: int = 32):
+                 max_vector_registers: int = 2, max_serial_window: int = 32,
+                 max_column_vectors: int = 8, min_parallel_reduction_work: int = 1 << 20):
+        self.max_column_vectors = max_column_vectors
+        self.min_parallel_reduction_work = min_parallel_reduction_work
         self.min_parallel_work = min_parallel_work
         self.min_parallel_extent = min_parallel_extent
         self.max_vector_registers = max_vector_registers
@@ -234,6 +288,9 @@ class SpatialFallback(ScheduleRule):
         work = 1
         for e in extents:
             work *= e
+        column = self._column_plan(sch, block, extents, target)
+        if column is not None:
+            return block, work >= self.min_parallel_reduction_work, column
         vector = None
         if lead == len(loops) and len(node.writes) == 1:
             lanes = simd_lanes(target, str(node.writes[0].source.dtype))
@@ -254,6 +311,16 @@ class SpatialFallback(ScheduleRule):
             n_par = 0
         return block, n_par, vector
 
+    def _column_plan(self, sch, block, extents, target) -> Optional["_ColumnPlan"]:
+        """A column reduction (:mod:`._column_reduction`) with a column count some vector
+        group divides, or ``None``."""
+        lead = column_reduction_lead(sch, block, _contiguous_in)
+        if lead is None:
+            return None
+        lanes = simd_lanes(target, str(sch.get(block).writes[0].source.dtype))
+        group = column_group(extents[lead - 1], lanes, self.max_column_vectors)
+        return None if group is None else _ColumnPlan(lead, group, lanes)
+
     def _llvm_vectorizes_window(self, node, lead: int, extents) -> bool:
         """A reduction over a small window (all loops after the spatial ones, at most
         ``max_serial_window`` iterations) whose innermost output loop is unit-stride in every
@@ -269,7 +336,11 @@ class SpatialFallback(ScheduleRule):
         return window <= self.max_serial_window and _contiguous_in(
             node, node.iter_vars[lead - 1].var)
 
-    def _apply_block(self, sch, block, n_par: int, vector: Optional[int]) -> None:
+    def _apply_block(self, sch, block, n_par: int, vector) -> None:
+        if isinstance(vector, _ColumnPlan):
+            schedule_column_reduction(sch, block, vector.lead, vector.group, vector.lanes,
+                                      parallel=bool(n_par))
+            return
         loops = sch.get_loops(block)
         if vector is not None:
             inner = loops[-1]

@@ -75,6 +75,15 @@ CASES = [
     ("max_pool 5x5 s1 pad2 (yolov8n SPPF)", _module(
         [(1, 128, 10, 10)], lambda x: relax.op.nn.max_pool2d(x, 5, 1, padding=2))),
     ("exp read by two slices", shared_exp((1, 4420, 4))),
+    # column reductions (magika's sums over the sequence axis): loops interchanged
+    ("column sum 512x256 (magika)", _module([(1, 512, 256)],
+                                            lambda x: relax.op.sum(x, axis=[1]))),
+    ("column sum of squares odd 3x7x24", _module(
+        [(3, 7, 24)], lambda x: relax.op.sum(relax.op.multiply(x, x), axis=[1]))),
+    ("column sum keepdims 2x5x33", _module(
+        [(2, 5, 33)], lambda x: relax.op.sum(x, axis=[1], keepdims=True))),
+    ("column max over two axes 6x4x48", _module(
+        [(6, 4, 48)], lambda x: relax.op.max(x, axis=[0, 1]))),
     ("concat of flattened maps read by a split", concat_split_head()),
 ]
 
