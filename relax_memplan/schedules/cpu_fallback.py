@@ -29,6 +29,11 @@ pays on a small CPU and keeps LLVM fast:
 * the same for a reduction over a small window (at most ``max_serial_window``
   iterations) whose innermost output loop is unit-stride (stride-1 pooling): LLVM
   unrolls the window and vectorises the output loop when it stays serial;
+* a column reduction (``sum``/``max`` over an axis that is not the innermost one of its
+  input, magika's sums over the sequence) gets the reduction loop outside a vectorised group
+  of output columns (:mod:`._column_reduction`, loop interchange), parallel only from
+  ``min_parallel_reduction_work`` iterations (memory-bound: at two threads a parallel loop
+  over magika's 131,072 did not pay);
 * functions with a symbolic loop extent are left unscheduled (their work
   is unknown; a predicate-split vector loop is scalar code anyway).
 
@@ -36,7 +41,10 @@ Before that, every spatial block writing an intermediate buffer is
 ``compute_inline``-d into its consumer when it has one, spatial, reading one element of it per
 iteration (TOPI's injective schedule inlines all of them; a shared or windowed producer
 would be recomputed per read: ultraface's box decoding ran 2.8x slower all inlined):
-inference batch-norm is legalized as five full-size intermediate tensors. A function where nothing was inlined and no block
+inference batch-norm is legalized as five full-size intermediate tensors. A column reduction
+reading each element of its producer once takes it inlined too; a block that several others
+read is inlined on a second pass once they have become one, if that one reads it at plain
+indices without ``if_then_else`` and it reads its own inputs unit-stride (magika's tanh-GELU). A function where nothing was inlined and no block
 qualifies is left unscheduled (returns ``None``).
 """
 
