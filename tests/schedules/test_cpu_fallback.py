@@ -14,7 +14,7 @@ from tvm.s_tir.dlight.analysis import get_root_block
 
 from relax_memplan.schedules import SpatialFallback, host_target, vector_codegen_risk
 from relax_memplan.schedules._column_reduction import column_reduction_lead
-from relax_memplan.schedules.cpu_fallback import _contiguous_in
+from relax_memplan.schedules._fallback_inline import contiguous_in as _contiguous_in
 from tests.schedules.fallback_checks import (CASES, LEFT_ALONE, _module, batch_norm_relu,
                                              concat_split_head, shared_exp)
 
