@@ -29,6 +29,11 @@ pays on a small CPU and keeps LLVM fast:
 * the same for a reduction over a small window (at most ``max_serial_window``
   iterations) whose innermost output loop is unit-stride (stride-1 pooling): LLVM
   unrolls the window and vectorises the output loop when it stays serial;
+* a column reduction (``sum``/``max`` over an axis that is not the innermost one of its
+  input, magika's sums over the sequence) gets the reduction loop outside a vectorised group
+  of output columns (:mod:`._column_reduction`, loop interchange), parallel only from
+  ``min_parallel_reduction_work`` iterations (memory-bound: at two threads a parallel loop
+  over magika's 131,072 did not pay);
 * functions with a symbolic loop extent are left unscheduled (their work
   is unknown; a predicate-split vector loop is scalar code anyway).
 
@@ -36,13 +41,16 @@ Before that, every spatial block writing an intermediate buffer is
 ``compute_inline``-d into its consumer when it has one, spatial, reading one element of it per
 iteration (TOPI's injective schedule inlines all of them; a shared or windowed producer
 would be recomputed per read: ultraface's box decoding ran 2.8x slower all inlined):
-inference batch-norm is legalized as five full-size intermediate tensors. A function where nothing was inlined and no block
+inference batch-norm is legalized as five full-size intermediate tensors. A column reduction
+reading each element of its producer once takes it inlined too; a block that several others
+read is inlined on a second pass once they have become one, if that one reads it at plain
+indices without ``if_then_else`` and it reads its own inputs unit-stride (magika's tanh-GELU). A function where nothing was inlined and no block
 qualifies is left unscheduled (returns ``None``).
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight import ScheduleRule
@@ -50,43 +58,12 @@ from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.analysis.common_analysis import get_sblockrealize
 from tvm.target import Target
 
+from ._column_reduction import column_group, column_reduction_lead, schedule_column_reduction
+from ._fallback_inline import contiguous_in as _contiguous_in
+from ._fallback_inline import inline_intermediates as _inline_intermediates
 from .cpu_matmul import _ScheduleError, simd_lanes
 
 __all__ = ["SpatialFallback"]
-
-
-def _uses(expr, var) -> bool:
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr)) \
-        if not isinstance(expr, (tirx.IntImm, tirx.FloatImm)) else False
-
-
-def _unit_stride_last(indices, var) -> bool:
-    """``var`` absent from ``indices``, or only in the last one as ``var`` or ``var + e``."""
-    *leading, last = indices
-    if any(_uses(i, var) for i in leading):
-        return False
-    if not _uses(last, var) or (isinstance(last, tirx.Var) and last.same_as(var)):
-        return True
-    if isinstance(last, (tirx.Add, tirx.Sub)):
-        a, b = last.a, last.b
-        if isinstance(a, tirx.Var) and a.same_as(var) and not _uses(b, var):
-            return True
-        if isinstance(last, tirx.Add) and isinstance(b, tirx.Var) and b.same_as(var) \
-                and not _uses(a, var):
-            return True
-    return False
-
-
-def _contiguous_in(block: s_tir.SBlock, var) -> bool:
-    """Every region ``block`` reads or writes is one element, unit-stride (or invariant) in ``var``."""
-    for access in list(block.reads) + list(block.writes):
-        region = access.region
-        if any(_uses(rng.min, var) and not (isinstance(rng.extent, tirx.IntImm)
-                                            and rng.extent.value == 1) for rng in region):
-            return False
-        if region and not _unit_stride_last([rng.min for rng in region], var):
-            return False
-    return True
 
 
 def _vector_width(extent: int, lanes: int, max_registers: int) -> Optional[int]:
@@ -104,54 +81,13 @@ def _vector_width(extent: int, lanes: int, max_registers: int) -> Optional[int]:
     return None
 
 
-def _is_spatial(block: s_tir.SBlock) -> bool:
-    return all(iv.iter_type == tirx.IterVar.DataPar for iv in block.iter_vars)
+class _ColumnPlan(NamedTuple):
+    """How to schedule a column reduction: spatial loops before the reductions, columns per
+    accumulator group, SIMD lanes."""
 
-
-def _reads_one_element(consumer: s_tir.SBlock, buffer) -> bool:
-    """``consumer`` reads ``buffer`` through one access of one element per iteration (not a
-    window, whose elements an inlined producer would compute once per read)."""
-    reads = [r for r in consumer.reads if r.source.same_as(buffer)]
-    return len(reads) == 1 and all(isinstance(rng.extent, tirx.IntImm) and rng.extent.value == 1
-                                   for rng in reads[0].region)
-
-
-def _inline_intermediates(sch: s_tir.Schedule, blocks):
-    """``compute_inline`` every spatial block writing a root-allocated buffer that one spatial
-    consumer reads one element at a time; (whether any was, names of the blocks kept because
-    several consumers read them).
-
-    A chain like inference batch-norm (``(x - mean) / sqrt(var + eps) * gamma + beta``,
-    then relu) is legalized as one full-size intermediate buffer per step; inlined, the
-    last block reads ``x`` once and writes once, as TOPI's injective schedule does. A block
-    read by several consumers, or through a window, stays: inlined it would be recomputed.
-    """
-    local = list(sch.get(get_root_block(sch)).alloc_buffers)
-    changed = False
-    shared = []
-    for block in blocks:
-        node = sch.get(block)
-        if not _is_spatial(node):
-            continue
-        if not all(any(buf.same_as(w.source) for buf in local) for w in node.writes):
-            continue
-        consumers = sch.get_consumers(block)  # none: a dead block, inlining removes it
-        if len(consumers) > 1:
-            # inlined, it would be computed once per consumer: ultraface's box decoding (a
-            # concat of transposes read by two slices, an exp read by four) took 0.117 ms all
-            # inlined, 0.032 ms with shared producers kept, 0.042 ms unscheduled (CPU time,
-            # one thread); softmax's exp feeds two reductions
-            shared.append(node.name_hint)
-            continue
-        if consumers and not (_is_spatial(sch.get(consumers[0])) and all(
-                _reads_one_element(sch.get(consumers[0]), w.source) for w in node.writes)):
-            continue  # a reduction or a window would compute each element several times
-        try:
-            sch.compute_inline(block)
-        except _ScheduleError:
-            continue
-        changed = True
-    return changed, shared
+    lead: int
+    group: int
+    lanes: int
 
 
 class SpatialFallback(ScheduleRule):
@@ -169,10 +105,20 @@ class SpatialFallback(ScheduleRule):
     max_serial_window : int
         A reduction over a window of at most this many iterations whose innermost output
         loop is unit-stride (stride-1 pooling) stays serial: LLVM vectorises it.
+    max_column_vectors : int
+        Accumulator vectors per column group of a column reduction (``sum`` over a
+        non-innermost axis, :mod:`._column_reduction`).
+    min_parallel_reduction_work : int
+        Fewest iterations for a column reduction to get a parallel loop. Memory-bound: magika's
+        ``[1, 512, 256] -> [1, 256]`` sum (131,072 iterations) took 0.021 ms serial and 0.025 ms
+        parallel at two threads (CPU time, shared host), so the default keeps such sizes serial.
     """
 
     def __init__(self, min_parallel_work: int = 32768, min_parallel_extent: int = 16,
-                 max_vector_registers: int = 2, max_serial_window: int = 32):
+                 max_vector_registers: int = 2, max_serial_window: int = 32,
+                 max_column_vectors: int = 8, min_parallel_reduction_work: int = 1 << 20):
+        self.max_column_vectors = max_column_vectors
+        self.min_parallel_reduction_work = min_parallel_reduction_work
         self.min_parallel_work = min_parallel_work
         self.min_parallel_extent = min_parallel_extent
         self.max_vector_registers = max_vector_registers
@@ -234,6 +180,9 @@ class SpatialFallback(ScheduleRule):
         work = 1
         for e in extents:
             work *= e
+        column = self._column_plan(sch, block, extents, target)
+        if column is not None:
+            return block, work >= self.min_parallel_reduction_work, column
         vector = None
         if lead == len(loops) and len(node.writes) == 1:
             lanes = simd_lanes(target, str(node.writes[0].source.dtype))
@@ -254,6 +203,16 @@ class SpatialFallback(ScheduleRule):
             n_par = 0
         return block, n_par, vector
 
+    def _column_plan(self, sch, block, extents, target) -> Optional["_ColumnPlan"]:
+        """A column reduction (:mod:`._column_reduction`) with a column count some vector
+        group divides, or ``None``."""
+        lead = column_reduction_lead(sch, block, _contiguous_in)
+        if lead is None:
+            return None
+        lanes = simd_lanes(target, str(sch.get(block).writes[0].source.dtype))
+        group = column_group(extents[lead - 1], lanes, self.max_column_vectors)
+        return None if group is None else _ColumnPlan(lead, group, lanes)
+
     def _llvm_vectorizes_window(self, node, lead: int, extents) -> bool:
         """A reduction over a small window (all loops after the spatial ones, at most
         ``max_serial_window`` iterations) whose innermost output loop is unit-stride in every
@@ -269,7 +228,11 @@ class SpatialFallback(ScheduleRule):
         return window <= self.max_serial_window and _contiguous_in(
             node, node.iter_vars[lead - 1].var)
 
-    def _apply_block(self, sch, block, n_par: int, vector: Optional[int]) -> None:
+    def _apply_block(self, sch, block, n_par: int, vector) -> None:
+        if isinstance(vector, _ColumnPlan):
+            schedule_column_reduction(sch, block, vector.lead, vector.group, vector.lanes,
+                                      parallel=bool(n_par))
+            return
         loops = sch.get_loops(block)
         if vector is not None:
             inner = loops[-1]

@@ -45,14 +45,15 @@ def shared_exp(shape):
     return _module([shape], body)
 
 
-def concat_split_head(sizes=(20, 10), channels=82, split=64):
-    """Maps flattened, concatenated and split along channels (yolov8n's detection head)."""
+def concat_split_head(sizes=(20, 10), channels=82, split=64, rejoin=True):
+    """Maps flattened, concatenated and split along channels (yolov8n's detection head); the
+    two halves concatenated again (``rejoin``) or returned as a tuple."""
     def body(*xs):
         flat = [relax.op.reshape(x, (1, channels, n * n)) for x, n in zip(xs, sizes)]
         parts = relax.op.split(relax.op.concat(flat, axis=2), [split], axis=1)
-        return relax.op.concat([relax.op.multiply(relax.TupleGetItem(parts, 0),
-                                                  relax.const(2.0, "float32")),
-                                relax.op.sigmoid(relax.TupleGetItem(parts, 1))], axis=1)
+        halves = [relax.op.multiply(relax.TupleGetItem(parts, 0), relax.const(2.0, "float32")),
+                  relax.op.sigmoid(relax.TupleGetItem(parts, 1))]
+        return relax.op.concat(halves, axis=1) if rejoin else relax.Tuple(halves)
     return _module([(1, channels, n, n) for n in sizes], body)
 
 
@@ -75,11 +76,20 @@ CASES = [
     ("max_pool 5x5 s1 pad2 (yolov8n SPPF)", _module(
         [(1, 128, 10, 10)], lambda x: relax.op.nn.max_pool2d(x, 5, 1, padding=2))),
     ("exp read by two slices", shared_exp((1, 4420, 4))),
+    # column reductions (magika's sums over the sequence axis): loops interchanged
+    ("column sum 512x256 (magika)", _module([(1, 512, 256)],
+                                            lambda x: relax.op.sum(x, axis=[1]))),
+    ("column sum of squares odd 3x7x24", _module(
+        [(3, 7, 24)], lambda x: relax.op.sum(relax.op.multiply(x, x), axis=[1]))),
+    ("column sum keepdims 2x5x33", _module(
+        [(2, 5, 33)], lambda x: relax.op.sum(x, axis=[1], keepdims=True))),
+    ("column max over two axes 6x4x48", _module(
+        [(6, 4, 48)], lambda x: relax.op.max(x, axis=[0, 1]))),
     ("concat of flattened maps read by a split", concat_split_head()),
 ]
 
 
-LEFT_ALONE = {"max_pool 5x5 s1 pad2 (yolov8n SPPF)", "concat of flattened maps read by a split"}
+LEFT_ALONE = {"max_pool 5x5 s1 pad2 (yolov8n SPPF)"}
 """Labels of CASES the rule leaves unscheduled on purpose (LLVM vectorises them serial)."""
 
 
