@@ -363,6 +363,11 @@ class CompileReport:
         the storage of an input that dies there (byte sizes proved equal as expressions);
         None when in-place reuse is off. Such tensors have ``shares_storage_with`` in
         :attr:`tensors`, and :attr:`planned_tensors` counts every tensor at an arena offset.
+    not_applied : dict of str to str
+        Symbolic dims: memory features a fixed-shape build would apply that this one did not,
+        and why (``inplace``, ``concat_inplace``, ``conv_chain`` ->
+        ``"static shapes only (...)"``; :mod:`relax_memplan.compile.not_applied`); ``{}`` for
+        fixed shapes.
     loops : list of LoopFacts
         Each ONNX loop or recurrence (LSTM, GRU, Loop, Scan) the import converted
         (:class:`relax_memplan.onnx_prepare.loop_facts.LoopFacts`): its form, iterations,
@@ -389,6 +394,7 @@ class CompileReport:
     loops: List = field(default_factory=list)
     not_planned_reason: Optional[str] = None
     inplace_calls: Optional[int] = None
+    not_applied: Dict[str, str] = field(default_factory=dict)
 
     @property
     def is_static(self) -> bool:
@@ -425,6 +431,7 @@ class CompileReport:
                         "not_planned_reason": self.not_planned_reason,
                         "planned_tensors": self.planned_tensors, "left_to_tvm": self.left_to_tvm,
                         "inplace_calls": self.inplace_calls,
+                        "not_applied": dict(self.not_applied),
                         "ratio_check": self.checked, "specialized_kernels": self.specialized,
                         "buckets": {n: list(v) for n, v in self.buckets.items()},
                         "tensors": self.tensors})

@@ -176,6 +176,7 @@ def _table_text(report: CompileReport) -> List[str]:
         lines.append(row + (_verdict(s) if compared else ""))
     lines += _check_lines(report.shapes)
     lines += _dynamic_inplace_lines(report)
+    lines += _not_applied_lines(report)
     lines += _plan_lines(report, prefix="")
     lines += _dynamic_peak_lines(report)
     if report.specialized:
@@ -201,6 +202,14 @@ def _dynamic_inplace_lines(report: CompileReport) -> List[str]:
             "lower bound without -> with in-place: "
             + "; ".join(f"{_dims_text(s.dims)}: {s.lower_bound_without_inplace_bytes:,} -> "
                         f"{s.lower_bound_bytes:,} B" for s in shapes)]
+
+
+def _not_applied_lines(report: CompileReport) -> List[str]:
+    """Each memory feature a fixed-shape build would apply that this one did not, and why."""
+    from .compile.not_applied import FEATURE_WORDS
+
+    return [f"  {FEATURE_WORDS.get(k, k)}: not applied, {why}"
+            for k, why in report.not_applied.items()]
 
 
 def _plan_cells(s: ShapeMeasurement) -> str:
@@ -353,7 +362,7 @@ def format_side_by_side(reports: Mapping[str, CompileReport]) -> str:
 def _strategy_lines(reports: Mapping[str, CompileReport]) -> List[str]:
     """Warnings and notes under the side-by-side table: once when every strategy has them,
     else prefixed with the strategy."""
-    per_strategy = {name: _check_lines(r.shapes) + _plan_lines(r, prefix="")
+    per_strategy = {name: _check_lines(r.shapes) + _not_applied_lines(r) + _plan_lines(r, prefix="")
                     + [_fusion_line(r)] + [f"  note: {n}" for n in r.notes] for name, r in reports.items()}
     common = [line for line in next(iter(per_strategy.values()))
               if all(line in lines for lines in per_strategy.values())]

@@ -215,6 +215,10 @@ def test_dynamic_dims_measured_at_range_ends(tmp_path):
         assert s["runtime_alloc_bytes"] < s["tvm_default_runtime_alloc_bytes"]
         assert s["max_abs_error"] < 1e-4
     _check_dynamic_tensors(data)
+    # conv chains are static-only: the report says so (no concat in mobilenetv2: not listed)
+    assert data["not_applied"] == {"conv_chain": "static shapes only (FuseConvChain sizes its row "
+                                   "tiles at compile time); 4 strided convolution(s) with "
+                                   "symbolic shapes"}
 
 
 def _check_dynamic_tensors(data):
@@ -258,8 +262,13 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
     # one table, a column group per strategy, the bucket values in its header
     assert out.count("relax-memplan dynamic report") == 1 and "strategies side by side" in out
     assert "batch in [1, 4]; buckets batch=2" in out
-    assert [line.split() for line in out.splitlines() if line.strip().startswith("upper_bound")] \
-        == [["upper_bound", "exact", "buckets"]]
+    assert [line.split() for line in out.splitlines() if line.strip().startswith("upper_bound")
+            and "not applied" not in line] == [["upper_bound", "exact", "buckets"]]
+    # what a strategy does not apply is said under the table: once for all (conv chains),
+    # or prefixed with the strategy (upper_bound: no in-place reuse)
+    assert "  upper_bound: in-place reuse: not applied, the upper_bound strategy does no " \
+        "in-place reuse (exact and buckets do)" in out
+    assert out.count("conv chains: not applied, static shapes only") == 1
     assert len([line for line in out.splitlines() if line.strip().startswith("batch=")]) == 3
     for name in ("upper_bound", "exact", "buckets"):  # -o: one library per strategy, each named
         assert (tmp_path / f"m.{name}.so").exists()

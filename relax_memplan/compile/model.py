@@ -28,6 +28,7 @@ from ..transform.record_storage import RecordStorage
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
 from .fusion_summary import summarize_fusion
+from .not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .options import BuildOptions, CheckOptions, library_path_for
 from .shapes import check_dims_up_front, fit_values, sample_dims, shapes_at, symbolic_dims
@@ -283,6 +284,10 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
     b.report.buckets = {n: list(v) for n, v in (b.dyn.buckets or {}).items()} \
         if b.strategy == "buckets" else {}
     summarize_dynamic(b.report, b.dyn, b.kernels)
+    b.report.not_applied = features_not_applied(
+        source.mod, strategy=b.strategy, inplace=b.dyn.inplace,
+        concat_inplace=b.plan_pass.concat_inplace, inplace_calls=b.report.inplace_calls,
+        conv_chain=any(p.info.name == "FuseConvChain" for p in b.fusion or []))
 
 
 def _runnable(builds, options: BuildOptions, check: CheckOptions) -> bool:
