@@ -354,6 +354,10 @@ class CompileReport:
         ``None`` when our fusion did not run; else pattern -> times fused in this build
         (``attention``: attention blocks made one kernel, ``dropout``: dropouts removed,
         ``add_layer_norm``: residual add + layer norm pairs made one kernel).
+    fusion_skipped : dict of str to int
+        Patterns found but left unfused by the build's mode, by reason in words
+        (``{"dense consumer under --schedule": 1}``,
+        :func:`~relax_memplan.compile.fusion_summary.fusion_skips`); JSON ``fusion.skipped``.
     fusion_summary : dict, optional
         Fixed shapes with fusion on: kernels per call, intermediate bytes and lower bound of
         ``main`` with TVM's FuseOps alone and with ours, and onnxruntime's optimized-graph node
@@ -395,6 +399,7 @@ class CompileReport:
     not_planned_reason: Optional[str] = None
     inplace_calls: Optional[int] = None
     not_applied: Dict[str, str] = field(default_factory=dict)
+    fusion_skipped: Dict[str, int] = field(default_factory=dict)
 
     @property
     def is_static(self) -> bool:
@@ -435,7 +440,8 @@ class CompileReport:
                         "ratio_check": self.checked, "specialized_kernels": self.specialized,
                         "buckets": {n: list(v) for n, v in self.buckets.items()},
                         "tensors": self.tensors})
-        out["fusion"] = {"enabled": self.fusion is not None, "fused": dict(self.fusion or {})}
+        out["fusion"] = {"enabled": self.fusion is not None, "fused": dict(self.fusion or {}),
+                         "skipped": dict(self.fusion_skipped)}
         if self.fusion_summary is not None:
             out["fusion"].update(self.fusion_summary)
         out["verified"] = self.verified

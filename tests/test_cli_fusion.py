@@ -54,6 +54,11 @@ def test_fusion_on_the_example_fuses_its_conv_chains_and_says_so(tmp_path, capsy
     assert fusion["kernels_ours"] == fusion["kernels_tvm"] - 3 and fusion["ort_nodes"] > 0
     assert (fusion["lower_bound_bytes_tvm"], fusion["lower_bound_bytes_ours"]) == \
         (737280, 497664)
+    # both bounds with the build's planner settings: the fused one is the report's bound
+    report = json.loads(report_path.read_text())
+    assert fusion["lower_bound_bytes_ours"] == report["lower_bound_bytes"]
+    assert fusion["planner_settings"] == "in-place, concat in place, reordering"
+    assert fusion["skipped"] == {}
     assert fusion["conv_chain_scratch_bytes"] > 0
     assert "fusion: on (attention fused 0x, dropout removed 0x, matmul reshapes folded 0x, " \
         "add+layer norm fused 0x, feed-forward chunked 0x, conv chains fused 3x, " \

@@ -27,7 +27,7 @@ from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.record_storage import RecordStorage
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
-from .fusion_summary import summarize_fusion
+from .fusion_summary import fusion_skips, summarize_fusion
 from .not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .options import BuildOptions, CheckOptions, library_path_for
@@ -268,6 +268,7 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                              arch=arch.arch if arch else None,
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
                              fusion=fusion_counts(b.fusion) if b.fusion is not None else None,
+                             fusion_skipped=fusion_skips(b.fusion),
                              loops=with_body_plans(loops_of(source.mod),
                                                    b.plan_pass.plans))
     if not dims:
@@ -279,7 +280,8 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
             # what fusion changed: builds the Relax phases again without and with it
             b.report.fusion_summary = summarize_fusion(
                 source.mod, options.tvm_target, source.onnx_model,
-                conv_chain=options.fusion_conv_chain, schedule=options.schedule).to_dict()
+                conv_chain=options.fusion_conv_chain, schedule=options.schedule,
+                plan_pass=b.plan_pass, reorder=options.reorder_pass is not None).to_dict()
         return
     b.report.buckets = {n: list(v) for n, v in (b.dyn.buckets or {}).items()} \
         if b.strategy == "buckets" else {}
