@@ -527,3 +527,20 @@ def test_dim_with_target_cuda_builds_and_reports_the_plan_without_run_rows(tmp_p
     for s in data["shapes"]:
         assert s["runtime_alloc_bytes"] is None and s["tvm_default_runtime_alloc_bytes"] is None
     assert (tmp_path / "shapes.png").exists()
+
+
+def test_output_paths_create_missing_folders_and_say_so(tmp_path, capsys):
+    """Newcomer trial: --report/--plot/-o created missing folders without a word. They are
+    still created (as export_library users expect), with one line naming the first one."""
+    from relax_memplan.cli_args import check_output_path
+
+    target = tmp_path / "new" / "deeper" / "r.json"
+    check_output_path("--report", str(target))
+    err = capsys.readouterr().err
+    assert err == f"relax-memplan: --report {target}: created missing folder {tmp_path / 'new'}\n"
+    assert (tmp_path / "new" / "deeper").is_dir() and not target.exists()
+    check_output_path("--report", str(target))  # the folder exists now: nothing said
+    check_output_path("--dump-ir", str(tmp_path / "new"), directory=True)
+    assert capsys.readouterr().err == ""
+    check_output_path("--dump-ir", str(tmp_path / "ir" / "a"), directory=True)
+    assert capsys.readouterr().err.endswith(f"created missing folder {tmp_path / 'ir'}\n")
