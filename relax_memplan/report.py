@@ -113,6 +113,9 @@ class FunctionMemoryReport:
     nonfinite_matched : int or None
         Elements NaN/Inf at the same place on both sides (agreement; the inputs
         produced non-finite values).
+    nonfinite_only_ours, nonfinite_only_reference : int or None
+        Of ``nonfinite_mismatches``: NaN/Inf in our outputs where onnxruntime's are finite,
+        and the other way round.
     input_sensitivity : dict or None
         How much the reference moves on a second random input
         (:func:`relax_memplan.verify.input_sensitivity`), with ``verify``.
@@ -152,6 +155,8 @@ class FunctionMemoryReport:
     max_abs_diff_vs_tvm_default: Optional[float] = None
     nonfinite_mismatches: Optional[int] = None
     nonfinite_matched: Optional[int] = None
+    nonfinite_only_ours: Optional[int] = None
+    nonfinite_only_reference: Optional[int] = None
     input_sensitivity: Optional[Dict] = None
     tensors: List[Dict] = field(default_factory=list)
     peak_step: Optional[int] = None
@@ -212,6 +217,8 @@ class FunctionMemoryReport:
         self.max_abs_error, self.error_tolerance = comparison.max_abs_error, comparison.tolerance
         self.nonfinite_mismatches = comparison.nonfinite_mismatches
         self.nonfinite_matched = comparison.nonfinite_matched
+        self.nonfinite_only_ours = comparison.nonfinite_only_ours
+        self.nonfinite_only_reference = comparison.nonfinite_only_reference
 
     def record_run(self, row: "ShapeMeasurement") -> None:
         """Keep what was measured at the one shape of a static build."""
@@ -242,7 +249,8 @@ class FunctionMemoryReport:
 
 _MEASURED = ("runtime_alloc_bytes", "runtime_num_allocs", "tvm_default_runtime_alloc_bytes",
              "tvm_default_runtime_num_allocs", "max_abs_error", "error_tolerance",
-             "nonfinite_mismatches", "nonfinite_matched", "input_sensitivity",
+             "nonfinite_mismatches", "nonfinite_matched", "nonfinite_only_ours",
+             "nonfinite_only_reference", "input_sensitivity",
              "max_abs_diff_vs_tvm_default")
 """Fields of a row that a static build's main function report repeats."""
 
@@ -251,7 +259,8 @@ _MEASURED = ("runtime_alloc_bytes", "runtime_num_allocs", "tvm_default_runtime_a
 class ShapeMeasurement:
     """Bytes at one shape (all sizes in bytes), and the check against onnxruntime there
     (``max_abs_error`` and the other fields of :class:`~relax_memplan.verify.Comparison`,
-    ``input_sensitivity``). ``dims`` is ``{}`` for a fixed-shape build. With a dynamic plan,
+    ``input_sensitivity``; ``nonfinite_only_ours``/``nonfinite_only_reference``: the side of a
+    NaN/Inf mismatch). ``dims`` is ``{}`` for a fixed-shape build. With a dynamic plan,
     ``peak_step`` and ``live_at_peak`` (names, largest first) say where the arena's tensors'
     live bytes peak at this shape (see :attr:`CompileReport.tensors`).
     ``lower_bound_without_inplace_bytes``: the lower bound at this shape had every kernel
@@ -276,12 +285,16 @@ class ShapeMeasurement:
     live_at_peak: Optional[List[str]] = None
     planned: bool = True
     lower_bound_without_inplace_bytes: Optional[int] = None
+    nonfinite_only_ours: Optional[int] = None
+    nonfinite_only_reference: Optional[int] = None
 
     def record_comparison(self, comparison) -> None:
         """Keep a :class:`relax_memplan.verify.Comparison` with the reference at this shape."""
         self.max_abs_error, self.error_tolerance = comparison.max_abs_error, comparison.tolerance
         self.nonfinite_mismatches = comparison.nonfinite_mismatches
         self.nonfinite_matched = comparison.nonfinite_matched
+        self.nonfinite_only_ours = comparison.nonfinite_only_ours
+        self.nonfinite_only_reference = comparison.nonfinite_only_reference
 
     @property
     def verified(self) -> Optional[bool]:

@@ -124,8 +124,7 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
     if f.max_abs_diff_vs_tvm_default is not None:
         lines.append(f"  max abs difference vs TVM default build: {f.max_abs_diff_vs_tvm_default:.3g}")
     if f.max_abs_error is not None:
-        comparison = Comparison(f.max_abs_error, f.error_tolerance, f.nonfinite_mismatches or 0,
-                                f.nonfinite_matched or 0)
+        comparison = _comparison(f)
         lines.append(f"  verification vs onnxruntime: {comparison.describe()}")
     if f.input_sensitivity and f.input_sensitivity["weak"]:
         lines.append(f"  WARNING: {WEAK_VERIFICATION} (the reference moves by "
@@ -302,13 +301,20 @@ def _verdict(s: ShapeMeasurement) -> str:
     return f"{s.error_tolerance:>10.2g}  {'OK' if s.verified else 'FAILED'}"
 
 
+def _comparison(r) -> Comparison:
+    """The :class:`~relax_memplan.verify.Comparison` kept in a function report or a row."""
+    return Comparison(r.max_abs_error, r.error_tolerance, r.nonfinite_mismatches or 0,
+                      r.nonfinite_matched or 0,
+                      nonfinite_only_ours=r.nonfinite_only_ours or 0,
+                      nonfinite_only_reference=r.nonfinite_only_reference or 0)
+
+
 def _check_lines(rows: List[ShapeMeasurement]) -> List[str]:
     """Non-finite values met at a shape, and the weak-verification warning."""
     lines = []
     for s in rows:
         if s.verified is not None and (s.nonfinite_mismatches or s.nonfinite_matched):
-            comparison = Comparison(s.max_abs_error, s.error_tolerance,
-                                    s.nonfinite_mismatches, s.nonfinite_matched)
+            comparison = _comparison(s)
             lines.append(f"  at {_dims_text(s.dims)}: {comparison.describe()}")
     weak = [s for s in rows if s.input_sensitivity and s.input_sensitivity["weak"]]
     if weak:
