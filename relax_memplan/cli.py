@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -283,9 +284,11 @@ def _dynamic_specs(args, config):
     ranges = dict(config.dims)
     ranges.update(parse_repeated(args.dim, parse_dim_spec, "--dim"))
     buckets = dict(config.planner.buckets)
-    buckets.update(parse_repeated(args.bucket, parse_values_spec, "--bucket"))
+    buckets.update(parse_repeated(args.bucket, functools.partial(parse_values_spec,
+                                                                 option="--bucket"), "--bucket"))
     dispatch = dict(config.dispatch)
-    dispatch.update(parse_repeated(args.dispatch, parse_values_spec, "--dispatch"))
+    dispatch.update(parse_repeated(args.dispatch, functools.partial(
+        parse_values_spec, option="--dispatch"), "--dispatch"))
     for option, named in (("--bucket", buckets), ("--dispatch", dispatch)):
         unknown = sorted(set(named) - set(ranges))
         if unknown:

@@ -295,7 +295,10 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
      (["--dim", "batch=1..4", "--strategy", "buckets"], "needs --bucket"),
      (["--dim", "batch=1..4", "--bucket", "seq=2"], "--bucket seq: not a dim given with --dim"),
      (["--dim", "batch=1..4", "--bucket", "batch=a"], "expected NAME=V1,V2"),
-     (["--dim", "batch=1..4", "--dispatch", "batch=0"], "integers >= 1")],
+     (["--dim", "batch=1..4", "--dispatch", "batch=0"],
+      "--dispatch 'batch=0': values of batch must be >= 1 (got 0)"),
+     (["--dim", "batch=1..4", "--bucket", "batch=0,2"],
+      "--bucket 'batch=0,2': values of batch must be >= 1 (got 0)")],
 )
 def test_bad_bucket_and_dispatch_options_are_one_line(capsys, argv, words):
     line = _one_line_error(capsys, ["compile", str(shared_model("mobilenetv2-tiny.onnx")), "-q"] + argv)
