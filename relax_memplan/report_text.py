@@ -154,6 +154,12 @@ def _dims_text(dims: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in dims.items())
 
 
+def _dims_width(shapes: List[ShapeMeasurement]) -> int:
+    """Width of the dims column: 28, or the longest dims text and two spaces (newcomer
+    trial: long dim names pushed the cells of their rows out of the columns)."""
+    return max([28] + [len(_dims_text(s.dims)) + 2 for s in shapes])
+
+
 def _ranges_text(report: CompileReport) -> str:
     ranges = ", ".join(f"{n} in {DimRange(*r)}" for n, r in report.dims.items())
     if report.buckets:
@@ -165,6 +171,7 @@ def _ranges_text(report: CompileReport) -> str:
 def _table_text(report: CompileReport) -> List[str]:
     """One row per sampled shape: LB, arena, ratio, bytes of both builds, error, verdict."""
     lines = [f"relax-memplan dynamic report: {report.model}"]
+    width = _dims_width(report.shapes)
     if report.not_planned_reason is not None:
         lines.append(f"  NOT PLANNED: every tensor left to TVM's planner "
                      f"({report.not_planned_reason}); no arena, no ratio to the lower bound")
@@ -173,13 +180,13 @@ def _table_text(report: CompileReport) -> List[str]:
                          "their own static plans, see 'loops and recurrences')")
     lines += [f"  target {_target_text(report)}; strategy {report.strategy}; "
               f"{_ranges_text(report)}; {report.planned_tensors} tensors in the arena",
-              f"  {'dims':<28}{'LB':>12}{'arena':>12}{'x LB':>9}{'run ours':>12}{'run TVM':>12}"
+              f"  {'dims':<{width}}{'LB':>12}{'arena':>12}{'x LB':>9}{'run ours':>12}{'run TVM':>12}"
              f"{'max err':>10}"]
     compared = report.verified is not None
     if compared:
         lines[-1] += f"{'tol':>10}  verify"
     for s in report.shapes:
-        row = (f"  {_dims_text(s.dims):<28}{_plan_cells(s)}{_num(s.runtime_alloc_bytes):>12}"
+        row = (f"  {_dims_text(s.dims):<{width}}{_plan_cells(s)}{_num(s.runtime_alloc_bytes):>12}"
                f"{_num(s.tvm_default_runtime_alloc_bytes):>12}{_error(s):>10}")
         lines.append(row + (_verdict(s) if compared else ""))
     lines += _check_lines(report.shapes)
@@ -354,10 +361,11 @@ def format_side_by_side(reports: Mapping[str, CompileReport]) -> str:
     lines = [f"relax-memplan dynamic report: {first.model} (strategies side by side)",
              f"  {_ranges_text(with_buckets)}; tensors in the arena: "
              + ", ".join(f"{n} {r.planned_tensors}" for n, r in reports.items())]
-    head = f"  {'':<28}{'':>12}" + "".join(f"{n:>21}" for n in names)
+    width = _dims_width(first.shapes)
+    head = f"  {'':<{width}}{'':>12}" + "".join(f"{n:>21}" for n in names)
     lines.append(head)
     compared = any(r.verified is not None for r in reports.values())
-    cols = f"  {'dims':<28}{'LB':>12}" + f"{'x LB':>9}{'run':>12}" * len(names)
+    cols = f"  {'dims':<{width}}{'LB':>12}" + f"{'x LB':>9}{'run':>12}" * len(names)
     lines.append(cols + f"{'run TVM':>12}{'max err':>10}" + ("  verify" if compared else ""))
     for k, row in enumerate(first.shapes):
         same = [reports[n].shapes[k] for n in names]
@@ -365,7 +373,7 @@ def format_side_by_side(reports: Mapping[str, CompileReport]) -> str:
         # and buckets' bound, not upper_bound's), every x LB against it
         lbs = [s.lower_bound_bytes for s in same if s.planned and s.lower_bound_bytes]
         lb = min(lbs) if lbs else None
-        text = f"  {_dims_text(row.dims):<28}{_num(lb):>12}"
+        text = f"  {_dims_text(row.dims):<{width}}{_num(lb):>12}"
         text += "".join(f"{_ratio_cell(s, lb)}{_num(s.runtime_alloc_bytes):>12}" for s in same)
         errors = [s.max_abs_error for s in same if s.max_abs_error is not None]
         text += f"{_num(row.tvm_default_runtime_alloc_bytes):>12}"

@@ -182,3 +182,24 @@ def test_fusion_skips_counts_dense_consumers_left_by_auto_under_schedule():
     assert fusion_skips([chain]) == {"dense consumer under --schedule": 2}
     chain.skipped = {"other_consumer": 1}  # refused, counted in fused/refused already
     assert fusion_skips([chain]) == {} and fusion_skips(None) == {}
+
+
+def test_long_dim_names_keep_the_table_columns_aligned():
+    """Newcomer trial: dims text longer than the 28-character column pushed that row's cells
+    right of their headers in the side-by-side table (and the per-shape table)."""
+    dims = {"sequence_length_of_the_encoder": 7, "batch_size_of_requests": 3}
+    reports = {}
+    for name in ("exact", "upper_bound"):
+        r = CompileReport(model="m", strategy=name, dims={n: (1, 8) for n in dims})
+        r.shapes.append(ShapeMeasurement(dict(dims), 1_000_040, 1_000_000, 1_000_000,
+                                         tvm_default_runtime_alloc_bytes=2_000_000))
+        reports[name] = r
+    for text in (format_side_by_side(reports), reports["exact"].format_text()):
+        lines = text.splitlines()
+        header = next(line for line in lines if line.strip().startswith("dims"))
+        row = next(line for line in lines if "sequence_length_of_the_encoder=7" in line)
+        # every header ends where its column's cell ends
+        assert header.index("LB") + 2 == row.index("1,000,000") + len("1,000,000"), (header, row)
+        assert len(header.rstrip()) <= len(row.rstrip()) + 8
+        assert row.index("1,000,000") > len("  sequence_length_of_the_encoder=7, "
+                                            "batch_size_of_requests=3")
