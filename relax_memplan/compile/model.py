@@ -195,9 +195,11 @@ def compile_and_measure(source: ModelSource, dims, points: Sequence[Dict[str, in
     if options.compare_with_tvm:
         say("building with TVM's StaticPlanBlockMemory"
             + (" (same declared ranges)" if dims else " for comparison"))
+        # the same fusion passes as ours (conv chain mode, schedule): same kernels
         ex_tvm = build(mod, options.tvm_target, "tvm", None, None if dims else tvm_rec,
                        schedule=options.schedule, check_indices=options.check_indices,
-                       fusion=options.fusion, **({"dim_ranges": dims} if dims else {}))
+                       fusion=options.fusion, fusion_pass_list=_fusion_list(options),
+                       **({"dim_ranges": dims} if dims else {}))
     for b in builds:
         _start_report(b, source, dims, options, tvm_rec)
     run = _runnable(builds, options, check)
@@ -215,6 +217,15 @@ def compile_and_measure(source: ModelSource, dims, points: Sequence[Dict[str, in
             for b in builds}
 
 
+def _fusion_list(options: BuildOptions):
+    """A fresh list of the build's fusion passes (its conv chain mode and schedule), or None
+    with fusion off. TVM's comparison build gets its own list too: without it, it ran the
+    default (``auto`` without schedules), fusing dense conv chains that ours left under
+    ``--schedule`` or ``fusion_conv_chain: off``, so the two builds' kernels differed."""
+    return fusion_passes(options.tvm_target, options.fusion_conv_chain, options.schedule) \
+        if options.fusion else None
+
+
 def _strategies(dims, options: BuildOptions) -> List[str]:
     if not dims:
         return ["static"]
@@ -227,8 +238,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
     """Our build with one strategy; its library written right away (before any run)."""
     plan_pass = options.plan_pass if options.plan_pass is not None else PlanStaticMemory()
     b = StrategyBuild(strategy=strategy, executable=None, report=None, plan_pass=plan_pass,
-                      fusion=fusion_passes(options.tvm_target, options.fusion_conv_chain,
-                                           options.schedule) if options.fusion else None,
+                      fusion=_fusion_list(options),
                       hoist=HoistLoopStorage())
     kernel_options = dict(schedule=options.schedule, check_indices=options.check_indices,
                           fusion=options.fusion, fusion_pass_list=b.fusion)
