@@ -276,7 +276,7 @@ def _fusion_line(report: CompileReport) -> str:
             "feed_forward_chunked": "feed-forward chunked",
             "conv_chain": "conv chains fused", "conv_chain_refused": "conv chains refused"}
     counts = ", ".join(f"{done.get(k, k)} {n}x" for k, n in report.fusion.items())
-    skipped = ", ".join(f"{n} {why}" for why, n in report.fusion_skipped.items())
+    skipped = ", ".join(f"{n} x {why}" for why, n in report.fusion_skipped.items())
     line = (f"  fusion: on ({counts or 'no pattern for this target'}"
             + (f"; skipped: {skipped}" if skipped else "") + ")")
     summary = report.fusion_summary

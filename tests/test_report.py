@@ -164,7 +164,7 @@ def test_fusion_line_names_the_skipped_chains_and_the_bound_baseline():
                              "lower_bound_bytes_tvm": 120, "lower_bound_bytes_ours": 100,
                              "planner_settings": "in-place, concat in place"}
     text = report.format_text()
-    assert ("fusion: on (conv chains fused 0x, conv chains refused 0x; skipped: 1 dense consumer "
+    assert ("fusion: on (conv chains fused 0x, conv chains refused 0x; skipped: 1 x dense consumer "
             "under --schedule)") in text
     assert ("lower bound 120 B without our fusion -> 100 B (both with this build's planner: "
             "in-place, concat in place)") in text
