@@ -137,8 +137,12 @@ def test_cli_run_onnx_model_says_compile_it_first(tmp_path, capsys):
 
 @pytest.mark.skipif(tvm.cuda(0).exist, reason="the message is for a machine without a CUDA GPU")
 def test_cli_run_cuda_library_without_gpu_says_it_needs_cuda(tmp_path, capsys):
-    lib = tmp_path / "x.so"
-    assert main(["compile", "--target", "cuda", "--cuda-arch", "sm_80", "-o", str(lib)]) == 0
+    import onnx
+
+    lib, model = tmp_path / "x.so", tmp_path / "m.onnx"
+    onnx.save(_two_input_model(), model)  # incidental: a small model, not the example CNN
+    assert main(["compile", str(model), "--shape", "a=2,4", "--shape", "b=2,4", "-q",
+                 "--target", "cuda", "--cuda-arch", "sm_80", "-o", str(lib)]) == 0
     capsys.readouterr()
     err = _one_line_error(capsys, ["run", str(lib)])
     assert err.endswith(f"{lib}: the library was built for CUDA and needs a CUDA GPU; no CUDA "
