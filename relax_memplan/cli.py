@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -227,17 +228,10 @@ def _compile(args) -> int:
 def _build_options(args, config):
     """(declared dim ranges, BuildOptions) from the command line and the config."""
     from .compile import BuildOptions
-    from .transform.plan_static_memory import PlanStaticMemory
-    from .transform.reorder_for_memory import ReorderForMemory
 
     planner = config.planner
-    plan_pass = PlanStaticMemory(
-        alignment_bytes=planner.alignment_bytes, algorithms=planner.algorithms,
-        time_limit_s=args.time_limit if args.time_limit is not None else planner.time_limit_s,
-        inplace=planner.inplace if args.inplace is None else args.inplace,
-        concat_inplace=planner.concat_inplace)
-    reorder = planner.reorder if args.reorder is None else args.reorder
-    reorder_pass = ReorderForMemory() if reorder else None
+    plan_pass, reorder_pass = _planner_passes(planner, args.time_limit, args.inplace,
+                                              args.reorder)
     common = dict(target=args.target, cuda_arch=args.cuda_arch or config.cuda_arch,
                   plan_pass=plan_pass, reorder_pass=reorder_pass, dump_dir=args.dump_ir,
                   prepare=not args.no_prepare, schedule=args.schedule or config.schedule,
@@ -263,6 +257,21 @@ def _build_options(args, config):
                                 size_class_growth=planner.size_class_growth, dispatch=dispatch)
 
 
+def _planner_passes(planner, time_limit=None, inplace=None, reorder=None):
+    """(PlanStaticMemory, ReorderForMemory or None) from the config's ``planner`` section, the
+    command line's values (None: the config's) overriding it; compile and bench share it."""
+    from .transform.plan_static_memory import PlanStaticMemory
+    from .transform.reorder_for_memory import ReorderForMemory
+
+    plan_pass = PlanStaticMemory(
+        alignment_bytes=planner.alignment_bytes, algorithms=planner.algorithms,
+        time_limit_s=time_limit if time_limit is not None else planner.time_limit_s,
+        inplace=planner.inplace if inplace is None else inplace,
+        concat_inplace=planner.concat_inplace)
+    reorder = planner.reorder if reorder is None else reorder
+    return plan_pass, ReorderForMemory() if reorder else None
+
+
 def _dynamic_specs(args, config):
     """(--dim ranges, --bucket values, --dispatch values), config first, checked."""
     from .compile import parse_dim_spec, parse_values_spec
@@ -275,9 +284,11 @@ def _dynamic_specs(args, config):
     ranges = dict(config.dims)
     ranges.update(parse_repeated(args.dim, parse_dim_spec, "--dim"))
     buckets = dict(config.planner.buckets)
-    buckets.update(parse_repeated(args.bucket, parse_values_spec, "--bucket"))
+    buckets.update(parse_repeated(args.bucket, functools.partial(parse_values_spec,
+                                                                 option="--bucket"), "--bucket"))
     dispatch = dict(config.dispatch)
-    dispatch.update(parse_repeated(args.dispatch, parse_values_spec, "--dispatch"))
+    dispatch.update(parse_repeated(args.dispatch, functools.partial(
+        parse_values_spec, option="--dispatch"), "--dispatch"))
     for option, named in (("--bucket", buckets), ("--dispatch", dispatch)):
         unknown = sorted(set(named) - set(ranges))
         if unknown:
@@ -364,7 +375,6 @@ def _bench(args) -> int:
     from .frontend import parse_shape_spec
     from .config import load_config
     from .tools.bench import bench_onnx
-    from .transform.plan_static_memory import PlanStaticMemory
 
     if not args.no_onnxruntime:
         try:
@@ -375,18 +385,19 @@ def _bench(args) -> int:
     if args.json:
         check_output_path("--json", args.json)
     config = load_config(args.config)
-    planner = config.planner
-    plan_pass = PlanStaticMemory(alignment_bytes=planner.alignment_bytes,
-                                 algorithms=planner.algorithms,
-                                 time_limit_s=planner.time_limit_s, inplace=planner.inplace)
+    _check_bench_config(config, args.config)
+    shapes = {name: tuple(dims) for name, dims in config.shapes.items()}
+    shapes.update(parse_repeated(args.shape, parse_shape_spec, "--shape"))
+    plan_pass, reorder_pass = _planner_passes(config.planner)
     progress = _progress(args)
     with native_log(_log_mode(args)):
-        result = bench_onnx(args.model, parse_repeated(args.shape, parse_shape_spec, "--shape"),
-                            repeat=args.repeat, warmup=args.warmup, plan_pass=plan_pass,
+        result = bench_onnx(args.model, shapes, repeat=args.repeat, warmup=args.warmup,
+                            plan_pass=plan_pass, reorder_pass=reorder_pass,
                             onnxruntime=not args.no_onnxruntime,
                             schedule=config.schedule if args.schedule is None else args.schedule,
                             fusion=config.fusion if args.fusion is None else args.fusion,
-                            check_indices=config.check_indices,
+                            fusion_conv_chain=config.fusion_conv_chain,
+                            check_indices=config.check_indices, seed=config.verify.seed,
                             input_values=parse_inputs(args.input), progress=progress)
         _finish(progress)
     print(result.format_text())
@@ -394,6 +405,20 @@ def _bench(args) -> int:
         Path(args.json).write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
         print(f"times written to {args.json}")
     return 0
+
+
+def _check_bench_config(config, path) -> None:
+    """bench times fixed shapes on this CPU: a config asking for symbolic dims, kernel
+    dispatch or another target is refused, naming the key (newcomer trial: bench used a
+    config's planner settings but silently ignored its shapes, dims and target)."""
+    where = f"config {path}" if path else "config"
+    if config.target != "llvm":
+        raise RelaxMemplanError(f"{where}: target {config.target!r} is not supported by bench "
+                                f"(it runs the builds on this CPU: target llvm)")
+    for key in ("dims", "dispatch"):
+        if getattr(config, key):
+            raise RelaxMemplanError(f"{where}: key '{key}' is not supported by bench (it times "
+                                    f"fixed shapes: give full shapes in 'shapes' or --shape)")
 
 
 @contextlib.contextmanager

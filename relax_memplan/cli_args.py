@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -27,14 +28,43 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def _make_folder(option: str, path: str, folder: Path) -> None:
+    """``folder`` and its missing parents created; once created, one line on stderr naming the
+    first one (nothing when it existed; nothing printed before an error)."""
+    if folder.is_dir():
+        return
+    top = _missing_top(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"relax-memplan: {option} {path}: created missing folder {top}", file=sys.stderr)
+
+
+def _missing_top(folder: Path) -> Path:
+    """The outermost folder of ``folder``'s chain that does not exist yet (``folder`` itself
+    when its parent exists)."""
+    while not folder.parent.exists() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
 def check_output_path(option: str, path: str, directory: bool = False) -> None:
-    """Fail before compiling when an output path cannot be written."""
+    """Fail before compiling when an output path cannot be written.
+
+    Missing folders on the way are created, as ``tvm.contrib.utils``/``export_library``
+    users expect ``-o out/model.so`` to work, and one line on stderr names the first one
+    created (newcomer trial: folders appeared without a word, a typo in a path went unseen).
+
+    Raises
+    ------
+    RelaxMemplanError
+        The path is a directory (a file expected) or a file (a directory expected), a file
+        blocks a folder on the way, or the path cannot be written.
+    """
     p = Path(path)
     if directory:
         if p.exists() and not p.is_dir():
             raise RelaxMemplanError(f"{option} {path}: exists and is not a directory")
         try:
-            p.mkdir(parents=True, exist_ok=True)
+            _make_folder(option, path, p)
         except OSError as err:
             raise RelaxMemplanError(f"{option} {path}: cannot create directory: {err.strerror}") from None
         return
@@ -45,7 +75,7 @@ def check_output_path(option: str, path: str, directory: bool = False) -> None:
         raise RelaxMemplanError(f"{option} {path}: {blocking} is a file, not a directory")
     existed = p.exists()
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        _make_folder(option, path, p.parent)
         with open(p, "ab"):
             pass
     except OSError as err:

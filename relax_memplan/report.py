@@ -113,6 +113,9 @@ class FunctionMemoryReport:
     nonfinite_matched : int or None
         Elements NaN/Inf at the same place on both sides (agreement; the inputs
         produced non-finite values).
+    nonfinite_only_ours, nonfinite_only_reference : int or None
+        Of ``nonfinite_mismatches``: NaN/Inf in our outputs where onnxruntime's are finite,
+        and the other way round.
     input_sensitivity : dict or None
         How much the reference moves on a second random input
         (:func:`relax_memplan.verify.input_sensitivity`), with ``verify``.
@@ -152,6 +155,8 @@ class FunctionMemoryReport:
     max_abs_diff_vs_tvm_default: Optional[float] = None
     nonfinite_mismatches: Optional[int] = None
     nonfinite_matched: Optional[int] = None
+    nonfinite_only_ours: Optional[int] = None
+    nonfinite_only_reference: Optional[int] = None
     input_sensitivity: Optional[Dict] = None
     tensors: List[Dict] = field(default_factory=list)
     peak_step: Optional[int] = None
@@ -212,6 +217,8 @@ class FunctionMemoryReport:
         self.max_abs_error, self.error_tolerance = comparison.max_abs_error, comparison.tolerance
         self.nonfinite_mismatches = comparison.nonfinite_mismatches
         self.nonfinite_matched = comparison.nonfinite_matched
+        self.nonfinite_only_ours = comparison.nonfinite_only_ours
+        self.nonfinite_only_reference = comparison.nonfinite_only_reference
 
     def record_run(self, row: "ShapeMeasurement") -> None:
         """Keep what was measured at the one shape of a static build."""
@@ -242,7 +249,8 @@ class FunctionMemoryReport:
 
 _MEASURED = ("runtime_alloc_bytes", "runtime_num_allocs", "tvm_default_runtime_alloc_bytes",
              "tvm_default_runtime_num_allocs", "max_abs_error", "error_tolerance",
-             "nonfinite_mismatches", "nonfinite_matched", "input_sensitivity",
+             "nonfinite_mismatches", "nonfinite_matched", "nonfinite_only_ours",
+             "nonfinite_only_reference", "input_sensitivity",
              "max_abs_diff_vs_tvm_default")
 """Fields of a row that a static build's main function report repeats."""
 
@@ -251,7 +259,8 @@ _MEASURED = ("runtime_alloc_bytes", "runtime_num_allocs", "tvm_default_runtime_a
 class ShapeMeasurement:
     """Bytes at one shape (all sizes in bytes), and the check against onnxruntime there
     (``max_abs_error`` and the other fields of :class:`~relax_memplan.verify.Comparison`,
-    ``input_sensitivity``). ``dims`` is ``{}`` for a fixed-shape build. With a dynamic plan,
+    ``input_sensitivity``; ``nonfinite_only_ours``/``nonfinite_only_reference``: the side of a
+    NaN/Inf mismatch). ``dims`` is ``{}`` for a fixed-shape build. With a dynamic plan,
     ``peak_step`` and ``live_at_peak`` (names, largest first) say where the arena's tensors'
     live bytes peak at this shape (see :attr:`CompileReport.tensors`).
     ``lower_bound_without_inplace_bytes``: the lower bound at this shape had every kernel
@@ -276,12 +285,16 @@ class ShapeMeasurement:
     live_at_peak: Optional[List[str]] = None
     planned: bool = True
     lower_bound_without_inplace_bytes: Optional[int] = None
+    nonfinite_only_ours: Optional[int] = None
+    nonfinite_only_reference: Optional[int] = None
 
     def record_comparison(self, comparison) -> None:
         """Keep a :class:`relax_memplan.verify.Comparison` with the reference at this shape."""
         self.max_abs_error, self.error_tolerance = comparison.max_abs_error, comparison.tolerance
         self.nonfinite_mismatches = comparison.nonfinite_mismatches
         self.nonfinite_matched = comparison.nonfinite_matched
+        self.nonfinite_only_ours = comparison.nonfinite_only_ours
+        self.nonfinite_only_reference = comparison.nonfinite_only_reference
 
     @property
     def verified(self) -> Optional[bool]:
@@ -354,6 +367,10 @@ class CompileReport:
         ``None`` when our fusion did not run; else pattern -> times fused in this build
         (``attention``: attention blocks made one kernel, ``dropout``: dropouts removed,
         ``add_layer_norm``: residual add + layer norm pairs made one kernel).
+    fusion_skipped : dict of str to int
+        Patterns found but left unfused by the build's mode, by reason in words
+        (``{"dense consumer under --schedule": 1}``,
+        :func:`~relax_memplan.compile.fusion_summary.fusion_skips`); JSON ``fusion.skipped``.
     fusion_summary : dict, optional
         Fixed shapes with fusion on: kernels per call, intermediate bytes and lower bound of
         ``main`` with TVM's FuseOps alone and with ours, and onnxruntime's optimized-graph node
@@ -363,6 +380,11 @@ class CompileReport:
         the storage of an input that dies there (byte sizes proved equal as expressions);
         None when in-place reuse is off. Such tensors have ``shares_storage_with`` in
         :attr:`tensors`, and :attr:`planned_tensors` counts every tensor at an arena offset.
+    not_applied : dict of str to str
+        Symbolic dims: memory features a fixed-shape build would apply that this one did not,
+        and why (``inplace``, ``concat_inplace``, ``conv_chain`` ->
+        ``"static shapes only (...)"``; :mod:`relax_memplan.compile.not_applied`); ``{}`` for
+        fixed shapes.
     loops : list of LoopFacts
         Each ONNX loop or recurrence (LSTM, GRU, Loop, Scan) the import converted
         (:class:`relax_memplan.onnx_prepare.loop_facts.LoopFacts`): its form, iterations,
@@ -389,6 +411,8 @@ class CompileReport:
     loops: List = field(default_factory=list)
     not_planned_reason: Optional[str] = None
     inplace_calls: Optional[int] = None
+    not_applied: Dict[str, str] = field(default_factory=dict)
+    fusion_skipped: Dict[str, int] = field(default_factory=dict)
 
     @property
     def is_static(self) -> bool:
@@ -425,10 +449,12 @@ class CompileReport:
                         "not_planned_reason": self.not_planned_reason,
                         "planned_tensors": self.planned_tensors, "left_to_tvm": self.left_to_tvm,
                         "inplace_calls": self.inplace_calls,
+                        "not_applied": dict(self.not_applied),
                         "ratio_check": self.checked, "specialized_kernels": self.specialized,
                         "buckets": {n: list(v) for n, v in self.buckets.items()},
                         "tensors": self.tensors})
-        out["fusion"] = {"enabled": self.fusion is not None, "fused": dict(self.fusion or {})}
+        out["fusion"] = {"enabled": self.fusion is not None, "fused": dict(self.fusion or {}),
+                         "skipped": dict(self.fusion_skipped)}
         if self.fusion_summary is not None:
             out["fusion"].update(self.fusion_summary)
         out["verified"] = self.verified

@@ -44,6 +44,9 @@ class OutputComparison:
     nonfinite_matched : int
         Elements where both sides hold the same non-finite value.
     num_elements : int
+    nonfinite_only_ours, nonfinite_only_reference : int
+        Of ``nonfinite_mismatches``: elements non-finite in ours where the reference is finite,
+        and the other way round (the rest: both non-finite, different values).
     """
 
     max_abs_error: float
@@ -51,6 +54,8 @@ class OutputComparison:
     nonfinite_mismatches: int = 0
     nonfinite_matched: int = 0
     num_elements: int = 0
+    nonfinite_only_ours: int = 0
+    nonfinite_only_reference: int = 0
 
     @property
     def ok(self) -> bool:
@@ -89,6 +94,11 @@ class Comparison:
         Index of the output that gives ``max_abs_error`` and ``tolerance``.
     outputs : tuple of OutputComparison
         Per output, in order.
+    nonfinite_only_ours, nonfinite_only_reference : int
+        Of ``nonfinite_mismatches``, over all outputs: NaN/Inf in ours where the reference is
+        finite, and in the reference where ours is finite (the rest: both non-finite, different
+        values, e.g. NaN against Inf). Newcomer trial: a NaN mismatch did not say which side
+        produced the NaN.
     """
 
     max_abs_error: float
@@ -98,6 +108,8 @@ class Comparison:
     num_elements: int = 0
     worst_output: int = 0
     outputs: Tuple[OutputComparison, ...] = ()
+    nonfinite_only_ours: int = 0
+    nonfinite_only_reference: int = 0
 
     @property
     def ok(self) -> bool:
@@ -116,7 +128,15 @@ class Comparison:
         text = f"max abs error {self.max_abs_error:.3g} (tolerance {self.tolerance:.3g}"
         text += f", output {self.worst_output})" if len(self.outputs) > 1 else ")"
         if self.nonfinite_mismatches:
-            text += (f", {self.nonfinite_mismatches} element(s) NaN/Inf on one side only")
+            text += f", {self.nonfinite_mismatches} element(s) NaN/Inf on one side only"
+            sides = [f"{n} in {who} where {other} is finite" for n, who, other in (
+                (self.nonfinite_only_ours, "ours", "onnxruntime"),
+                (self.nonfinite_only_reference, "onnxruntime", "ours")) if n]
+            rest = (self.nonfinite_mismatches - self.nonfinite_only_ours
+                    - self.nonfinite_only_reference)
+            if rest > 0:
+                sides.append(f"{rest} non-finite on both sides with different values")
+            text += f" ({'; '.join(sides)})" if sides else ""
         if self.nonfinite_matched:
             text += (f", {self.nonfinite_matched} element(s) NaN/Inf on both sides (the inputs "
                      f"produced non-finite values)")
@@ -168,7 +188,9 @@ def compare_outputs(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]
         nonfinite_mismatches=sum(o.nonfinite_mismatches for o in per_output),
         nonfinite_matched=sum(o.nonfinite_matched for o in per_output),
         num_elements=sum(o.num_elements for o in per_output),
-        worst_output=worst, outputs=tuple(per_output))
+        worst_output=worst, outputs=tuple(per_output),
+        nonfinite_only_ours=sum(o.nonfinite_only_ours for o in per_output),
+        nonfinite_only_reference=sum(o.nonfinite_only_reference for o in per_output))
 
 
 def _compare_one(a: np.ndarray, e: np.ndarray, rtol: float, atol: float) -> OutputComparison:
@@ -182,7 +204,9 @@ def _compare_one(a: np.ndarray, e: np.ndarray, rtol: float, atol: float) -> Outp
     return OutputComparison(
         max_abs_error=err, tolerance=rtol * ref_max + atol,
         nonfinite_mismatches=int(np.count_nonzero(~both & ~same_nonfinite)),
-        nonfinite_matched=int(np.count_nonzero(same_nonfinite)), num_elements=int(a.size))
+        nonfinite_matched=int(np.count_nonzero(same_nonfinite)), num_elements=int(a.size),
+        nonfinite_only_ours=int(np.count_nonzero(~a_finite & e_finite)),
+        nonfinite_only_reference=int(np.count_nonzero(a_finite & ~e_finite)))
 
 
 def input_sensitivity(reference: Sequence[np.ndarray], other: Sequence[np.ndarray],

@@ -215,6 +215,10 @@ def test_dynamic_dims_measured_at_range_ends(tmp_path):
         assert s["runtime_alloc_bytes"] < s["tvm_default_runtime_alloc_bytes"]
         assert s["max_abs_error"] < 1e-4
     _check_dynamic_tensors(data)
+    # conv chains are static-only: the report says so (no concat in mobilenetv2: not listed)
+    assert data["not_applied"] == {"conv_chain": "static shapes only (FuseConvChain sizes its row "
+                                   "tiles at compile time); 4 strided convolution(s) with "
+                                   "symbolic shapes"}
 
 
 def _check_dynamic_tensors(data):
@@ -258,8 +262,13 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
     # one table, a column group per strategy, the bucket values in its header
     assert out.count("relax-memplan dynamic report") == 1 and "strategies side by side" in out
     assert "batch in [1, 4]; buckets batch=2" in out
-    assert [line.split() for line in out.splitlines() if line.strip().startswith("upper_bound")] \
-        == [["upper_bound", "exact", "buckets"]]
+    assert [line.split() for line in out.splitlines() if line.strip().startswith("upper_bound")
+            and "not applied" not in line] == [["upper_bound", "exact", "buckets"]]
+    # what a strategy does not apply is said under the table: once for all (conv chains),
+    # or prefixed with the strategy (upper_bound: no in-place reuse)
+    assert "  upper_bound: in-place reuse: not applied, the upper_bound strategy does no " \
+        "in-place reuse (exact and buckets do)" in out
+    assert out.count("conv chains: not applied, static shapes only") == 1
     assert len([line for line in out.splitlines() if line.strip().startswith("batch=")]) == 3
     for name in ("upper_bound", "exact", "buckets"):  # -o: one library per strategy, each named
         assert (tmp_path / f"m.{name}.so").exists()
@@ -286,17 +295,42 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
      (["--dim", "batch=1..4", "--strategy", "buckets"], "needs --bucket"),
      (["--dim", "batch=1..4", "--bucket", "seq=2"], "--bucket seq: not a dim given with --dim"),
      (["--dim", "batch=1..4", "--bucket", "batch=a"], "expected NAME=V1,V2"),
-     (["--dim", "batch=1..4", "--dispatch", "batch=0"], "integers >= 1")],
+     (["--dim", "batch=1..4", "--dispatch", "batch=0"],
+      "--dispatch 'batch=0': values of batch must be >= 1 (got 0)"),
+     (["--dim", "batch=1..4", "--bucket", "batch=0,2"],
+      "--bucket 'batch=0,2': values of batch must be >= 1 (got 0)")],
 )
 def test_bad_bucket_and_dispatch_options_are_one_line(capsys, argv, words):
     line = _one_line_error(capsys, ["compile", str(shared_model("mobilenetv2-tiny.onnx")), "-q"] + argv)
     assert words in line
 
 
+def _mlp_model(path):
+    """y[batch, 8] = relu(x[batch, 16] @ w1) @ w2: two symbolic intermediates, seconds to build
+    (for tests where the model is incidental)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    w1 = helper.make_tensor("w1", TensorProto.FLOAT, [16, 32], rng.standard_normal(512).tolist())
+    w2 = helper.make_tensor("w2", TensorProto.FLOAT, [32, 8], rng.standard_normal(256).tolist())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w2"], ["y"])], "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return str(path)
+
+
 def test_stepped_dim_without_running_reports_the_plan(tmp_path):
-    """Regression: a --dim with :STEP crashed the text report after the whole build."""
+    """Regression: a --dim with :STEP crashed the text report after the whole build (the
+    model is incidental: a small MLP, was mobilenetv2-tiny)."""
     report = tmp_path / "step.json"
-    status = main(["compile", str(shared_model("mobilenetv2-tiny.onnx")), "--dim", "batch=1..7:3",
+    status = main(["compile", _mlp_model(tmp_path / "mlp.onnx"), "--dim", "batch=1..7:3",
                    "--no-measure", "-q", "--report", str(report), "--time-limit", "0.2"])
     assert status == 0
     data = json.loads(report.read_text())
@@ -518,3 +552,20 @@ def test_dim_with_target_cuda_builds_and_reports_the_plan_without_run_rows(tmp_p
     for s in data["shapes"]:
         assert s["runtime_alloc_bytes"] is None and s["tvm_default_runtime_alloc_bytes"] is None
     assert (tmp_path / "shapes.png").exists()
+
+
+def test_output_paths_create_missing_folders_and_say_so(tmp_path, capsys):
+    """Newcomer trial: --report/--plot/-o created missing folders without a word. They are
+    still created (as export_library users expect), with one line naming the first one."""
+    from relax_memplan.cli_args import check_output_path
+
+    target = tmp_path / "new" / "deeper" / "r.json"
+    check_output_path("--report", str(target))
+    err = capsys.readouterr().err
+    assert err == f"relax-memplan: --report {target}: created missing folder {tmp_path / 'new'}\n"
+    assert (tmp_path / "new" / "deeper").is_dir() and not target.exists()
+    check_output_path("--report", str(target))  # the folder exists now: nothing said
+    check_output_path("--dump-ir", str(tmp_path / "new"), directory=True)
+    assert capsys.readouterr().err == ""
+    check_output_path("--dump-ir", str(tmp_path / "ir" / "a"), directory=True)
+    assert capsys.readouterr().err.endswith(f"created missing folder {tmp_path / 'ir'}\n")

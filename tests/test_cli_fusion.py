@@ -54,6 +54,11 @@ def test_fusion_on_the_example_fuses_its_conv_chains_and_says_so(tmp_path, capsy
     assert fusion["kernels_ours"] == fusion["kernels_tvm"] - 3 and fusion["ort_nodes"] > 0
     assert (fusion["lower_bound_bytes_tvm"], fusion["lower_bound_bytes_ours"]) == \
         (737280, 497664)
+    # both bounds with the build's planner settings: the fused one is the report's bound
+    report = json.loads(report_path.read_text())
+    assert fusion["lower_bound_bytes_ours"] == report["lower_bound_bytes"]
+    assert fusion["planner_settings"] == "in-place, concat in place, reordering"
+    assert fusion["skipped"] == {}
     assert fusion["conv_chain_scratch_bytes"] > 0
     assert "fusion: on (attention fused 0x, dropout removed 0x, matmul reshapes folded 0x, " \
         "add+layer norm fused 0x, feed-forward chunked 0x, conv chains fused 3x, " \
@@ -61,12 +66,31 @@ def test_fusion_on_the_example_fuses_its_conv_chains_and_says_so(tmp_path, capsy
     assert "per running thread (TVM workspace, not in the lower bound)" in text
 
 
+def _small_model(tmp_path) -> str:
+    """y = tanh(x @ w), x [2, 4]: for tests where the model is incidental (the fusion flag is
+    checked, not what fused); seconds to build, where the example CNN takes tens."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3],
+                           np.random.default_rng(0).standard_normal(12).tolist())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])],
+        "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [w])
+    path = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return str(path)
+
+
 def test_config_fusion_is_honoured_and_no_fusion_overrides_it(tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text("fusion: true\n")
+    model = _small_model(tmp_path)
     for extra, enabled in (([], True), (["--no-fusion"], False)):
         report_path = tmp_path / "r.json"
-        assert main(["compile", "-q", "--no-measure", "--config", str(config),
+        assert main(["compile", model, "-q", "--no-measure", "--config", str(config),
                      "--time-limit", "0.2", "--report", str(report_path)] + extra) == 0
         assert json.loads(report_path.read_text())["fusion"]["enabled"] is enabled
     assert "fusion: off" in capsys.readouterr().out
@@ -84,7 +108,7 @@ def test_fusion_is_on_by_default_in_config_options_and_cli(tmp_path):
     for func in (get_pipeline, compiler.compile_onnx, compiler.compile_module):
         assert inspect.signature(func).parameters["fusion"].default is True, func
     report_path = tmp_path / "r.json"
-    assert main(["compile", "-q", "--no-measure", "--time-limit", "0.2",
+    assert main(["compile", _small_model(tmp_path), "-q", "--no-measure", "--time-limit", "0.2",
                  "--report", str(report_path)]) == 0
     assert json.loads(report_path.read_text())["fusion"]["enabled"] is True
 

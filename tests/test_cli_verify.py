@@ -97,7 +97,9 @@ def _one_line(capsys, status, expected_status, prefix="relax-memplan: error: "):
 def test_corrupted_reference_fails_static(monkeypatch, capsys, tmp_path, shift, nan):
     _shifted_reference(monkeypatch, shift, nan)
     report = tmp_path / "r.json"
-    status = main(["compile", "--verify", "-q", "--time-limit", "0.2", "--report", str(report)])
+    # the model is incidental (the verdict is checked): a small matmul, not the example CNN
+    status = main(["compile", _matmul_model(tmp_path, dim=2), "--verify", "-q", "--time-limit",
+                   "0.2", "--report", str(report)])
     assert status == EXIT_VERIFY_FAILED
     assert "FAILED" in capsys.readouterr().out
     data = json.loads(report.read_text())
@@ -246,18 +248,18 @@ def test_runtime_failure_is_one_line_naming_function_and_shapes(capsys, tmp_path
 
 
 # --- Ctrl-C -----------------------------------------------------------------------------------
-def test_interrupt_in_the_run_step_is_one_line(capsys, monkeypatch):
+def test_interrupt_in_the_run_step_is_one_line(capsys, monkeypatch, tmp_path):
     import relax_memplan.compile.measure as measure
 
     def interrupted(*_args, **_kw):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(measure, "run_checked", interrupted)
-    _one_line(capsys, main(["compile", "-q", "--time-limit", "0.2"]), EXIT_INTERRUPTED,
-              prefix="relax-memplan: interrupted")
+    _one_line(capsys, main(["compile", _matmul_model(tmp_path, dim=2), "-q", "--time-limit",
+                            "0.2"]), EXIT_INTERRUPTED, prefix="relax-memplan: interrupted")
 
 
-def test_interrupt_inside_the_vm_call_is_one_line(capsys, monkeypatch):
+def test_interrupt_inside_the_vm_call_is_one_line(capsys, monkeypatch, tmp_path):
     """Regression: a KeyboardInterrupt raised in the VM's instrument hook reaches us as a bare
     RuntimeError from TVM's FFI, and printed a traceback."""
     import relax_memplan.runtime as runtime
@@ -266,8 +268,8 @@ def test_interrupt_inside_the_vm_call_is_one_line(capsys, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(runtime, "_storage_bytes", interrupted)
-    _one_line(capsys, main(["compile", "-q", "--time-limit", "0.2"]), EXIT_INTERRUPTED,
-              prefix="relax-memplan: interrupted")
+    _one_line(capsys, main(["compile", _matmul_model(tmp_path, dim=2), "-q", "--time-limit",
+                            "0.2"]), EXIT_INTERRUPTED, prefix="relax-memplan: interrupted")
 
 
 def test_interrupt_swallowed_inside_the_build_still_stops(capsys, monkeypatch, tmp_path):
@@ -288,7 +290,8 @@ def test_interrupt_swallowed_inside_the_build_still_stops(capsys, monkeypatch, t
 
     monkeypatch.setattr(compile_model, "build", build_with_swallowed_interrupt)
     lib = tmp_path / "lib.so"
-    status = main(["compile", "-q", "--time-limit", "0.2", "-o", str(lib)])
+    status = main(["compile", _matmul_model(tmp_path, dim=2), "-q", "--time-limit", "0.2",
+                   "-o", str(lib)])
     _one_line(capsys, status, EXIT_INTERRUPTED, prefix="relax-memplan: interrupted")
     assert not lib.exists()
 
@@ -305,9 +308,11 @@ def test_real_sigint_during_the_run_is_one_line(tmp_path):
             time.sleep(30)
             return real(args)
         runtime._storage_bytes = slow
-        sys.exit(main(["compile", "-q", "--time-limit", "0.2"]))
+        sys.exit(main(["compile", sys.argv[1], "-q", "--time-limit", "0.2"]))
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_ROOT, stderr=subprocess.PIPE,
+    model = _matmul_model(tmp_path, dim=2)  # incidental: a small model, not the example CNN
+    proc = subprocess.Popen([sys.executable, "-c", script, model], cwd=REPO_ROOT,
+                            stderr=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:

@@ -127,3 +127,79 @@ def test_no_static_saving_when_loop_bodies_allocate_per_iteration():
     # without loop bodies the static comparison stands, even against 0 B
     plain = _report(planned_bytes=1_024, unplanned_bytes=64, tvm_default_bytes=2_048).main
     assert plain.saved_bytes == 960
+
+
+def test_each_without_row_names_what_is_off_and_the_steps_credit_concat_in_place():
+    """Newcomer trial (yolov8n): 2,457,600 -> 2,048,000 B came from concat in place, but the
+    "without in-place reuse" row (also without concat in place) and the steps line
+    ("-> in-place 2,048,000 B") credited in-place reuse alone."""
+    report = _report(lower_bound_bytes=2_048_000, arena_bytes=2_048_000,
+                     inplace_capable_kernels=11, inplace_calls=7,
+                     lower_bound_without_inplace_bytes=2_457_600, concat_inplace=9,
+                     concat_refusals={}, lower_bound_without_concat_bytes=2_457_600,
+                     lower_bound_importer_order_bytes=2_457_600,
+                     lower_bound_reordered_bytes=2_457_600)
+    text = report.format_text()
+    rows = {line[:40].strip(): line[40:].split() for line in text.splitlines()}
+    assert rows["without in-place reuse or concat"] == ["2,457,600", "B", "(2.34", "MiB)",
+                                                        "1.200", "x", "LB"]
+    assert rows["without concat in place only"][0] == "2,457,600"
+    assert "-> reordered 2,457,600 B -> in-place + concat in place 2,048,000 B;" in text
+    # in-place alone: the row and the step say in-place only
+    alone = _report(lower_bound_bytes=100, inplace_capable_kernels=1, inplace_calls=1,
+                    lower_bound_without_inplace_bytes=200, lower_bound_importer_order_bytes=300,
+                    lower_bound_reordered_bytes=200).format_text()
+    assert "    without in-place reuse " in alone and "or concat" not in alone
+    assert "-> reordered 200 B -> in-place 100 B;" in alone
+
+
+def test_fusion_line_names_the_skipped_chains_and_the_bound_baseline():
+    """Newcomer trial (yolov8n --schedule): "conv chains fused 0x, conv chains refused 0x"
+    while auto had skipped the stem's dense consumer; the fusion bound's planner settings."""
+    report = _report(lower_bound_bytes=100)
+    report.fusion = {"conv_chain": 0, "conv_chain_refused": 0}
+    report.fusion_skipped = {"dense consumer under --schedule": 1}
+    report.fusion_summary = {"kernels_ours": 9, "kernels_tvm": 9, "ort_nodes": None,
+                             "intermediate_bytes_ours": 10, "intermediate_bytes_removed": 0,
+                             "lower_bound_bytes_tvm": 120, "lower_bound_bytes_ours": 100,
+                             "planner_settings": "in-place, concat in place"}
+    text = report.format_text()
+    assert ("fusion: on (conv chains fused 0x, conv chains refused 0x; skipped: 1 x dense consumer "
+            "under --schedule)") in text
+    assert ("lower bound 120 B without our fusion -> 100 B (both with this build's planner: "
+            "in-place, concat in place)") in text
+    assert report.to_dict()["fusion"]["skipped"] == {"dense consumer under --schedule": 1}
+    report.fusion_skipped = {}
+    assert "skipped" not in report.format_text()
+
+
+def test_fusion_skips_counts_dense_consumers_left_by_auto_under_schedule():
+    from relax_memplan.compile.fusion_summary import fusion_skips
+    from relax_memplan.transform.fuse_conv_chain import FuseConvChain
+
+    chain = FuseConvChain(consumers="depthwise")
+    chain.skipped = {"dense_consumer": 2, "other_consumer": 1}
+    assert fusion_skips([chain]) == {"dense consumer under --schedule": 2}
+    chain.skipped = {"other_consumer": 1}  # refused, counted in fused/refused already
+    assert fusion_skips([chain]) == {} and fusion_skips(None) == {}
+
+
+def test_long_dim_names_keep_the_table_columns_aligned():
+    """Newcomer trial: dims text longer than the 28-character column pushed that row's cells
+    right of their headers in the side-by-side table (and the per-shape table)."""
+    dims = {"sequence_length_of_the_encoder": 7, "batch_size_of_requests": 3}
+    reports = {}
+    for name in ("exact", "upper_bound"):
+        r = CompileReport(model="m", strategy=name, dims={n: (1, 8) for n in dims})
+        r.shapes.append(ShapeMeasurement(dict(dims), 1_000_040, 1_000_000, 1_000_000,
+                                         tvm_default_runtime_alloc_bytes=2_000_000))
+        reports[name] = r
+    for text in (format_side_by_side(reports), reports["exact"].format_text()):
+        lines = text.splitlines()
+        header = next(line for line in lines if line.strip().startswith("dims"))
+        row = next(line for line in lines if "sequence_length_of_the_encoder=7" in line)
+        # every header ends where its column's cell ends
+        assert header.index("LB") + 2 == row.index("1,000,000") + len("1,000,000"), (header, row)
+        assert len(header.rstrip()) <= len(row.rstrip()) + 8
+        assert row.index("1,000,000") > len("  sequence_length_of_the_encoder=7, "
+                                            "batch_size_of_requests=3")

@@ -97,3 +97,23 @@ def test_within_tolerance_on_every_output_passes():
     c = compare_outputs([np.array([1.0 + 1e-6]), np.array([1e6 + 1.0])],
                         [np.array([1.0]), np.array([1e6])])
     assert c.ok and len(c.outputs) == 2
+
+
+def test_a_nonfinite_mismatch_says_which_side_produced_it():
+    """Newcomer trial: "1 element(s) NaN/Inf on one side only" did not say whether our build or
+    onnxruntime produced the NaN."""
+    ours = _cmp([NAN, INF, 1.0, 1.0], [1.0, 1.0, NAN, 1.0])
+    assert (ours.nonfinite_only_ours, ours.nonfinite_only_reference) == (2, 1)
+    assert ("3 element(s) NaN/Inf on one side only (2 in ours where onnxruntime is finite; "
+            "1 in onnxruntime where ours is finite)") in ours.describe()
+    both = _cmp([INF, 1.0], [NAN, 1.0])  # NaN against Inf: neither side finite
+    assert (both.nonfinite_only_ours, both.nonfinite_only_reference) == (0, 0)
+    assert "(1 non-finite on both sides with different values)" in both.describe()
+    # kept by a report row and printed from it
+    from relax_memplan.report import ShapeMeasurement
+    from relax_memplan.report_text import _check_lines
+
+    row = ShapeMeasurement({"n": 2}, None, 0, 0)
+    row.record_comparison(_cmp([1.0, NAN], [1.0, 1.0]))
+    assert row.to_dict()["nonfinite_only_ours"] == 1
+    assert "(1 in ours where onnxruntime is finite)" in _check_lines([row])[0]

@@ -8,7 +8,12 @@ FuseOps/FuseTIR alone) and ``fusion=True`` (our passes first), both with our pla
   views are not kernels), counted in the IR (``main`` of an imported ONNX model has no loop;
   both branches of an ``If`` count);
 * intermediate bytes: the sum of the sizes of the tensors ``main`` allocates per call (each
-  tensor once, before any reuse), and the lower bound (peak live bytes) of our plan;
+  tensor once, before any reuse), and the lower bound (peak live bytes) of our plan, both runs
+  with the build's planner settings (in-place reuse, concat in place, reordering: the same
+  baseline as the report's lower bound, so ``lower_bound_bytes_ours`` is that bound and the
+  difference is fusion's effect alone; newcomer trial on yolov8n: the summary's bound, computed
+  without concat in place, said fusion changed nothing while turning conv chains off raised
+  the report's bound);
 * onnxruntime's reference: the node count of its optimized graph for the same ONNX model
   (``SessionOptions.optimized_model_filepath`` with ``ORT_ENABLE_ALL``, CPU provider).
 """
@@ -25,8 +30,13 @@ from tvm import relax
 
 from ..pipeline import fusion_passes, get_pipeline
 from ..transform.plan_static_memory import PlanStaticMemory
+from ..transform.reorder_for_memory import ReorderForMemory
 
-__all__ = ["FusionSummary", "summarize_fusion", "count_kernel_calls", "ort_optimized_nodes"]
+__all__ = ["FusionSummary", "summarize_fusion", "count_kernel_calls", "ort_optimized_nodes",
+           "fusion_skips"]
+
+#: FuseConvChain skip reason -> words in the report (a chain the build's mode does not fuse).
+_SKIP_WORDS = {"dense_consumer": "dense consumer under --schedule"}
 
 
 @dataclass
@@ -37,6 +47,8 @@ class FusionSummary:
     (or was given none). ``conv_chain_scratch_bytes``: the largest kernel-local scratch of one
     parallel iteration of a :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain`
     kernel (TVM's CPU workspace pool, once per running thread; not in the lower bound).
+    ``planner_settings``: the planner features both lower bounds were computed with
+    (``"in-place, concat in place, reordering"``; ``"none"``), the build's.
     """
 
     kernels_tvm: int
@@ -47,6 +59,7 @@ class FusionSummary:
     lower_bound_bytes_ours: int
     ort_nodes: Optional[int] = None
     conv_chain_scratch_bytes: int = 0
+    planner_settings: str = ""
 
     @property
     def intermediate_bytes_removed(self) -> int:
@@ -76,18 +89,41 @@ def count_kernel_calls(func: relax.Function, mod: tvm.IRModule) -> int:
     return count[0]
 
 
-def _relax_phases(mod, target, fusion: bool, conv_chain: str = "auto", schedule: bool = False):
+def _relax_phases(mod, target, fusion: bool, conv_chain: str = "auto", schedule: bool = False,
+                  planner=(False, False, False)):
     """(kernel calls of main, intermediate bytes, lower bound bytes, conv chain scratch bytes)
-    after our Relax phases."""
-    plan = PlanStaticMemory(time_limit_s=0.1)
+    after our Relax phases; ``planner``: (in-place, concat in place, reorder)."""
+    inplace, concat_inplace, reorder = planner
+    plan = PlanStaticMemory(time_limit_s=0.1, inplace=inplace, concat_inplace=concat_inplace)
     passes = fusion_passes(target, conv_chain, schedule) if fusion else None
-    lowered = get_pipeline(target, plan_pass=plan, fusion=fusion, fusion_pass_list=passes)(mod)
+    lowered = get_pipeline(target, plan_pass=plan, fusion=fusion, fusion_pass_list=passes,
+                           reorder_pass=ReorderForMemory() if reorder else None)(mod)
     fplan = plan.plans.get("main")
     total = sum(t.size_bytes or 0 for t in fplan.liveness.tensors) if fplan else 0
     lower = fplan.lower_bound_bytes if fplan else 0
     scratch = max([p.scratch_bytes for p in passes or [] if p.info.name == "FuseConvChain"],
                   default=0)
     return count_kernel_calls(lowered["main"], lowered), total, lower, scratch
+
+
+def _settings_words(planner) -> str:
+    words = [w for on, w in zip(planner, ("in-place", "concat in place", "reordering")) if on]
+    return ", ".join(words) or "none"
+
+
+def fusion_skips(passes) -> dict:
+    """Chains one build's fusion passes found but its mode left unfused, by reason in words
+    (``{"dense consumer under --schedule": 1}``: ``conv_chain="auto"`` with our CPU schedules
+    fuses depthwise consumers only); empty when none or fusion is off. Newcomer trial: yolov8n
+    under ``--schedule`` printed "conv chains fused 0x, conv chains refused 0x", its stem
+    pair skipped without a word."""
+    skips = {}
+    for p in passes or []:
+        if p.info.name == "FuseConvChain":
+            for reason, words in _SKIP_WORDS.items():
+                if p.skipped.get(reason):
+                    skips[words] = int(p.skipped[reason])
+    return skips
 
 
 def ort_optimized_nodes(onnx_model) -> Optional[int]:
@@ -113,7 +149,8 @@ def ort_optimized_nodes(onnx_model) -> Optional[int]:
 
 
 def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None, conv_chain: str = "auto",
-                     schedule: bool = False) -> FusionSummary:
+                     schedule: bool = False, plan_pass: Optional[PlanStaticMemory] = None,
+                     reorder: bool = False) -> FusionSummary:
     """Kernels, intermediate bytes and lower bound of ``mod``'s ``main`` without and with our
     fusion (fixed shapes: a symbolic dim makes the lower bound a function of it, see the
     per-shape report instead), and onnxruntime's optimized node count of ``onnx_model``.
@@ -130,12 +167,23 @@ def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None, conv_chain: str
         The build's conv chain mode (:data:`~relax_memplan.pipeline.CONV_CHAIN_MODES`).
     schedule : bool
         Whether the build applies our CPU schedules (``auto`` depends on it).
+    plan_pass : PlanStaticMemory, optional
+        The build's planner: both runs use its ``inplace`` and ``concat_inplace`` (default:
+        neither), so the two bounds differ by fusion alone and the fused one equals the
+        report's lower bound.
+    reorder : bool
+        Whether the build runs :class:`~relax_memplan.transform.ReorderForMemory` (both runs
+        then do).
 
     Returns
     -------
     FusionSummary
     """
-    k_tvm, b_tvm, lb_tvm, _ = _relax_phases(mod, target, fusion=False)
-    k_ours, b_ours, lb_ours, scratch = _relax_phases(mod, target, True, conv_chain, schedule)
+    planner = (bool(plan_pass and plan_pass.inplace), bool(plan_pass and plan_pass.concat_inplace),
+               reorder)
+    k_tvm, b_tvm, lb_tvm, _ = _relax_phases(mod, target, False, planner=planner)
+    k_ours, b_ours, lb_ours, scratch = _relax_phases(mod, target, True, conv_chain, schedule,
+                                                     planner)
     ort = ort_optimized_nodes(onnx_model) if onnx_model is not None else None
-    return FusionSummary(k_tvm, k_ours, b_tvm, b_ours, lb_tvm, lb_ours, ort, scratch)
+    return FusionSummary(k_tvm, k_ours, b_tvm, b_ours, lb_tvm, lb_ours, ort, scratch,
+                         _settings_words(planner))

@@ -27,7 +27,8 @@ from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.record_storage import RecordStorage
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
-from .fusion_summary import summarize_fusion
+from .fusion_summary import fusion_skips, summarize_fusion
+from .not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .options import BuildOptions, CheckOptions, library_path_for
 from .shapes import check_dims_up_front, fit_values, sample_dims, shapes_at, symbolic_dims
@@ -194,9 +195,11 @@ def compile_and_measure(source: ModelSource, dims, points: Sequence[Dict[str, in
     if options.compare_with_tvm:
         say("building with TVM's StaticPlanBlockMemory"
             + (" (same declared ranges)" if dims else " for comparison"))
+        # the same fusion passes as ours (conv chain mode, schedule): same kernels
         ex_tvm = build(mod, options.tvm_target, "tvm", None, None if dims else tvm_rec,
                        schedule=options.schedule, check_indices=options.check_indices,
-                       fusion=options.fusion, **({"dim_ranges": dims} if dims else {}))
+                       fusion=options.fusion, fusion_pass_list=_fusion_list(options),
+                       **({"dim_ranges": dims} if dims else {}))
     for b in builds:
         _start_report(b, source, dims, options, tvm_rec)
     run = _runnable(builds, options, check)
@@ -214,6 +217,15 @@ def compile_and_measure(source: ModelSource, dims, points: Sequence[Dict[str, in
             for b in builds}
 
 
+def _fusion_list(options: BuildOptions):
+    """A fresh list of the build's fusion passes (its conv chain mode and schedule), or None
+    with fusion off. TVM's comparison build gets its own list too: without it, it ran the
+    default (``auto`` without schedules), fusing dense conv chains that ours left under
+    ``--schedule`` or ``fusion_conv_chain: off``, so the two builds' kernels differed."""
+    return fusion_passes(options.tvm_target, options.fusion_conv_chain, options.schedule) \
+        if options.fusion else None
+
+
 def _strategies(dims, options: BuildOptions) -> List[str]:
     if not dims:
         return ["static"]
@@ -226,8 +238,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
     """Our build with one strategy; its library written right away (before any run)."""
     plan_pass = options.plan_pass if options.plan_pass is not None else PlanStaticMemory()
     b = StrategyBuild(strategy=strategy, executable=None, report=None, plan_pass=plan_pass,
-                      fusion=fusion_passes(options.tvm_target, options.fusion_conv_chain,
-                                           options.schedule) if options.fusion else None,
+                      fusion=_fusion_list(options),
                       hoist=HoistLoopStorage())
     kernel_options = dict(schedule=options.schedule, check_indices=options.check_indices,
                           fusion=options.fusion, fusion_pass_list=b.fusion)
@@ -267,6 +278,7 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                              arch=arch.arch if arch else None,
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
                              fusion=fusion_counts(b.fusion) if b.fusion is not None else None,
+                             fusion_skipped=fusion_skips(b.fusion),
                              loops=with_body_plans(loops_of(source.mod),
                                                    b.plan_pass.plans))
     if not dims:
@@ -278,11 +290,16 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
             # what fusion changed: builds the Relax phases again without and with it
             b.report.fusion_summary = summarize_fusion(
                 source.mod, options.tvm_target, source.onnx_model,
-                conv_chain=options.fusion_conv_chain, schedule=options.schedule).to_dict()
+                conv_chain=options.fusion_conv_chain, schedule=options.schedule,
+                plan_pass=b.plan_pass, reorder=options.reorder_pass is not None).to_dict()
         return
     b.report.buckets = {n: list(v) for n, v in (b.dyn.buckets or {}).items()} \
         if b.strategy == "buckets" else {}
     summarize_dynamic(b.report, b.dyn, b.kernels)
+    b.report.not_applied = features_not_applied(
+        source.mod, strategy=b.strategy, inplace=b.dyn.inplace,
+        concat_inplace=b.plan_pass.concat_inplace, inplace_calls=b.report.inplace_calls,
+        conv_chain=any(p.info.name == "FuseConvChain" for p in b.fusion or []))
 
 
 def _runnable(builds, options: BuildOptions, check: CheckOptions) -> bool:

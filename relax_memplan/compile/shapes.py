@@ -55,22 +55,26 @@ def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
     return name.strip(), ((lower, upper, step) if step > 1 else (lower, upper))
 
 
-def parse_values_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
-    """``"seq=64,128"`` -> ``("seq", (64, 128))`` (bucket values of a dim).
+def parse_values_spec(text: str, option: str = "--bucket") -> Tuple[str, Tuple[int, ...]]:
+    """``"seq=64,128"`` -> ``("seq", (64, 128))`` (values of a dim: ``--bucket``, ``--dispatch``).
 
     Raises
     ------
     ShapeSpecError
-        Malformed text or a value that is not an integer >= 1.
+        Malformed text, or a value below 1; the message names ``option`` and what is wrong
+        (newcomer trial: ``--dispatch seq=0`` said "bad bucket spec").
     """
     name, sep, rest = text.partition("=")
     try:
         values = tuple(sorted({int(v) for v in rest.split(",")}))
     except ValueError:
         values = ()
-    if not sep or not name.strip() or not values or min(values) < 1:
-        raise ShapeSpecError(f"bad bucket spec {text!r}: expected NAME=V1,V2,... with integers >= 1, "
+    if not sep or not name.strip() or not values:
+        raise ShapeSpecError(f"{option} {text!r}: expected NAME=V1,V2,... with integers >= 1, "
                              f"e.g. seq=64,128")
+    if min(values) < 1:
+        raise ShapeSpecError(f"{option} {text!r}: values of {name.strip()} must be >= 1 "
+                             f"(got {min(values)})")
     return name.strip(), values
 
 

@@ -150,16 +150,22 @@ def planned_tensors(fplan) -> Tuple[List[Dict], Optional[int], List[str]]:
 
 def _reserved_spans(fplan) -> Dict[str, Tuple[int, int]]:
     """Root tensor of each placement group (a concatenation's output holding its inputs, an
-    in-place chain) -> the steps its storage is reserved: the span of all its members, as
-    the planner's merged buffers (the lower bound counts the region over that span)."""
-    from ..transform._inplace_plan import absolute_deltas
+    in-place chain) -> the steps its storage is reserved: the live range of the planner's
+    merged buffer (:func:`~relax_memplan.transform._inplace_plan.merged_buffers`, the rule the
+    plan and the lower bound use; one source of truth, not a copy of it)."""
+    from ..planner import Buffer
+    from ..transform._inplace_plan import merged_buffers
 
-    ranges = {t.uid: (t.start, t.end) for t in fplan.liveness.tensors}
+    tensors = {t.uid: t for t in fplan.liveness.tensors}
     spans: Dict[str, Tuple[int, int]] = {}
     for arena in fplan.arenas:
-        for member, (root, _delta) in absolute_deltas(getattr(arena, "nested", {})).items():
-            lo, hi = spans.get(root, ranges[root])
-            spans[root] = (min(lo, ranges[member][0]), max(hi, ranges[member][1]))
+        nested = getattr(arena, "nested", {})
+        ids = (set(nested) | {root for root, _delta in nested.values()}) & set(tensors)
+        # sizes do not change a merged buffer's live range; >= 1 as Buffer requires
+        buffers = [Buffer(id=u, start=tensors[u].start, end=tensors[u].end,
+                          size_bytes=max(1, tensors[u].size_bytes or 0)) for u in sorted(ids)]
+        spans.update({b.id: (b.start, b.end) for b in merged_buffers(buffers, nested)
+                      if b.id in {root for root, _delta in nested.values()}})
     return spans
 
 

@@ -136,6 +136,7 @@ def bench_onnx(
     repeat: int = 20,
     warmup: int = 3,
     plan_pass=None,
+    reorder_pass=None,
     onnxruntime: bool = True,
     input_values: Optional[Dict[str, np.ndarray]] = None,
     seed: int = 0,
@@ -143,6 +144,7 @@ def bench_onnx(
     schedule: bool = False,
     check_indices: bool = True,
     fusion: bool = True,
+    fusion_conv_chain: str = "auto",
     progress: Optional[Callable[[str], None]] = None,
 ) -> BenchResult:
     """Time our build, TVM's default build and onnxruntime on one model, interleaved.
@@ -159,6 +161,8 @@ def bench_onnx(
         Calls per runner before timing (>= 0).
     plan_pass : PlanStaticMemory, optional
         Our configured planner.
+    reorder_pass : ReorderForMemory, optional
+        Memory-aware binding order in our build (none: the importer's order).
     onnxruntime : bool
         Also time onnxruntime (needs the package).
     input_values : dict of str to numpy.ndarray, optional
@@ -174,6 +178,8 @@ def bench_onnx(
     fusion : bool
         Our graph-level fusion (:func:`relax_memplan.pipeline.fusion_passes`) in both TVM
         builds (``False``: TVM's FuseOps/FuseTIR alone).
+    fusion_conv_chain : {"auto", "memory", "off"}
+        Which conv chains the fusion fuses (:data:`~relax_memplan.pipeline.CONV_CHAIN_MODES`).
     progress : callable, optional
         Called with ``(message)`` before each phase.
 
@@ -199,6 +205,7 @@ def bench_onnx(
     from ..errors import RunError, summarize_error
     from ..examples import example_cnn
     from ..onnx_prepare import STEP_NAMES
+    from ..pipeline import fusion_passes
     from ..transform import PlanStaticMemory
 
     if repeat < 1 or warmup < 0:
@@ -215,11 +222,16 @@ def bench_onnx(
     say("building with relax_memplan's planner")
     # our schedules need the host CPU's vector width; plain llvm (SSE2) otherwise
     target = host_target() if schedule else "llvm"
-    ours = build(mod, target, "relax_memplan", plan_pass, None, schedule=schedule,
-                 check_indices=check_indices, fusion=fusion)
+    kernels = dict(schedule=schedule, check_indices=check_indices, fusion=fusion)
+
+    def passes():  # a fresh list per build: the passes keep what they did
+        return fusion_passes(tvm.target.Target(target), fusion_conv_chain, schedule) \
+            if fusion else None
+
+    ours = build(mod, target, "relax_memplan", plan_pass, None, reorder_pass=reorder_pass,
+                 fusion_pass_list=passes(), **kernels)
     say("building with TVM's default planner (same kernels)")
-    theirs = build(mod, target, "tvm", None, None, schedule=schedule, check_indices=check_indices,
-                   fusion=fusion)
+    theirs = build(mod, target, "tvm", None, None, fusion_pass_list=passes(), **kernels)
     threads = tvm.runtime.num_threads()
     shapes_text = ", ".join(f"{n}{tuple(s)}" for n, s in info.input_shapes.items())
     runners = [("relax_memplan", _vm_runner(ours, arrays)),

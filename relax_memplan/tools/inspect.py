@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Union
 
-__all__ = ["InputSummary", "ModelSummary", "inspect_onnx", "suggest_dim_range"]
+__all__ = ["InputSummary", "ModelSummary", "inspect_onnx", "suggest_dim_range", "loop_forms"]
 
 _BATCH = re.compile(r"batch|^n$|^b$|^N$", re.IGNORECASE)
 _SEQUENCE = re.compile(r"seq|len|token|time|step|position|past|sentence", re.IGNORECASE)
@@ -62,7 +62,8 @@ class ModelSummary:
     converted_ops : dict of str to dict
         Op types TVM's importer has no converter for that a preparation step converts
         (``{"LSTM": {"step": "recurrent", "nodes": 1}}``); the step's converter may still
-        refuse a node's attributes at import.
+        refuse a node's attributes at import. ``Loop``/``Scan`` also have ``forms``
+        (``{"recursive": 1}``, :func:`loop_forms`).
     symbolic_dims : list of str
         Names of the symbolic dims, in the order they first appear.
     suggested_dims : dict of str to str
@@ -101,8 +102,8 @@ class ModelSummary:
                      + ", ".join(f"{op} {n}" for op, n in self.op_counts.items()))
         if self.converted_ops:
             lines.append("ops imported through relax_memplan's converters: " + ", ".join(
-                f"{op} ({c['nodes']} node{'s' if c['nodes'] > 1 else ''}, step {c['step']})"
-                for op, c in self.converted_ops.items()))
+                f"{op} ({c['nodes']} node{'s' if c['nodes'] > 1 else ''}, step {c['step']}"
+                + _forms_text(c.get("forms")) + ")" for op, c in self.converted_ops.items()))
         if self.unsupported_ops:
             lines.append("ops TVM cannot import: " + ", ".join(
                 f"{op} ({n} node{'s' if n > 1 else ''})" for op, n in self.unsupported_ops.items()))
@@ -117,6 +118,74 @@ class ModelSummary:
         else:
             lines.append("symbolic dims: none (every input shape is static)")
         return "\n".join(lines)
+
+
+_FORM_WORDS = {"unrolled": "unrolled", "recursive": "recursive: a body function per iteration"}
+
+
+def _forms_text(forms) -> str:
+    """``": 1 recursive: a body function per iteration"`` for a loop op's forms; ``""``."""
+    if not forms:
+        return ""
+    return ": " + ", ".join(f"{n} {_FORM_WORDS.get(form, form)}" for form, n in forms.items())
+
+
+def _constants(graph) -> Dict[str, object]:
+    """Name -> numpy value of the graph's initializers and Constant node outputs."""
+    from onnx import numpy_helper
+
+    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value":
+                    values[node.output[0]] = numpy_helper.to_array(attr.t)
+    return values
+
+
+def _static_dim(graph, name: str, axis: int):
+    """The int extent of ``name`` at ``axis`` from the graph's declared shapes, else None."""
+    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
+        if value.name == name:
+            dims = value.type.tensor_type.shape.dim
+            if axis < len(dims) and dims[axis].HasField("dim_value"):
+                return int(dims[axis].dim_value)
+    return None
+
+
+def loop_forms(onnx_model) -> Dict[str, Dict[str, int]]:
+    """``Loop``/``Scan`` of the main graph -> form -> nodes, the form the ``unroll_loops`` step
+    gives them (:mod:`relax_memplan.onnx_prepare.loops`): ``unrolled`` when the trip count is a
+    graph constant (a Scan: a declared static length, forward) of at most
+    :data:`~relax_memplan.onnx_prepare.loops.MAX_UNROLLED_ITERATIONS`, else ``recursive``.
+    Read from the graph before import: a trip count that constant folding computes counts as
+    recursive here (newcomer trial: inspect named ``unroll_loops`` for a loop that takes the
+    recursive form)."""
+    from ..onnx_prepare.loops import MAX_UNROLLED_ITERATIONS
+
+    graph = onnx_model.graph
+    constants = _constants(graph)
+    forms: Dict[str, Dict[str, int]] = {}
+    for node in graph.node:
+        attrs = {a.name: a for a in node.attribute}
+        if node.op_type == "Loop":
+            trip = constants.get(node.input[0]) if node.input and node.input[0] else None
+            count = int(trip.reshape(-1)[0]) if trip is not None and trip.size else None
+        elif node.op_type == "Scan":
+            num_scan = attrs["num_scan_inputs"].i if "num_scan_inputs" in attrs else 0
+            axes = list(attrs["scan_input_axes"].ints) if "scan_input_axes" in attrs else []
+            reverse = any(v for k in ("scan_input_directions", "scan_output_directions")
+                          if k in attrs for v in attrs[k].ints)
+            first = node.input[len(node.input) - num_scan] if num_scan else ""
+            count = None if reverse or not first else _static_dim(graph, first,
+                                                                   axes[0] if axes else 0)
+        else:
+            continue
+        form = "unrolled" if count is not None and count <= MAX_UNROLLED_ITERATIONS \
+            else "recursive"
+        entry = forms.setdefault(node.op_type, {})
+        entry[form] = entry.get(form, 0) + 1
+    return forms
 
 
 def suggest_dim_range(name: str) -> str:
@@ -167,6 +236,10 @@ def inspect_onnx(model) -> ModelSummary:
         inputs.append(InputSummary(value.name, dtype, dims))
         symbolic += [d for d in dims or () if isinstance(d, str) and d not in symbolic]
     ops = Counter(node.op_type for node in frontend._walk_nodes(onnx_model.graph))
+    converted = frontend.step_converted_ops(onnx_model)
+    for op, forms in loop_forms(onnx_model).items():
+        if op in converted:
+            converted[op]["forms"] = forms
     return ModelSummary(
         model=str(model) if not hasattr(model, "graph") else (onnx_model.graph.name or "model"),
         inputs=inputs,
@@ -175,7 +248,7 @@ def inspect_onnx(model) -> ModelSummary:
         num_nodes=sum(ops.values()),
         op_counts=dict(ops.most_common()),
         unsupported_ops=frontend.unsupported_ops(onnx_model, CONVERTER_STEP_NAMES),
-        converted_ops=frontend.step_converted_ops(onnx_model),
+        converted_ops=converted,
         symbolic_dims=symbolic,
         suggested_dims={name: suggest_dim_range(name) for name in symbolic},
     )

@@ -30,6 +30,58 @@ class RunOutputs:
     outputs: List[np.ndarray]
 
 
+#: First bytes of the shared-library formats ``tvm.runtime.load_module`` loads (ELF, Mach-O
+#: 32/64-bit both byte orders, PE) -> the format's name.
+_LIBRARY_MAGIC = {b"\x7fELF": "ELF", b"\xcf\xfa\xed\xfe": "Mach-O", b"\xfe\xed\xfa\xcf": "Mach-O",
+                  b"\xce\xfa\xed\xfe": "Mach-O", b"\xfe\xed\xfa\xce": "Mach-O", b"MZ": "PE"}
+_LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")
+
+
+def _library_format(head: bytes):
+    return next((name for magic, name in _LIBRARY_MAGIC.items() if head.startswith(magic)), None)
+
+
+def _is_onnx_model(path) -> bool:
+    """Whether the file parses as an ONNX ``ModelProto`` with a graph (whatever its name)."""
+    try:
+        import onnx
+        from google.protobuf.message import DecodeError
+    except ImportError:
+        return os.fspath(path).lower().endswith(".onnx")
+    try:
+        with open(path, "rb") as f:
+            model = onnx.ModelProto.FromString(f.read())
+    except (DecodeError, ValueError, RuntimeWarning):
+        return False
+    return model.HasField("graph") and len(model.graph.node) > 0
+
+
+def _check_content(path) -> None:
+    """Decide by the file's content, not its name (newcomer trial: an ONNX model renamed .so
+    reached TVM's loader; a library renamed .onnx was called an ONNX model).
+
+    Raises
+    ------
+    ModelLoadError
+        An ONNX model, or a shared library whose name does not end in .so/.dylib/.dll (TVM's
+        loader picks its reader by the extension).
+    """
+    with open(path, "rb") as f:
+        head = f.read(4)
+    kind = _library_format(head)
+    name = os.fspath(path)
+    if kind is not None:
+        if not name.lower().endswith(_LIBRARY_SUFFIXES):
+            raise ModelLoadError(f"{path} is a compiled library ({kind}) without a library "
+                                 f"extension: tvm.runtime.load_module picks its loader by the "
+                                 f"extension; rename it to end in .so")
+        return
+    if _is_onnx_model(path):
+        library = os.path.splitext(os.path.basename(name))[0] + ".so"
+        raise ModelLoadError(f"{path} is an ONNX model, not a compiled library: compile it "
+                             f"first with `relax-memplan compile {path} -o {library}`")
+
+
 def _load(path):
     """The library as a TVM module and a VM on it (CPU)."""
     import tvm
@@ -37,10 +89,7 @@ def _load(path):
 
     if not os.path.isfile(path):
         raise ModelLoadError(f"{path}: no such library file")
-    if os.fspath(path).lower().endswith(".onnx"):
-        library = os.path.splitext(os.path.basename(path))[0] + ".so"
-        raise ModelLoadError(f"{path} is an ONNX model, not a compiled library: compile it "
-                             f"first with `relax-memplan compile {path} -o {library}`")
+    _check_content(path)
     try:
         lib = tvm.runtime.load_module(os.fspath(path))
         return lib, relax.VirtualMachine(lib, tvm.cpu())

@@ -69,3 +69,21 @@ def test_report_names_an_in_memory_model_by_its_graph_not_its_text():
     assert result.report.model == "graph 'mlp' (onnx.ModelProto)"
     first = format_report(result.report).splitlines()[0]
     assert first.endswith("graph 'mlp' (onnx.ModelProto)") and "node {" not in first
+
+
+def test_tvm_comparison_build_gets_the_same_fusion_passes_as_ours(monkeypatch):
+    """TVM's comparison build ran the default fusion list (conv chains ``auto`` without
+    schedules) whatever the build's ``fusion_conv_chain``/``schedule``: with ``off`` ours fused
+    no conv chain while TVM's did, so the kernels (and TVM's bytes) differed."""
+    seen = {}
+    real_build = model_module.build
+
+    def recording(mod, tgt, planner, *a, **k):
+        seen[planner] = [p.info.name for p in k.get("fusion_pass_list") or []]
+        return real_build(mod, tgt, planner, *a, **k)
+
+    monkeypatch.setattr(model_module, "build", recording)
+    compile_model(_mlp(), {"x": (3, 16)}, options=BuildOptions(fusion_conv_chain="off"),
+                  check=CheckOptions(measure=False))
+    assert seen["tvm"] == seen["relax_memplan"] and "FuseConvChain" not in seen["tvm"]
+    assert "FuseAttention" in seen["tvm"]

@@ -22,8 +22,15 @@ def _bert_report(max_expr_chars, check=CheckOptions(measure=False)):
                          check=check).report
 
 
-def test_nothing_planned_rows_say_not_planned_with_the_reason_up_front():
-    report = _bert_report(200)
+@pytest.fixture(scope="module")
+def not_planned():
+    """bert-tiny with a 200-character offset limit (nothing planned), run and verified: one
+    build for the text, JSON and run checks (suite time)."""
+    return _bert_report(200, CheckOptions(verify=True))
+
+
+def test_nothing_planned_rows_say_not_planned_with_the_reason_up_front(not_planned):
+    report = not_planned
     text = report.format_text().splitlines()
     assert text[1] == ("  NOT PLANNED: every tensor left to TVM's planner (offset expression of "
                        "alloc16 exceeds 200 characters); no arena, no ratio to the lower bound")
@@ -50,9 +57,8 @@ def test_planned_build_keeps_numbers_and_ratio():
         assert row["arena_over_lower_bound"] >= 1.0
 
 
-def test_nothing_planned_build_runs_as_tvm_and_matches_onnxruntime():
+def test_nothing_planned_build_runs_as_tvm_and_matches_onnxruntime(not_planned):
     """Left to TVM means TVM's plan: same run-time bytes as TVM's build, outputs verified."""
-    report = _bert_report(200, CheckOptions(verify=True))
-    for row in report.shapes:
+    for row in not_planned.shapes:
         assert row.runtime_alloc_bytes == row.tvm_default_runtime_alloc_bytes > 0
         assert row.verified is True

@@ -82,3 +82,30 @@ def test_dynamic_tensors_are_listed_with_expressions_and_bytes_per_shape():
     assert "live at the peak at seq=32 (step 2): 2 tensors, 4,352 B:" in text
     assert text.splitlines()[-2].split() == ["b", "kb", "64", "float32", "256", "4,096",
                                              "[1,", "3)"]
+
+
+def test_peak_rows_reserve_a_group_root_over_the_planners_merged_buffer():
+    """The report's peak uses the planner's merged_buffers (one rule, not a copy): a concat
+    output ``out`` holding ``a`` (an in-place chain a -> a2 before it) is reserved from a's
+    definition to out's end; at step 1 only a is written, yet out's bytes count (as in the
+    lower bound); a tensor outside every group keeps its own range."""
+    from relax_memplan.compile.summary import _reserved_spans
+    from relax_memplan.planner import Buffer
+    from relax_memplan.transform._inplace_plan import merged_buffers
+
+    tensors = [_tensor("a", 128, 1, 3), _tensor("a2", 128, 2, 4), _tensor("out", 384, 4, 6),
+               _tensor("x", 256, 0, 2)]
+    nested = {"a2": ("a", 0), "a": ("out", 256)}
+    plan = SimpleNamespace(liveness=SimpleNamespace(tensors=tensors),
+                           arenas=[SimpleNamespace(offsets={"a": 256, "a2": 256, "out": 0,
+                                                            "x": 384}, nested=nested)])
+    assert _reserved_spans(plan) == {"out": (1, 6)}
+    merged = merged_buffers([Buffer(t.uid, t.start, t.end, t.size_bytes) for t in tensors],
+                            nested)
+    assert {(b.id, b.start, b.end) for b in merged} == {("out", 1, 6), ("x", 0, 2)}
+    rows, peak, live = planned_tensors(plan)
+    # step 1: x (256 B at 384) + out's reserved 384 B at 0 (a inside it counts once): 640 B
+    assert (peak, sorted(live)) == (1, ["a", "out", "x"])
+    # without the reservation (per-tensor ranges) step 1 holds x + a only (384 B)
+    plan.arenas[0].nested = {}
+    assert planned_tensors(plan)[1:] == (1, ["x", "a"])

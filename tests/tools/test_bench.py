@@ -98,3 +98,43 @@ def test_cli_bench_takes_fusion_and_config(tmp_path, capsys, monkeypatch):
     config.write_text("planner:\n  time_limit: 1\n")
     assert main(run + ["--config", str(config)]) == 1
     assert "time_limit" in capsys.readouterr().err
+
+
+def test_cli_bench_honours_config_shapes_and_planner_and_refuses_dims_and_target(
+        tmp_path, capsys, monkeypatch):
+    """Newcomer trial: bench --config used the planner/schedule/fusion settings but not the
+    config's shapes (x ran at 1x64), dims or target. Shapes are used (--shape wins), the
+    planner's concat_inplace/reorder and fusion_conv_chain reach the build; dims, dispatch and a
+    non-llvm target are refused, naming the key."""
+    import relax_memplan.compile as compile_pkg
+
+    seen = []
+    real = compile_pkg.build
+
+    def recording_build(mod, target, planner, plan_pass, *args, **kw):
+        chain = [p for p in kw.get("fusion_pass_list") or [] if p.info.name == "FuseConvChain"]
+        seen.append((planner, getattr(plan_pass, "concat_inplace", None),
+                     kw.get("reorder_pass") is not None, len(chain)))
+        return real(mod, target, planner, plan_pass, *args, **kw)
+
+    monkeypatch.setattr(compile_pkg, "build", recording_build)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model().SerializeToString())
+    config = tmp_path / "c.yaml"
+    config.write_text("shapes:\n  x: [3, 64]\nplanner:\n  concat_inplace: false\n  reorder: true\n"
+                      "fusion_conv_chain: 'off'\n")
+    out = tmp_path / "t.json"
+    run = ["bench", str(path), "--repeat", "1", "--warmup", "0", "--no-onnxruntime", "-q",
+           "--config", str(config)]
+    assert main(run + ["--json", str(out)]) == 0
+    assert json.loads(out.read_text())["input_shapes"] == {"x": [3, 64]}
+    assert seen == [("relax_memplan", False, True, 0), ("tvm", None, False, 0)]
+    assert main(run + ["--json", str(out), "--shape", "x=5,64"]) == 0  # --shape wins
+    assert json.loads(out.read_text())["input_shapes"] == {"x": [5, 64]}
+    capsys.readouterr()
+    for text, key in (("dims:\n  n: [1, 8]\n", "key 'dims'"),
+                      ("target: cuda\n", "target 'cuda' is not supported by bench")):
+        config.write_text(text)
+        assert main(run) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and key in err and str(config) in err

@@ -83,3 +83,20 @@ def test_ops_our_converter_steps_import_are_not_unsupported(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "ops imported through relax_memplan's converters: LSTM (1 node, step recurrent)" in text
     assert "ops TVM cannot import: RNN (1 node)" in text
+
+
+def test_loops_name_the_form_they_take_not_only_the_step():
+    """Newcomer trial: inspect said "Loop (1 node, step unroll_loops)" for a loop whose trip
+    count is an input, which takes the recursive form (a body function per iteration)."""
+    from relax_memplan.tools.inspect import inspect_onnx, loop_forms
+    from tests.onnx_prepare.loop_models import loop_model, scan_model
+
+    assert loop_forms(loop_model(trip=5)) == {"Loop": {"unrolled": 1}}
+    assert loop_forms(loop_model(trip=65)) == {"Loop": {"recursive": 1}}  # above 64
+    assert loop_forms(loop_model(trip_as_input=True)) == {"Loop": {"recursive": 1}}
+    assert loop_forms(scan_model(length=6)) == {"Scan": {"unrolled": 1}}
+    assert loop_forms(scan_model(seq="seq")) == {"Scan": {"recursive": 1}}
+    text = inspect_onnx(loop_model(trip_as_input=True)).format_text()
+    assert ("Loop (1 node, step unroll_loops: 1 recursive: a body function per iteration)"
+            in text), text
+    assert "step unroll_loops: 1 unrolled)" in inspect_onnx(loop_model(trip=5)).format_text()

@@ -137,9 +137,33 @@ def test_cli_run_onnx_model_says_compile_it_first(tmp_path, capsys):
 
 @pytest.mark.skipif(tvm.cuda(0).exist, reason="the message is for a machine without a CUDA GPU")
 def test_cli_run_cuda_library_without_gpu_says_it_needs_cuda(tmp_path, capsys):
-    lib = tmp_path / "x.so"
-    assert main(["compile", "--target", "cuda", "--cuda-arch", "sm_80", "-o", str(lib)]) == 0
+    import onnx
+
+    lib, model = tmp_path / "x.so", tmp_path / "m.onnx"
+    onnx.save(_two_input_model(), model)  # incidental: a small model, not the example CNN
+    assert main(["compile", str(model), "--shape", "a=2,4", "--shape", "b=2,4", "-q",
+                 "--target", "cuda", "--cuda-arch", "sm_80", "-o", str(lib)]) == 0
     capsys.readouterr()
     err = _one_line_error(capsys, ["run", str(lib)])
     assert err.endswith(f"{lib}: the library was built for CUDA and needs a CUDA GPU; no CUDA "
                         "GPU is available here (tvm.cuda(0).exist is false)"), err
+
+
+def test_cli_run_decides_by_content_not_extension(library, tmp_path, capsys):
+    """Newcomer trial: `run` decided by the file name: an ONNX model renamed .so reached TVM's
+    loader, a library renamed .onnx was called an ONNX model."""
+    import onnx
+
+    renamed_model = tmp_path / "model.so"
+    onnx.save(_two_input_model(), renamed_model)
+    err = _one_line_error(capsys, ["run", str(renamed_model)])
+    assert f"{renamed_model} is an ONNX model, not a compiled library" in err, err
+    renamed_lib = tmp_path / "lib.onnx"
+    renamed_lib.write_bytes(library.read_bytes())
+    err = _one_line_error(capsys, ["run", str(renamed_lib)])
+    assert err.endswith(f"{renamed_lib} is a compiled library (ELF) without a library "
+                        "extension: tvm.runtime.load_module picks its loader by the extension; "
+                        "rename it to end in .so"), err
+    garbage = tmp_path / "junk.so"  # neither: TVM's loader error, as before
+    garbage.write_bytes(b"not a library")
+    assert "is an ONNX model" not in _one_line_error(capsys, ["run", str(garbage)])
