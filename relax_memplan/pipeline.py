@@ -195,7 +195,8 @@ def backend_phases(
         planner, ``InsertDimRangeCheck`` checks them at run time.
     dispatch : mapping of str to sequence of int, optional
         Shape buckets (``{"seq": [64, 128]}``): ``SpecializeKernels`` runs
-        right after ``FuseTIR``, scheduling each version with
+        right after ``FuseTIR`` (after ``MarkConstantWeights`` with ``schedule=True``
+        on llvm, so that its versions share one prepacked weight), scheduling each version with
         :func:`~relax_memplan.schedules.schedule_prim_func` (llvm with
         ``schedule=True``), else with the target's default
         (:func:`~relax_memplan.transform.specialize_kernels.backend_schedule`).
@@ -275,7 +276,10 @@ def backend_phases(
         dispatch_pass = SpecializeKernels(dispatch, schedule=by)
     if dispatch_pass is not None:
         fuse_tir = [i for i, p in enumerate(legalize) if p.info.name == "FuseTIR"]
-        legalize.insert(fuse_tir[-1] + 1 if fuse_tir else len(legalize), dispatch_pass)
+        at = fuse_tir[-1] + 1 if fuse_tir else len(legalize)
+        # constant weights marked first: the bucket versions share one prepacked weight
+        marks = [mark_constant_weights()] if schedule and kind == "llvm" else []
+        legalize[at:at] = marks + [dispatch_pass]
     if schedule and kind == "llvm":
         # vectorisable sigmoid/tanh instead of libm expf per element (SiLU, tanh-GELU);
         # kernel-equals-stride transposed convolutions as a matmul (no zero-dilated input)
@@ -285,8 +289,8 @@ def backend_phases(
         # constant weights get the kernels' packed layout at compile time: we mark them
         # (layout_free_buffers), our rules add the layout-rewrite block, TVM splits it into
         # its own PrimFunc and FoldConstant runs it on the constant (schedules/prepack.py)
-        legalize += [mark_constant_weights(), cpu_schedule_pass(target),
-                     split_prepacked_weights()]
+        marks = [] if dispatch_pass is not None else [mark_constant_weights()]
+        legalize += marks + [cpu_schedule_pass(target), split_prepacked_weights()]
     return [
         ("library_dispatch", annotate + backend.library_dispatch_passes(target)),
         ("legalize", legalize),
