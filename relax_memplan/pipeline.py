@@ -63,7 +63,6 @@ from .transform.record_storage import RecordStorage
 from .transform.remove_dropout import RemoveDropout
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .transform.conv_transpose_as_matmul import ConvTransposeAsMatmul
-from .transform.fast_sigmoid_tanh import FastSigmoidTanh
 from .schedules import cpu_schedule_pass, gpu_schedule_pass, schedule_prim_func
 from .schedules.cpu_matmul import simd_lanes
 
@@ -209,7 +208,7 @@ def backend_phases(
         reduction schedules) at the end of the ``legalize`` phase, and run
         :class:`~relax_memplan.transform.fast_bounded_math.FastBoundedMath` before
         ``LegalizeOps`` (after our fusion passes, which match ``softmax``/``erf``/``tanh``):
-        ``tanh``, ``erf`` and ``softmax`` become TVM's vectorizable approximations.
+        ``tanh``, ``sigmoid``, ``erf`` and ``softmax`` become TVM's vectorizable approximations.
     index_pass : CheckIndexBounds, optional
         Runs first in ``library_dispatch`` (after ``AnnotateDimRanges``), on the imported
         module: index values that would leave their tensor are refused or checked.
@@ -263,7 +262,8 @@ def backend_phases(
     # before LegalizeOps: TVM's pow gives NaN for a negative base on CUDA (expand_integer_power)
     legalize = [ExpandIntegerPower(), ClampEmptySlices()] + list(backend.legalize_passes(target))
     if schedule and kind == "llvm":
-        # vector tanh/erf/softmax: LLVM turns a vector llvm.exp into one libm call per lane
+        # vector tanh/sigmoid/erf/softmax: LLVM turns a vector llvm.exp into one libm call
+        # per lane (SiLU, tanh and erf GELU)
         legalize.insert(2, FastBoundedMath())
     if fusion:
         legalize = list(fusion_pass_list or fusion_passes(target)) + legalize
@@ -281,11 +281,9 @@ def backend_phases(
         marks = [mark_constant_weights()] if schedule and kind == "llvm" else []
         legalize[at:at] = marks + [dispatch_pass]
     if schedule and kind == "llvm":
-        # vectorisable sigmoid/tanh instead of libm expf per element (SiLU, tanh-GELU);
         # kernel-equals-stride transposed convolutions as a matmul (no zero-dilated input)
         at = [i for i, p in enumerate(legalize) if p.info.name == "LegalizeOps"]
-        legalize[at[0] if at else 0:at[0] if at else 0] = [ConvTransposeAsMatmul(),
-                                                             FastSigmoidTanh()]
+        legalize.insert(at[0] if at else 0, ConvTransposeAsMatmul())
         # constant weights get the kernels' packed layout at compile time: we mark them
         # (layout_free_buffers), our rules add the layout-rewrite block, TVM splits it into
         # its own PrimFunc and FoldConstant runs it on the constant (schedules/prepack.py)
