@@ -2,7 +2,7 @@
 
 For each convolution shape (taken from yolov8n, squeezenet, ppocrv4-det, mobilenetv2 at the
 shapes of ``latency_bench.py``), the fused kernel ``epilogue(conv(x, w) + b)`` is built
-after ``FastSigmoidTanh`` + ``FuseOps`` + ``FuseTIR`` and scheduled by:
+after ``FastBoundedMath`` + ``FuseOps`` + ``FuseTIR`` and scheduled by:
 
 * ``direct``: :class:`~relax_memplan.schedules.DirectConv` as configured in the pipeline;
 * ``no-deint``: the same without deinterleaving a column-strided input;
@@ -51,10 +51,10 @@ def _fused_kernel(shape, filters, kernel, stride, padding, groups, epilogue):
     import tvm
     from tvm import relax, tirx
 
-    from relax_memplan.transform.fast_sigmoid_tanh import FastSigmoidTanh
+    from relax_memplan.transform.fast_bounded_math import FastBoundedMath
     from tests.schedules.conv_checks import conv_module
 
-    mod = FastSigmoidTanh()(conv_module(shape, filters, kernel, stride, padding, 1, groups,
+    mod = FastBoundedMath()(conv_module(shape, filters, kernel, stride, padding, 1, groups,
                                         epilogue))
     seq = tvm.transform.Sequential([
         relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),

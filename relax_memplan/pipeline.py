@@ -63,7 +63,6 @@ from .transform.record_storage import RecordStorage
 from .transform.remove_dropout import RemoveDropout
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .transform.conv_transpose_as_matmul import ConvTransposeAsMatmul
-from .transform.fast_sigmoid_tanh import FastSigmoidTanh
 from .schedules import cpu_schedule_pass, gpu_schedule_pass, schedule_prim_func
 from .schedules.cpu_matmul import simd_lanes
 
@@ -195,7 +194,8 @@ def backend_phases(
         planner, ``InsertDimRangeCheck`` checks them at run time.
     dispatch : mapping of str to sequence of int, optional
         Shape buckets (``{"seq": [64, 128]}``): ``SpecializeKernels`` runs
-        right after ``FuseTIR``, scheduling each version with
+        right after ``FuseTIR`` (after ``MarkConstantWeights`` with ``schedule=True``
+        on llvm, so that its versions share one prepacked weight), scheduling each version with
         :func:`~relax_memplan.schedules.schedule_prim_func` (llvm with
         ``schedule=True``), else with the target's default
         (:func:`~relax_memplan.transform.specialize_kernels.backend_schedule`).
@@ -208,7 +208,7 @@ def backend_phases(
         reduction schedules) at the end of the ``legalize`` phase, and run
         :class:`~relax_memplan.transform.fast_bounded_math.FastBoundedMath` before
         ``LegalizeOps`` (after our fusion passes, which match ``softmax``/``erf``/``tanh``):
-        ``tanh``, ``erf`` and ``softmax`` become TVM's vectorizable approximations.
+        ``tanh``, ``sigmoid``, ``erf`` and ``softmax`` become TVM's vectorizable approximations.
     index_pass : CheckIndexBounds, optional
         Runs first in ``library_dispatch`` (after ``AnnotateDimRanges``), on the imported
         module: index values that would leave their tensor are refused or checked.
@@ -262,7 +262,8 @@ def backend_phases(
     # before LegalizeOps: TVM's pow gives NaN for a negative base on CUDA (expand_integer_power)
     legalize = [ExpandIntegerPower(), ClampEmptySlices()] + list(backend.legalize_passes(target))
     if schedule and kind == "llvm":
-        # vector tanh/erf/softmax: LLVM turns a vector llvm.exp into one libm call per lane
+        # vector tanh/sigmoid/erf/softmax: LLVM turns a vector llvm.exp into one libm call
+        # per lane (SiLU, tanh and erf GELU)
         legalize.insert(2, FastBoundedMath())
     if fusion:
         # the conv-chain consumers follow ``schedule`` (dense ones fused are slower than our
@@ -278,18 +279,19 @@ def backend_phases(
         dispatch_pass = SpecializeKernels(dispatch, schedule=by)
     if dispatch_pass is not None:
         fuse_tir = [i for i, p in enumerate(legalize) if p.info.name == "FuseTIR"]
-        legalize.insert(fuse_tir[-1] + 1 if fuse_tir else len(legalize), dispatch_pass)
+        at = fuse_tir[-1] + 1 if fuse_tir else len(legalize)
+        # constant weights marked first: the bucket versions share one prepacked weight
+        marks = [mark_constant_weights()] if schedule and kind == "llvm" else []
+        legalize[at:at] = marks + [dispatch_pass]
     if schedule and kind == "llvm":
-        # vectorisable sigmoid/tanh instead of libm expf per element (SiLU, tanh-GELU);
         # kernel-equals-stride transposed convolutions as a matmul (no zero-dilated input)
         at = [i for i, p in enumerate(legalize) if p.info.name == "LegalizeOps"]
-        legalize[at[0] if at else 0:at[0] if at else 0] = [ConvTransposeAsMatmul(),
-                                                             FastSigmoidTanh()]
+        legalize.insert(at[0] if at else 0, ConvTransposeAsMatmul())
         # constant weights get the kernels' packed layout at compile time: we mark them
         # (layout_free_buffers), our rules add the layout-rewrite block, TVM splits it into
         # its own PrimFunc and FoldConstant runs it on the constant (schedules/prepack.py)
-        legalize += [mark_constant_weights(), cpu_schedule_pass(target),
-                     split_prepacked_weights()]
+        marks = [] if dispatch_pass is not None else [mark_constant_weights()]
+        legalize += marks + [cpu_schedule_pass(target), split_prepacked_weights()]
     return [
         ("library_dispatch", annotate + backend.library_dispatch_passes(target)),
         ("legalize", legalize),

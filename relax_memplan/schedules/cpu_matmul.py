@@ -52,6 +52,7 @@ task, e.g. 48 KiB at K=768, AVX2) is allocated by the kernel at run time
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from tvm import s_tir, tirx
@@ -216,10 +217,26 @@ class GenericMatmul(_CPUMatmulBase):
         compiling, so the panel loop stays parallel (``config.parallel``);
         a copy specialised to a shape (``schedule_prim_func``) gets
         :class:`StaticMatmul`'s threshold.
+    wide_nr_vectors : int
+        With FMA and a constant column extent that is a multiple of
+        ``wide_nr_vectors`` vectors, the tile is that many vectors wide (12
+        accumulators at ``mr = 4``, :class:`StaticMatmul`'s first FMA tile) instead of
+        ``config.nr_vectors``. The generic body of a kernel that
+        :class:`~relax_memplan.transform.specialize_kernels.SpecializeKernels` made
+        dispatching then packs a constant weight in the same ``(N / nr, K, nr)`` panels
+        as its bucket versions, so all of them read one weight prepacked at compile time.
+        ``0`` keeps ``config.nr_vectors`` everywhere.
     """
 
-    def __init__(self, config: TileConfig = TileConfig(mr=4, nr_vectors=2, mc=0, pack_b=True)):
+    def __init__(self, config: TileConfig = TileConfig(mr=4, nr_vectors=2, mc=0, pack_b=True),
+                 wide_nr_vectors: int = 3):
         self.config = config
+        self.wide_nr_vectors = wide_nr_vectors
 
     def choose_config(self, axes, lanes, target):
+        n = axes.j_extents[-1]
+        wide = self.wide_nr_vectors
+        if (wide and isinstance(n, int) and n % (wide * lanes) == 0 and _has_fma(target)
+                and self.config.nr_vectors != wide and not self.config.nr_columns):
+            return replace(self.config, nr_vectors=wide)
         return self.config

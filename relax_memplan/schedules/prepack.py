@@ -26,21 +26,25 @@ micro-kernel reads each panel contiguously, with no copy at run time.
 
 Only plain 2-D weights whose column count is a multiple of ``nr`` are packed (no
 padding of ``J``); anything else keeps the per-call panel packing.
+
+Kernels made dispatching by ``SpecializeKernels`` (a generic body and one static version
+per shape bucket) share one packed weight: :func:`same_prepacked_layout` checks that the
+versions pack alike, :func:`split_root_preproc` and :func:`reuse_prepacked` keep one
+packing block at the root of the dispatching kernel and let every branch read its buffer.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional, Sequence
 
 import tvm
 from tvm import relax, s_tir, tirx
-from tvm.s_tir.dlight.analysis import get_root_block
 
 from .analysis import MatmulAxes
 
 __all__ = ["LAYOUT_FREE_ATTR", "PREPROC_ANNOTATION", "mark_constant_weights",
-           "split_prepacked_weights",
-           "prepack_constant_b"]
+           "split_prepacked_weights", "prepack_constant_b", "prepacked_params",
+           "same_prepacked_layout", "reuse_prepacked", "split_root_preproc"]
 
 LAYOUT_FREE_ATTR = "layout_free_buffers"
 """PrimFunc attribute (TVM's name, see ``relax.transform.AttachAttrLayoutFreeBuffers``):
@@ -126,15 +130,156 @@ _PACKER_SUFFIX = "_weight_prepack"
 """Name suffix SplitLayoutRewritePreproc gives the packing PrimFunc it splits off."""
 
 
+def _root_preproc(func: tirx.PrimFunc):
+    """``(root block, [(index in its body, packing block)])`` of the weight-packing
+    blocks directly under the root block of ``func`` (the place ``prepack_constant_b``
+    puts them), read from the function body (a kernel made dispatching by
+    ``SpecializeKernels`` has one nested root block per version, which ``Schedule``'s
+    lookup by name refuses)."""
+    if not isinstance(func.body, s_tir.SBlockRealize):
+        return None, []
+    root = func.body.block
+    stmts = list(root.body.seq) if isinstance(root.body, tirx.SeqStmt) else [root.body]
+    found = []
+    for k, stmt in enumerate(stmts):
+        block = _preproc_in(stmt)
+        if block is not None:
+            found.append((k, block))
+    return root, found
+
+
+def _preproc_in(stmt: tirx.Stmt):
+    """The packing block of a root-level statement (the block, under its loops), else None."""
+    while isinstance(stmt, tirx.For):
+        stmt = stmt.body
+    if isinstance(stmt, s_tir.SBlockRealize) and PREPROC_ANNOTATION in stmt.block.annotations:
+        return stmt.block
+    return None
+
+
 def _has_preproc_block(func: tirx.PrimFunc) -> bool:
     if func.attrs is None or LAYOUT_FREE_ATTR not in func.attrs:
         return False  # only marked functions are prepacked
-    sch = s_tir.Schedule(func)
-    try:
-        root = get_root_block(sch)
-    except (ValueError, s_tir.ScheduleError):  # no root block, or several (SpecializeKernels)
-        return False
-    return any(PREPROC_ANNOTATION in sch.get(b).annotations for b in sch.get_child_blocks(root))
+    return bool(_root_preproc(func)[1])
+
+
+def _packing(func: tirx.PrimFunc):
+    """``(param index, packed shape)`` of each weight-packing block of ``func``, sorted."""
+    _, found = _root_preproc(func)
+    out = []
+    for _, block in found:
+        source, packed = block.reads[0].source, block.writes[0].source
+        index = next((k for k, p in enumerate(func.params) if p.same_as(source)), None)
+        out.append((index, tuple(int(d) for d in packed.shape)))
+    return sorted(out, key=lambda t: (t[0] is None, t[0] or 0, t[1]))
+
+
+def prepacked_params(func: tirx.PrimFunc) -> List[int]:
+    """Indices of the parameters a scheduled PrimFunc packs in root-level preprocessing
+    blocks (:func:`prepack_constant_b`); empty when it packs none.
+
+    Parameters
+    ----------
+    func : tvm.tirx.PrimFunc
+        A scheduled PrimFunc.
+
+    Returns
+    -------
+    list of int
+    """
+    return [index for index, _shape in _packing(func) if index is not None]
+
+
+def same_prepacked_layout(generic: tirx.PrimFunc, versions) -> bool:
+    """Whether the bucket versions of a kernel pack the same weights into the same shapes
+    as its generic version (so that one packed constant can serve every version).
+
+    Parameters
+    ----------
+    generic : tvm.tirx.PrimFunc
+        The scheduled generic (symbolic-shape) kernel.
+    versions : sequence of tvm.tirx.PrimFunc
+        Its scheduled, shape-specialized copies (same parameters, in the same order).
+
+    Returns
+    -------
+    bool
+        ``True`` when every version has packing blocks and each packs the same parameter
+        into the same packed shape (elements) as ``generic``.
+    """
+    want = _packing(generic)
+    return bool(want) and all(p[0] is not None for p in want) and all(
+        _packing(v) == want for v in versions)
+
+
+def reuse_prepacked(version: tirx.PrimFunc, generic: tirx.PrimFunc,
+                    kept: Optional[Sequence[int]] = None) -> tirx.PrimFunc:
+    """``version`` without its weight-packing blocks, reading ``generic``'s packed buffers.
+
+    Each packed buffer the version allocated is declared instead (``DeclBuffer``) on the
+    data of the buffer ``generic`` packs the same parameter into, so the version's body is
+    meant to run inside ``generic`` after its packing blocks (the shared dispatch of
+    ``SpecializeKernels``). Call only when :func:`same_prepacked_layout` holds.
+
+    Parameters
+    ----------
+    version : tvm.tirx.PrimFunc
+        A scheduled shape-specialized copy of the kernel.
+    generic : tvm.tirx.PrimFunc
+        The scheduled generic kernel.
+    kept : sequence of int, optional
+        For each parameter of ``version``, the index of the matching parameter of
+        ``generic`` (default: the same index).
+
+    Returns
+    -------
+    tvm.tirx.PrimFunc
+        ``version`` with its root block changed.
+    """
+    _, shared = _root_preproc(generic)
+    by_param = {}
+    for _, block in shared:
+        source = block.reads[0].source
+        index = next(k for k, p in enumerate(generic.params) if p.same_as(source))
+        by_param[index] = block.writes[0].source
+    root, own = _root_preproc(version)
+    stmts = list(root.body.seq) if isinstance(root.body, tirx.SeqStmt) else [root.body]
+    drop = {k for k, _ in own}
+    decls, packed = [], set()
+    for _, block in own:
+        source, buffer = block.reads[0].source, block.writes[0].source
+        index = next(k for k, p in enumerate(version.params) if p.same_as(source))
+        index = kept[index] if kept is not None else index
+        decls.append(tirx.DeclBuffer(buffer, data=tirx.buffer_data(by_param[index])))
+        packed.add(buffer)
+    body = tirx.SeqStmt(decls + [stmt for k, stmt in enumerate(stmts) if k not in drop])
+    new_root = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, body,
+                            root.init, [b for b in root.alloc_buffers if b not in packed],
+                            root.match_buffers, root.annotations)
+    realize = version.body
+    return version.with_body(s_tir.SBlockRealize(realize.iter_values, realize.predicate,
+                                                 new_root))
+
+
+def split_root_preproc(func: tirx.PrimFunc):
+    """``(alloc_buffers, packing stmts, other stmts)`` of the root block of ``func``: the
+    pieces ``SpecializeKernels`` puts around its dispatch so that the packing blocks stay at
+    the root, where ``SplitLayoutRewritePreproc`` looks for them.
+
+    Parameters
+    ----------
+    func : tvm.tirx.PrimFunc
+        A scheduled kernel whose body is one root block.
+
+    Returns
+    -------
+    tuple of (list of Buffer, list of Stmt, list of Stmt)
+    """
+    root, found = _root_preproc(func)
+    stmts = list(root.body.seq) if isinstance(root.body, tirx.SeqStmt) else [root.body]
+    drop = {k for k, _ in found}
+    return (list(root.alloc_buffers), [stmts[k] for k in sorted(drop)],
+            [stmt for k, stmt in enumerate(stmts) if k not in drop])
 
 
 def mark_constant_weights() -> tvm.transform.Pass:
@@ -186,9 +331,10 @@ def split_prepacked_weights() -> tvm.transform.Pass:
     them): on the whole module it fails on a PrimFunc whose root holds no compute block
     (our index checks: "There should be a compute block if there is only one subtree
     under the root"). ``layout_free_buffers`` is removed from the other PrimFuncs. The
-    packing calls are then folded (``FoldConstant`` on the callers and packing PrimFuncs
-    only: on the whole module it would also build our index-check kernels standalone,
-    which fails on their symbolic buffer shapes). Runs after the CPU schedules.
+    packing calls on constants are then evaluated, each packing PrimFunc built once
+    (:class:`_FoldPacking`; ``FoldConstant`` on the whole module would also build our
+    index-check kernels standalone, which fails on their symbolic buffer shapes). Runs after
+    the CPU schedules.
 
     Returns
     -------
@@ -214,14 +360,41 @@ def split_prepacked_weights() -> tvm.transform.Pass:
         # fold the packing calls on the constants; FoldConstant sees only these PrimFuncs
         packers = {gv: f for gv, f in split.items()
                    if gv.name_hint.endswith(_PACKER_SUFFIX) and isinstance(f, tirx.PrimFunc)}
-        folded = relax.transform.FoldConstant()(tvm.IRModule(
-            {**{gv: f for gv, f in split.items() if not isinstance(f, tirx.PrimFunc)},
-             **packers}, attrs=mod.attrs))
+        folder = _FoldPacking(tvm.IRModule(split, attrs=mod.attrs), packers)
         for gv in marked:
             funcs.pop(gv)
         funcs.update(split)
-        funcs.update({gv: f for gv, f in folded.functions_items()
-                      if not isinstance(f, tirx.PrimFunc)})
+        funcs.update({gv: folder.visit_expr(f) for gv, f in split.items()
+                      if isinstance(f, relax.Function)})
         return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
 
     return _pass
+
+
+@relax.expr_functor.mutator
+class _FoldPacking(relax.PyExprMutator):
+    """Replace each ``call_tir`` of a packing PrimFunc on constants by its result, building
+    each packing PrimFunc once (plain ``llvm``, on the host). What ``FoldConstant`` does here,
+    except that TVM 0.27's ``FoldConstant`` builds the PrimFunc again at every call site: 72
+    LLVM builds for BERT-base's 12 layers, 4 s of a 5 s pass."""
+
+    def __init__(self, mod: tvm.IRModule, packers):
+        super().__init__(mod)
+        self.packers = {gv.name_hint: f for gv, f in packers.items()}
+        self.built = {}
+
+    def visit_call_(self, op):
+        call = super().visit_call_(op)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"):
+            return call
+        name = call.args[0].name_hint
+        args = call.args[1].fields if hasattr(call.args[1], "fields") else [call.args[1]]
+        if name not in self.packers or not all(isinstance(a, tvm.ir.GenericConst) for a in args):
+            return call
+        if name not in self.built:
+            func = self.packers[name].with_attr("global_symbol", "main")
+            self.built[name] = tvm.compile(tvm.IRModule({"main": func}), target="llvm")["main"]
+        (out_ty,) = call.ty_args
+        out = tvm.runtime.empty([int(d) for d in out_ty.shape.values], str(out_ty.dtype))
+        self.built[name](*[a.value for a in args], out)
+        return relax.const(out.numpy())

@@ -70,6 +70,26 @@ branch ran at 0.40 x static; :class:`~relax_memplan.transform.annotate_no_alias.
 too. Separate static PrimFuncs per bucket (called from a dispatcher) were not
 needed: with ``noalias`` back, the branch's code is the static kernel's.
 
+Constant weights packed once for every version
+----------------------------------------------
+With our CPU schedules the pipeline runs ``MarkConstantWeights``
+(:mod:`relax_memplan.schedules.prepack`) right before this pass, so the generic
+body and each bucket version are scheduled with a root-level block packing the
+constant ``B`` into ``(N / nr, K, nr)`` panels. When every version packs the
+same parameters into the same shapes
+(:func:`~relax_memplan.schedules.prepack.same_prepacked_layout`; the generic
+matmul tile is as wide as the static one, ``GenericMatmul(wide_nr_vectors=3)``),
+the generic version's packing blocks and buffers are kept at the root of the
+dispatching kernel, before the ``if``, and each branch declares its packed
+buffer on theirs (:func:`~relax_memplan.schedules.prepack.reuse_prepacked`).
+``SplitPrepackedWeights`` then moves that one packing into its own PrimFunc
+and ``FoldConstant`` runs it on the weight when compiling: one packed copy of
+the weight, read by every version, no copy per call (before, every version
+copied the whole ``B`` into its panels on each call: 9.4 MB for BERT-base's
+768 x 3072 weight). When the layouts differ, all versions are scheduled again
+without the mark (per-call panel packing, a line in :attr:`skipped`): two
+packed copies would multiply the weight's bytes.
+
 Several bucketed vars in one kernel give one branch per combination of their
 bucket values (conditions joined with ``and``). A bucket value outside every
 calling Relax function's declared range of the var is skipped, with a note in
@@ -87,6 +107,8 @@ from tvm import relax, s_tir, tirx
 from tvm.target import Target
 
 from ..analysis.dims import declared_ranges
+from ..schedules.prepack import (LAYOUT_FREE_ATTR, prepacked_params, reuse_prepacked,
+                                 same_prepacked_layout, split_root_preproc)
 from ._args import check_buckets
 from ._module_util import replace_functions
 
@@ -294,14 +316,22 @@ def _specialize(func: tirx.PrimFunc,
     return spec, kept
 
 
-def _branch(generic: tirx.PrimFunc, scheduled: tirx.PrimFunc, kept: List[int]) -> tirx.Stmt:
-    """The scheduled specialized body, its params aliasing ``generic``'s."""
+def _branch(generic: tirx.PrimFunc, scheduled: tirx.PrimFunc, kept: List[int],
+            shared_packing: bool = False) -> tirx.Stmt:
+    """The scheduled specialized body, its params aliasing ``generic``'s (and, with
+    ``shared_packing``, its packed weights ``generic``'s packed buffers)."""
     renewed = s_tir.renew_defs(scheduled)
+    packed = set()
+    if shared_packing:  # the weight itself is not read: it is a packed constant after the split
+        packed = set(prepacked_params(renewed))
+        renewed = reuse_prepacked(renewed, generic, kept)
     binds, decls, bound = [], [], set()
-    for rp, sp, gi in zip(renewed.params, scheduled.params, kept):
+    for k, (rp, sp, gi) in enumerate(zip(renewed.params, scheduled.params, kept)):
         gp = generic.params[gi]
         if not tirx.is_buffer_var(rp):
             binds.append(tirx.Bind(rp, gp))
+            continue
+        if k in packed:
             continue
         for rdim, sdim in zip(rp.shape, sp.shape):
             if isinstance(rdim, tirx.Var) and not rdim.same_as(sdim) and rdim.name not in bound:
@@ -311,13 +341,16 @@ def _branch(generic: tirx.PrimFunc, scheduled: tirx.PrimFunc, kept: List[int]) -
     return tirx.SeqStmt(binds + decls + [renewed.body])
 
 
-def _root_block(body: tirx.Stmt) -> s_tir.SBlockRealize:
+def _root_block(body: tirx.Stmt, alloc_buffers=()) -> s_tir.SBlockRealize:
     """``body`` under an empty root block, the form TVM's analyses expect of a kernel.
 
     ``RewriteDataflowReshape`` asks ``HasReshapePattern`` about every one-input
     kernel (softmax included), which checks that the body is an ``SBlockRealize``.
+    ``alloc_buffers``: the generic version's root buffers (its packed weights), hoisted
+    so that every branch can read them.
     """
-    block = s_tir.SBlock(iter_vars=[], reads=[], writes=[], name_hint="root", body=body)
+    block = s_tir.SBlock(iter_vars=[], reads=[], writes=[], name_hint="root", body=body,
+                         alloc_buffers=list(alloc_buffers))
     return s_tir.SBlockRealize(iter_values=[], predicate=True, block=block)
 
 
@@ -421,29 +454,59 @@ class SpecializeKernels:
                              f"of kernel '{name}'")
         return out
 
+    def _versions(self, name: str, func: tirx.PrimFunc, made):
+        """The scheduled generic kernel and bucket versions, and whether they share one
+        prepacked weight (same panel layout everywhere); when their layouts differ, all
+        are scheduled again without ``layout_free_buffers`` (the weight packed per call,
+        as before prepacking: one packed copy per layout would multiply the weight's
+        bytes)."""
+        def schedule_all(strip: bool):
+            base = func.without_attr(LAYOUT_FREE_ATTR) if strip else func
+            specs = []
+            for _combo, spec, kept in made:
+                if strip or len(kept) != len(func.params):  # indices of the attr shifted
+                    spec = spec.without_attr(LAYOUT_FREE_ATTR)
+                specs.append(self._scheduled(name, spec))
+            return self._scheduled(name, base), specs
+
+        generic, versions = schedule_all(strip=False)
+        packed = [bool(prepacked_params(f)) for f in [generic] + versions]
+        if not any(packed):
+            return generic, versions, False
+        if all(packed) and same_prepacked_layout(generic, versions):
+            return generic, versions, True
+        self.skipped.append(f"{name}: constant weight packed per call: the versions' panel "
+                            "layouts differ")
+        generic, versions = schedule_all(strip=True)
+        return generic, versions, False
+
     def _rewrite(self, name: str, func: tirx.PrimFunc, var_values: Dict[str, List[int]]):
-        generic = self._scheduled(name, func)
         names = list(var_values)
         sig = _signature_vars(func)
-        branches = []
+        made = []
         for values in itertools.product(*(var_values[n] for n in names)):
             combo = dict(zip(names, values))
-            made = _specialize(func, combo)
-            if made is None:
+            spec = _specialize(func, combo)
+            if spec is None:
                 self.skipped.append(f"{name}: {combo} is not a buffer dim or scalar parameter")
                 return None
-            spec, kept = made
-            scheduled = self._scheduled(name, spec)
+            made.append((combo, *spec))
+        generic, versions, shared = self._versions(name, func, made)
+        branches = []
+        for (combo, _spec, kept), scheduled in zip(made, versions):
             cond = None
             for n, v in combo.items():
                 term = tirx.EQ(sig[n], _as_imm(sig[n], v))
                 cond = term if cond is None else tirx.And(cond, term)
             branches.append((tirx.op.tvm_thread_invariant(cond),
-                             _branch(generic, scheduled, kept)))
-        body = generic.body
+                             _branch(generic, scheduled, kept, shared)))
+        allocs, packing, body = [], [], generic.body
+        if shared:  # the generic version's packing blocks stay at the root, before the dispatch
+            allocs, packing, rest = split_root_preproc(generic)
+            body = tirx.SeqStmt(rest) if len(rest) > 1 else rest[0]
         for cond, stmt in reversed(branches):
             body = tirx.IfThenElse(cond, stmt, body)
-        body = _root_block(body)
+        body = _root_block(tirx.SeqStmt(packing + [body]) if packing else body, allocs)
         attr = {n: [int(v) for v in var_values[n]] for n in names}
         return (generic.with_body(body)
                 .with_attr(_IS_SCHEDULED, True)

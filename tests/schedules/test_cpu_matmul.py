@@ -266,3 +266,19 @@ def test_bert_static_at_seq_1_builds_with_cpu_schedules_and_matches_onnxruntime(
 
     result = compile_onnx(shared_model("bert-tiny-randw.onnx"), None, verify=True, schedule=True)
     assert result.report.main.verified
+
+
+@pytest.mark.parametrize("mcpu, n, nr_vectors", [("skylake-avx512", 96, 3), ("skylake-avx512", 32, 2),
+                                                 (None, 96, 2)])
+def test_generic_tile_is_as_wide_as_the_static_one_where_the_columns_allow(mcpu, n, nr_vectors):
+    """With FMA and N a multiple of 3 vectors the generic tile is StaticMatmul's first FMA tile
+    (4 x 3 vectors), so a dispatching kernel's versions share one prepacked weight layout."""
+    from relax_memplan.schedules.analysis import MatmulAxes  # pylint: disable=import-outside-toplevel
+
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu} if mcpu else {"kind": "llvm"})
+    lanes = 16 if mcpu else 4
+    axes = MatmulAxes(block=None, roles="IJK", i_extents=[tirx.Var("m", "int64")],
+                      j_extents=[n], k_extents=[64])
+    cfg = GenericMatmul().choose_config(axes, lanes, target)
+    assert (cfg.mr, cfg.nr_vectors) == (4, nr_vectors)
+    assert GenericMatmul(wide_nr_vectors=0).choose_config(axes, lanes, target).nr_vectors == 2

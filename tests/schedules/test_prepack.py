@@ -119,3 +119,31 @@ def test_prepacked_build_matches_numpy(m, k, n, transposed):
     x = RNG.standard_normal((m, k)).astype("float32")
     got = vm["main"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_allclose(got, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-3)
+
+
+def test_each_packing_function_is_built_once_and_run_per_weight(monkeypatch):
+    """Regression (compile time): TVM's FoldConstant built the packing PrimFunc again at every
+    call site (72 LLVM builds for BERT-base). Two weights of one kernel: one build, and each
+    packed constant is its own weight's panels."""
+    import relax_memplan.schedules.prepack as prepack
+
+    builds = []
+    real_compile = tvm.compile
+    monkeypatch.setattr(prepack.tvm, "compile",
+                        lambda *a, **k: builds.append(1) or real_compile(*a, **k))
+    w1, w2 = (RNG.standard_normal((32, 96)).astype("float32") for _ in range(2))
+    x = relax.Var("x", relax.TensorType([7, 32], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.matmul(x, relax.const(w1)))
+            b = bb.emit(relax.op.matmul(x, relax.const(w2)))
+            out = bb.emit_output(relax.Tuple([a, b]))
+        bb.emit_func_output(out)
+    out = _scheduled(bb.get())
+    assert len(builds) == 1
+    packed = [c for c in _main_constants(out) if c.ndim == 3]
+    assert len(packed) == 2
+    panels, k, nr = packed[0].shape
+    for got, w in zip(packed, (w1, w2)):
+        np.testing.assert_array_equal(got, w.reshape(k, panels, nr).transpose(1, 0, 2))

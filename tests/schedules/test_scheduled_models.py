@@ -28,7 +28,7 @@ CASES = [
     pytest.param("silero-vad-op18-ifless.onnx", {"input": (1, 512), "state": (2, 1, 128)},
                  {"sr": np.array(16000, dtype=np.int64)}, id="silero-vad",
                  marks=pytest.mark.slow),
-    # tanh-GELU after a conv1d (FastSigmoidTanh), a large conv1d-as-conv2d (DirectConv)
+    # tanh-GELU after a conv1d (FastBoundedMath), a large conv1d-as-conv2d (DirectConv)
     pytest.param("magika-1.0.3.onnx", {"bytes": (1, 2048)}, id="magika", marks=pytest.mark.slow),
     pytest.param("ppocrv4-det.onnx", {"x": (1, 3, 320, 320)}, id="ppocrv4-det",
                  marks=pytest.mark.slow),

@@ -297,6 +297,66 @@ def test_pipeline_with_cpu_schedules_runs_every_path():
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
+def _scheduled_legalized(dispatch_pass, target="llvm"):
+    """The dense module after library_dispatch and legalize, with our CPU schedules."""
+    tgt = tvm.target.Target(target)
+    phases = dict(backend_phases(tgt, dispatch_pass=dispatch_pass, schedule=True, fusion=False))
+    with tgt:
+        mod = tvm.transform.Sequential(phases["library_dispatch"])(_dense_module())
+        return tvm.transform.Sequential(phases["legalize"])(mod)
+
+
+def _main_constants(mod):
+    found = []
+    relax.analysis.post_order_visit(mod["main"].body, lambda node: found.append(
+        node.value.numpy()) if isinstance(node, tvm.ir.GenericConst) else None)
+    return found
+
+
+def test_bucket_versions_share_one_prepacked_weight():
+    """The generic body and every bucket version read one weight packed when compiling
+    (W as (N / nr, K, nr) panels), not a per-call copy of W."""
+    dispatch = SpecializeKernels(BUCKETS, schedule=schedule_prim_func)
+    mod = _scheduled_legalized(dispatch)
+    kernel = _kernel_name(dispatch.specialized)
+    names = {gv.name_hint for gv in mod.get_global_vars()}
+    assert {f"{kernel}_prepacked", f"{kernel}_weight_prepack"} <= names, sorted(names)
+    assert not any("packed per call" in line for line in dispatch.skipped), dispatch.skipped
+    packed = [c for c in _main_constants(mod) if c.ndim == 3]
+    assert len(packed) == 1  # one copy of the weight for all versions
+    panels, k, nr = packed[0].shape
+    assert (k, panels * nr) == W.shape
+    np.testing.assert_array_equal(packed[0], W.reshape(k, panels, nr).transpose(1, 0, 2))
+    assert not any(c.shape == W.shape for c in _main_constants(mod))  # W itself is gone
+    compute = mod[f"{kernel}_prepacked"]
+    assert BUCKETS_ATTR in compute.attrs
+    assert [[int(d) for d in compute.params[1].shape]] == [[panels, k, nr]]
+
+
+def test_versions_with_different_panel_layouts_pack_the_weight_per_call():
+    """A generic tile narrower than the buckets' would need two packed copies of W: the
+    versions are scheduled again with per-call packing; every path still computes x @ W."""
+    from relax_memplan.schedules import GenericMatmul, StaticMatmul, TileConfig
+    from relax_memplan.transform.specialize_kernels import dlight_schedule
+
+    narrow = dlight_schedule(StaticMatmul(), GenericMatmul(TileConfig(mr=4, nr_vectors=1)))
+    dispatch = SpecializeKernels(BUCKETS, schedule=narrow)
+    mod = _scheduled_legalized(dispatch)
+    kernel = _kernel_name(dispatch.specialized)
+    assert [line for line in dispatch.skipped if "packed per call" in line] == [
+        f"{kernel}: constant weight packed per call: the versions' panel layouts differ"]
+    assert not any(gv.name_hint.endswith("_prepacked") for gv in mod.get_global_vars())
+    assert all(c.ndim < 3 for c in _main_constants(mod))
+    tgt = tvm.target.Target("llvm")
+    dispatch = SpecializeKernels(BUCKETS, schedule=narrow)
+    ex = tvm.compile(_dense_module(), tgt, relax_pipeline=get_pipeline(
+        tgt, dispatch_pass=dispatch, schedule=True))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for seq in SEQS:
+        out, expected = _run(vm, seq)
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
 def test_specialized_kernel_keeps_noalias_in_a_symbolic_build():
     """The dispatch kernel's compute function gets noalias (AnnotateNoAlias), as a static one."""
     tgt = tvm.target.Target("llvm")
@@ -306,9 +366,10 @@ def test_specialized_kernel_keeps_noalias_in_a_symbolic_build():
     kernel = _kernel_name(dispatch.specialized)
     ir = next(m.inspect_source("ll") for m in [ex.mod] + list(ex.mod.imports)
               if m.kind == "llvm")
-    (signature,) = [ln for ln in ir.splitlines() if f"@{kernel}_compute_(" in ln
+    # the constant weight is prepacked (shared by the versions): the kernel is renamed
+    (signature,) = [ln for ln in ir.splitlines() if f"@{kernel}_prepacked_compute_(" in ln
                     and ln.startswith("define")]
-    assert signature.count("noalias") == 4, signature  # x, w, b, the output
+    assert signature.count("noalias") == 4, signature  # x, packed w, b, the output
 
 
 # -- which kernels are specialized -------------------------------------------------------------
