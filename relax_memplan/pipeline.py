@@ -268,7 +268,7 @@ def backend_phases(
         # vector tanh/erf/softmax: LLVM turns a vector llvm.exp into one libm call per lane
         legalize.insert(1, FastBoundedMath())
     if fusion:
-        legalize = list(fusion_pass_list or fusion_passes(target)) + legalize
+        legalize = list(fusion_pass_list or fusion_passes(target, schedule=schedule)) + legalize
         # constants folded once, before the fusion passes: their peak checks lower trial
         # modules, whose FoldConstant would otherwise evaluate every constant subgraph again
         # (gpt2-tiny: 1.9 CPU s per lowering); TVM's FoldConstant after LegalizeOps stays
