@@ -12,7 +12,9 @@ shared machine wall time also counts other processes), wall time beside. Each bu
 the Relax pipeline (``pipeline(mod)``, CPU seconds per pass from a pass
 instrument) and the rest of ``tvm.compile`` (TIR lowering, LLVM code generation,
 VM linking). Prints the medians, the range of the ours/tvm ratio over rounds, and the passes of
-ours that took the most time; writes JSON.
+ours that took the most time, with the machine's load average (1, 5, 15 min) before and after
+(CPU seconds are less sensitive to load than wall time, not immune: caches are shared); writes
+JSON.
 
 Usage: python benchmarks/compile_time_bench.py [--rounds 3] [--only mnist-8 ...]
        [--json benchmarks/results/compile_time.json]
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -133,6 +136,8 @@ def main(argv=None) -> None:
     parser.add_argument("--json", default=str(REPO / "benchmarks" / "results"
                                               / "compile_time.json"))
     args = parser.parse_args(argv)
+    load_before = [round(v, 2) for v in os.getloadavg()]
+    print(f"load average (1, 5, 15 min) before: {load_before}")
     _warm_up()
     print("CPU seconds of this process (time.process_time: other processes on a shared machine do "
           "not inflate it), medians;\nwall: the range of the ours/tvm wall-time ratio; passes: "
@@ -151,8 +156,11 @@ def main(argv=None) -> None:
               flush=True)
         rows.append(r)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)  # after each model: a
-        Path(args.json).write_text(json.dumps({"rounds": args.rounds, "models": rows},  # partial
-                                              indent=1))  # run is kept
+        Path(args.json).write_text(json.dumps({  # partial run is kept
+            "rounds": args.rounds, "load_average_before": load_before,
+            "load_average_after": [round(v, 2) for v in os.getloadavg()], "models": rows},
+            indent=1))
+    print(f"load average (1, 5, 15 min) after: {[round(v, 2) for v in os.getloadavg()]}")
     print(f"\nwrote {args.json}")
 
 

@@ -4,9 +4,12 @@ Phases (from ``tvm.relax.backend.<target>.pipeline``):
 
 1. ``library_dispatch`` -- (ours) ``AnnotateDimRanges`` and ``CheckIndexBounds``
    (index-value checks, see that module), then the target's library dispatch passes;
-2. ``legalize`` -- with ``fusion=True`` our graph-level fusion first (:func:`fusion_passes`),
+2. ``legalize`` -- ``ClampEmptySlices`` (ours: empty dynamic slices), with ``fusion=True``
+   ``FoldConstantsFirst`` (ours: TVM's FoldConstant once, so that the fusion passes' peak
+   checks do not fold again per trial)
+   and our graph-level fusion (:func:`fusion_passes`),
    ``ExpandIntegerPower`` (ours: ``x**3`` as multiplications; TVM's CUDA ``pow`` gives NaN for
-   a negative base), ``ClampEmptySlices`` (ours: empty dynamic slices), LegalizeOps,
+   a negative base), LegalizeOps,
    AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR (and dlight GPU schedules for CUDA, with a rule that fails on a
    kernel skipped: :func:`~relax_memplan.schedules.gpu_schedule_pass`);
 3. ``dataflow_lower`` -- RewriteDataflowReshape, ToNonDataflow,
@@ -55,6 +58,7 @@ from .transform.reorder_for_memory import ReorderForMemory
 from .transform.expand_integer_power import ExpandIntegerPower
 from .transform.fast_bounded_math import FastBoundedMath
 from .transform.chunk_feed_forward import ChunkFeedForward
+from .transform.fold_constants_first import FoldConstantsFirst
 from .transform.fold_matmul_reshape import FoldMatmulReshape
 from .transform.fuse_add_layer_norm import FuseAddLayerNorm
 from .transform.fuse_attention import FuseAttention
@@ -258,18 +262,24 @@ def backend_phases(
     annotate = [AnnotateDimRanges(dim_ranges)] if dim_ranges else []
     if index_pass is not None:
         annotate.append(index_pass)
-    # before LegalizeOps: TVM's dynamic_strided_slice gives a negative extent for an empty slice
     # before LegalizeOps: TVM's pow gives NaN for a negative base on CUDA (expand_integer_power)
-    legalize = [ExpandIntegerPower(), ClampEmptySlices()] + list(backend.legalize_passes(target))
+    legalize = [ExpandIntegerPower()] + list(backend.legalize_passes(target))
     if schedule and kind == "llvm":
         # vector tanh/sigmoid/erf/softmax: LLVM turns a vector llvm.exp into one libm call
         # per lane (SiLU, tanh and erf GELU)
-        legalize.insert(2, FastBoundedMath())
+        legalize.insert(1, FastBoundedMath())
     if fusion:
         # the conv-chain consumers follow ``schedule`` (dense ones fused are slower than our
         # scheduled convs: yolov8n, one thread, 40.4 ms with them fused, 27.0 ms without)
         legalize = list(fusion_pass_list or fusion_passes(
             target, schedule=schedule and kind == "llvm")) + legalize
+        # constants folded once, before the fusion passes: their peak checks lower trial
+        # modules, whose FoldConstant would otherwise evaluate every constant subgraph again
+        # (gpt2-tiny: 1.9 CPU s per lowering); TVM's FoldConstant after LegalizeOps stays
+        legalize.insert(0, FoldConstantsFirst())
+    # before LegalizeOps (and any folding): TVM's dynamic_strided_slice gives a negative extent
+    # for an empty slice
+    legalize.insert(0, ClampEmptySlices())
     if kind == "cuda":
         # dlight's GPU rules, each failure of a rule meaning "try the next one"
         legalize = [gpu_schedule_pass(target) if p.info.name == "ApplyDefaultSchedule" else p

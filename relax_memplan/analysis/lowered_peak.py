@@ -115,10 +115,14 @@ def lowered_live_bytes_by_step(mod: tvm.IRModule, func_name: str, target=None) -
     this list, or 0 for an empty list). Same parameters and errors."""
     buffers = _lowered_buffers(mod, func_name, target)
     steps = max((b.end for b in buffers), default=0)
-    live = [0] * steps
+    delta = [0] * (steps + 1)  # a sweep over the range ends: O(steps + buffers)
     for b in buffers:
-        for step in range(b.start, b.end):
-            live[step] += b.size_bytes
+        delta[b.start] += b.size_bytes
+        delta[b.end] -= b.size_bytes
+    live, total = [], 0
+    for d in delta[:steps]:
+        total += d
+        live.append(total)
     return live
 
 

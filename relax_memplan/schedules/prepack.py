@@ -21,7 +21,8 @@ through a ``cache_read`` at the root whose buffer is given the panel layout
 weights (its ``RewriteLayout`` postprocessor). :func:`split_prepacked_weights` (TVM's
 ``SplitLayoutRewritePreproc`` on the PrimFuncs concerned) then moves
 the copy into its own PrimFunc called from Relax on the constant, and ``FoldConstant``
-evaluates that call when compiling (the packing PrimFunc stays in the module, unused): the kernel receives the packed weight and its
+evaluates that call when compiling (the packing PrimFunc, then called by nothing, is removed
+from the module): the kernel receives the packed weight and its
 micro-kernel reads each panel contiguously, with no copy at run time.
 
 Only plain 2-D weights whose column count is a multiple of ``nr`` are packed (no
@@ -323,6 +324,20 @@ def mark_constant_weights() -> tvm.transform.Pass:
     return _pass
 
 
+def _called_globals(funcs) -> set:
+    """The GlobalVars the Relax functions among ``funcs`` refer to."""
+    called = set()
+
+    def visit(expr):
+        if isinstance(expr, tvm.ir.GlobalVar):
+            called.add(expr)
+
+    for func in funcs:
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return called
+
+
 def split_prepacked_weights() -> tvm.transform.Pass:
     """Move the weight-packing blocks into their own PrimFuncs, called on the constants.
 
@@ -333,7 +348,9 @@ def split_prepacked_weights() -> tvm.transform.Pass:
     under the root"). ``layout_free_buffers`` is removed from the other PrimFuncs. The
     packing calls on constants are then evaluated, each packing PrimFunc built once
     (:class:`_FoldPacking`; ``FoldConstant`` on the whole module would also build our
-    index-check kernels standalone, which fails on their symbolic buffer shapes). Runs after
+    index-check kernels standalone, which fails on their symbolic buffer shapes), and the
+    PrimFuncs of the split that nothing calls any more (folded packers, the kernels their
+    split versions replace) are removed, so that the build does not compile them. Runs after
     the CPU schedules.
 
     Returns
@@ -366,6 +383,13 @@ def split_prepacked_weights() -> tvm.transform.Pass:
         funcs.update(split)
         funcs.update({gv: folder.visit_expr(f) for gv, f in split.items()
                       if isinstance(f, relax.Function)})
+        # the PrimFuncs of the split that no function calls any more (the packers whose calls
+        # were folded, the marked kernels replaced by their split versions) would only be
+        # compiled for nothing: LLVM builds each one (bert-tiny: 9 of 25 PrimFuncs, 0.2 CPU s)
+        called = _called_globals(funcs.values())
+        for gv in list(split) + list(marked):
+            if isinstance(funcs.get(gv), tirx.PrimFunc) and gv not in called:
+                funcs.pop(gv)
         return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
 
     return _pass

@@ -30,8 +30,9 @@ were. So the rewrites of a function are kept only when its peak live bytes after
 and lowering (:func:`~relax_memplan.analysis.lowered_peak.lowered_peak_live_bytes`, the lower
 bound our planner reports) do not rise; when all together raise it, sites are added one at a
 time in program order and kept while the peak holds (the others counted in
-``skipped["peak"]``). This costs one lowering of the function, plus one per site when the
-first check fails. Only vars defined before the
+``skipped["peak"]``). This costs two lowerings of the function, plus one per site when the
+first check fails (each kernel is built once per run and shared by the trials). Only vars
+defined before the
 ``layer_norm`` are read, so a symbolic var defined by a ``match_cast`` in the block is never
 used above its definition.
 
@@ -119,9 +120,11 @@ class FuseAddLayerNorm:
         self.target = target
         self.fused = 0
         self.skipped: Dict[str, int] = {}
+        self._kernels: Dict[tuple, tvm.tirx.PrimFunc] = {}
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        self.fused, self.skipped = 0, {}
+        # kernels built once per run, shared by the trial rewrites of the peak check
+        self.fused, self.skipped, self._kernels = 0, {}, {}
         for gv, func in list(mod.functions_items()):
             if isinstance(func, relax.Function):
                 mod = self._function(mod, gv, func)
@@ -320,11 +323,14 @@ class _Rewriter(PyExprMutator):
     def _kernel(self, hidden, dtype, eps, write_sum):
         key = (hidden, dtype, eps, write_sum)
         if key not in self.kernels:
-            if self.owner.kernel == "cpu":
-                func = add_layer_norm_cpu(hidden, dtype, eps, write_sum, self.owner.widest_vector)
-            else:
-                func = add_layer_norm_compute(hidden, dtype, eps, write_sum)
-            self.kernels[key] = self.builder_.add_func(func, "add_layer_norm")
+            built = self.owner._kernels  # the pass's per-run cache (TVMScript parsing is slow)
+            if key not in built:
+                if self.owner.kernel == "cpu":
+                    built[key] = add_layer_norm_cpu(hidden, dtype, eps, write_sum,
+                                                    self.owner.widest_vector)
+                else:
+                    built[key] = add_layer_norm_compute(hidden, dtype, eps, write_sum)
+            self.kernels[key] = self.builder_.add_func(built[key], "add_layer_norm")
         return self.kernels[key]
 
     def _emit(self, ln, sum_var, x, res, hidden, dtype, write_sum):

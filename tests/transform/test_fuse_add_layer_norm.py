@@ -125,9 +125,9 @@ def test_a_dim_defined_by_match_cast_in_the_block_stays_well_formed():
     assert script.index("R.match_cast(q") < script.index("call_tir")
 
 
-def test_a_rewrite_raising_the_peak_is_not_applied():
-    # x and r (1 KiB each) die at the add; the sum lives across the 64 KiB `big`. Fused at the
-    # layer norm's place, x and r would both live across `big`: +1 KiB at the peak.
+def _spread_module():
+    """x and r (1 KiB each) die at the add; the sum lives across the 64 KiB `big`. Fused at
+    the layer norm's place, x and r would both live across `big`: +1 KiB at the peak."""
     @I.ir_module
     class Spread:
         @R.function
@@ -144,7 +144,11 @@ def test_a_rewrite_raising_the_peak_is_not_applied():
                 out = (y, t)
                 R.output(out)
             return out
+    return Spread
 
+
+def test_a_rewrite_raising_the_peak_is_not_applied():
+    Spread = _spread_module()
     pass_ = FuseAddLayerNorm()
     assert pass_(Spread).same_as(Spread)
     assert pass_.fused == 0 and pass_.skipped == {"peak": 1}
@@ -152,6 +156,44 @@ def test_a_rewrite_raising_the_peak_is_not_applied():
     after = unchecked(Spread)
     assert unchecked.fused == 1
     assert lowered_peak_live_bytes(after, "main") > lowered_peak_live_bytes(Spread, "main")
+
+
+def test_the_kernel_is_built_once_per_run_across_the_peak_trials(monkeypatch):
+    # the peak check rewrites the function again per trial; the kernel's TVMScript parse
+    # (~0.1 CPU s) happened in every rewrite (gpt2-tiny: 10 parses for 2 kernels)
+    import relax_memplan.transform.fuse_add_layer_norm as fuse
+
+    built = []
+
+    def counting(*args):
+        built.append(args)
+        return add_layer_norm_cpu(*args)
+
+    monkeypatch.setattr(fuse, "add_layer_norm_cpu", counting)
+    rewrites = []
+    real_replace = fuse.replace_functions
+
+    def counting_replace(*args):
+        rewrites.append(args)
+        return real_replace(*args)
+
+    monkeypatch.setattr(fuse, "replace_functions", counting_replace)
+    pass_ = FuseAddLayerNorm()
+    pass_(_spread_module())  # all sites, then the one-site trial: two rewrites
+    assert pass_.skipped == {"peak": 1} and len(rewrites) == 2 and len(built) == 1
+    pass_(_spread_module())  # per run: a new run builds again
+    assert len(built) == 2
+
+
+def test_live_bytes_by_step_sum_the_live_ranges():
+    from relax_memplan.analysis import lowered_peak
+
+    buffers = lowered_peak._lowered_buffers(_spread_module(), "main", None)
+    steps = max(b.end for b in buffers)
+    naive = [sum(b.size_bytes for b in buffers if b.start <= t < b.end) for t in range(steps)]
+    by_step = lowered_peak.lowered_live_bytes_by_step(_spread_module(), "main")
+    assert by_step == naive and max(by_step) == lowered_peak_live_bytes(_spread_module(), "main")
+    assert len(set(by_step)) > 1  # ranges that differ: a wrong sweep would not pass
 
 
 def test_lowered_peak_live_bytes_counts_live_ranges_after_fuseops():
