@@ -320,7 +320,9 @@ def test_bucket_versions_share_one_prepacked_weight():
     mod = _scheduled_legalized(dispatch)
     kernel = _kernel_name(dispatch.specialized)
     names = {gv.name_hint for gv in mod.get_global_vars()}
-    assert {f"{kernel}_prepacked", f"{kernel}_weight_prepack"} <= names, sorted(names)
+    assert f"{kernel}_prepacked" in names, sorted(names)
+    # its packing PrimFunc ran when compiling, and nothing calls it at run time: removed
+    assert f"{kernel}_weight_prepack" not in names, sorted(names)
     assert not any("packed per call" in line for line in dispatch.skipped), dispatch.skipped
     packed = [c for c in _main_constants(mod) if c.ndim == 3]
     assert len(packed) == 1  # one copy of the weight for all versions
