@@ -124,11 +124,18 @@ class FunctionMemoryReport:
     tensors : list of dict
         Each tensor placed in our arena: ``name``, ``producer`` (the kernel writing it),
         ``shape``, ``dtype``, ``size_bytes``, ``live_range`` (half-open, program steps),
-        ``arena`` and ``offset_bytes``.
+        ``arena`` and ``offset_bytes``. Placement groups (a concatenation's output holding
+        its inputs, an in-place chain): a member has ``inside`` (``tensor``: its parent,
+        ``delta_bytes``: its offset minus the parent's, ``kind``: ``"concat input"`` or
+        ``"in place"``) and ``group`` (the root's name); the root has ``group`` (itself),
+        ``group_live_range`` (the steps its storage is reserved, as in the lower bound) and
+        ``group_size_bytes``.
     peak_step : int or None
-        The step where the placed tensors' live bytes peak.
+        The step where the arena's storage peaks (the lower bound's rule: a group's root
+        holds the group's bytes over ``group_live_range``).
     live_at_peak : list of str
-        Names of the tensors live at ``peak_step``, largest first.
+        Names of the rows holding storage at ``peak_step`` (group roots, not their members),
+        largest first; their bytes add up to the peak.
     """
 
     name: str

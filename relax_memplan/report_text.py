@@ -413,14 +413,16 @@ def _dynamic_peak_lines(report: CompileReport) -> List[str]:
 
 def _peak_lines(tensors: List[Dict], peak_step: Optional[int], live_at_peak: List[str],
                 top: int = 10, where: str = "") -> List[str]:
-    """The largest tensors live at the peak of the placed tensors' live bytes (rows with
-    ``size_bytes`` and ``offset_bytes`` at one shape)."""
+    """The largest storages live at the peak of the arena's live bytes (rows with
+    ``size_bytes`` and ``offset_bytes`` at one shape): a placement group's root with the bytes
+    and span of its group and a line naming the tensors placed inside it, so that the listed
+    bytes add up to the total."""
     if peak_step is None or not live_at_peak:
         return []
-    by_name = {t["name"]: t for t in tensors}
-    live = [by_name[n] for n in live_at_peak]
-    from .compile.summary import live_storage_bytes  # the package imports this module first
+    from .compile.summary import live_storage_bytes, storage_rows  # package imports us first
 
+    by_name = {t["name"]: t for t in storage_rows(tensors)}
+    live = [by_name[n] for n in live_at_peak]
     total = live_storage_bytes(live)  # tensors placed inside one another count once
     lines = [f"  live at the peak{where} (step {peak_step}): {len(live)} tensors, {total:,} B"
              + (f"; the {top} largest:" if len(live) > top else ":"),
@@ -431,4 +433,18 @@ def _peak_lines(tensors: List[Dict], peak_step: Optional[int], live_at_peak: Lis
         kernel = kernel if len(kernel) <= 34 else kernel[:31] + "..."
         lines.append(f"    {t['name']:<16}{kernel:<36}{shape:<22}{t['size_bytes']:>12,}"
                      f"{t['offset_bytes']:>12,}  [{t['live_range'][0]}, {t['live_range'][1]})")
+        lines += _group_line(t, tensors)
     return lines
+
+
+def _group_line(root: Dict, tensors: List[Dict], most: int = 6) -> List[str]:
+    """For a placement group's root: its own live range and the tensors placed inside it."""
+    members = [m for m in tensors if m.get("group") == root["name"] and "inside" in m]
+    if not members:
+        return []
+    start, end = next(t["live_range"] for t in tensors if t["name"] == root["name"])
+    held = [f"{m['name']} ({m['inside']['kind']}, offset +{m['offset_bytes'] - root['offset_bytes']:,},"
+            f" [{m['live_range'][0]}, {m['live_range'][1]}))" for m in members[:most]]
+    more = f", ... ({len(members) - most} more)" if len(members) > most else ""
+    return [f"      group of {len(members) + 1}, its own range [{start}, {end}); holds "
+            + ", ".join(held) + more]

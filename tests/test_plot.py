@@ -161,6 +161,9 @@ def test_peak_counts_a_group_root_over_its_reserved_span():
             {"name": "x", "size_bytes": 250, "live_range": [0, 2], "offset_bytes": 300}]
     step, names = peak_of(rows)
     assert (step, live_storage_bytes([r for r in rows if r["name"] in names])) == (1, 350)
-    step, names = peak_of(rows, {"out": (1, 5)})
-    assert step == 1 and sorted(names) == ["a", "out", "x"]
-    assert live_storage_bytes([r for r in rows if r["name"] in names]) == 550
+    rows[0].update(group_live_range=[1, 5], group_size_bytes=300)
+    rows[1].update(inside={"tensor": "out", "delta_bytes": 0, "kind": "concat input"})
+    step, names = peak_of(rows)
+    assert step == 1 and sorted(names) == ["out", "x"]  # a is inside out: named under it
+    assert live_storage_bytes([dict(r, size_bytes=r.get("group_size_bytes", r["size_bytes"]))
+                               for r in rows if r["name"] in names]) == 550

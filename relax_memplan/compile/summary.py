@@ -9,7 +9,8 @@ from ..analysis.dims import evaluate_int, expr_text
 from ..report import CompileReport, FunctionMemoryReport
 from ..planner.buffer import union_bytes
 
-__all__ = ["static_functions", "summarize_dynamic", "arena_at", "lower_bound_without_inplace_at", "planned_tensors", "peak_of",
+__all__ = ["static_functions", "summarize_dynamic", "arena_at", "lower_bound_without_inplace_at", "planned_tensors", "peak_of", "storage_buffers",
+           "storage_rows",
            "dynamic_tensors", "tensors_at", "concrete_tensors"]
 
 
@@ -137,59 +138,89 @@ def _summarize_skipped(skipped: Sequence[str]) -> List[str]:
 
 def planned_tensors(fplan) -> Tuple[List[Dict], Optional[int], List[str]]:
     """Each tensor placed in an arena (name, producing kernel, shape, bytes, half-open live
-    range in program steps, arena and offset), the step where the placed tensors' live bytes
-    peak, and the names of the tensors live there (largest first)."""
+    range in program steps, arena and offset; placement groups marked as in
+    :func:`_mark_groups`), the step where the arena's storage peaks, and the names of the
+    rows holding storage there (a group's root, not its members; largest first)."""
     placed = {uid: (k, offset) for k, arena in enumerate(fplan.arenas)
               for uid, offset in arena.offsets.items()}
     rows = [{"name": t.uid, "producer": t.producer, "shape": list(t.shape), "dtype": t.dtype,
              "size_bytes": t.size_bytes, "live_range": [t.start, t.end],
              "arena": placed[t.uid][0], "offset_bytes": placed[t.uid][1]}
             for t in fplan.liveness.tensors if t.uid in placed]
-    return (rows,) + peak_of(rows, _reserved_spans(fplan))
+    _mark_groups(fplan, rows)
+    return (rows,) + peak_of(rows)
 
 
-def _reserved_spans(fplan) -> Dict[str, Tuple[int, int]]:
-    """Root tensor of each placement group (a concatenation's output holding its inputs, an
-    in-place chain) -> the steps its storage is reserved: the live range of the planner's
-    merged buffer (:func:`~relax_memplan.transform._inplace_plan.merged_buffers`, the rule the
-    plan and the lower bound use; one source of truth, not a copy of it)."""
+def storage_buffers(fplan, arena) -> List:
+    """What occupies ``arena`` over time, exact sizes in bytes: one
+    :class:`~relax_memplan.planner.Buffer` per placement group (a concatenation's output
+    holding its inputs, an in-place chain; id of the root, live over the group's span, bytes
+    from the root's offset to the furthest member's end) and one per tensor outside every
+    group. The planner's :func:`~relax_memplan.transform._inplace_plan.merged_buffers`, the
+    rule of the lower bound (its peak is ``arena.unaligned_lower_bound_bytes``; the aligned
+    lower bound when the sizes are multiples of the alignment)."""
     from ..planner import Buffer
     from ..transform._inplace_plan import merged_buffers
 
     tensors = {t.uid: t for t in fplan.liveness.tensors}
-    spans: Dict[str, Tuple[int, int]] = {}
+    buffers = [Buffer(id=u, start=tensors[u].start, end=tensors[u].end,
+                      size_bytes=max(1, tensors[u].size_bytes or 0))
+               for u in sorted(arena.offsets) if u in tensors]
+    return merged_buffers(buffers, getattr(arena, "nested", {}) or {})
+
+
+def _mark_groups(fplan, rows: List[Dict]) -> None:
+    """Placement groups into ``rows``: a member gets ``inside`` (``tensor``: the parent it is
+    placed in, ``delta_bytes``: its offset minus the parent's, ``kind``: ``"concat input"``
+    or ``"in place"``) and ``group`` (the root's name); a root gets ``group`` (itself),
+    ``group_live_range`` (the steps its storage is reserved: the merged buffer's span) and
+    ``group_size_bytes`` (the storage it holds)."""
+    from ..transform._inplace_plan import absolute_deltas
+
+    by_name = {r["name"]: r for r in rows}
     for arena in fplan.arenas:
-        nested = getattr(arena, "nested", {})
-        ids = (set(nested) | {root for root, _delta in nested.values()}) & set(tensors)
-        # sizes do not change a merged buffer's live range; >= 1 as Buffer requires
-        buffers = [Buffer(id=u, start=tensors[u].start, end=tensors[u].end,
-                          size_bytes=max(1, tensors[u].size_bytes or 0)) for u in sorted(ids)]
-        spans.update({b.id: (b.start, b.end) for b in merged_buffers(buffers, nested)
-                      if b.id in {root for root, _delta in nested.values()}})
-    return spans
+        nested = getattr(arena, "nested", {}) or {}
+        inplace = getattr(arena, "nested_without_concat", {}) or {}
+        roots = {root for root, _ in absolute_deltas(nested).values()}
+        for b in storage_buffers(fplan, arena):
+            if b.id in roots and b.id in by_name:
+                by_name[b.id].update(group=b.id, group_live_range=[b.start, b.end],
+                                     group_size_bytes=b.size_bytes)
+        for member, (root, _) in absolute_deltas(nested).items():
+            parent, delta = nested[member]
+            if member in by_name and root in by_name:
+                by_name[member].update(inside={"tensor": parent, "delta_bytes": delta,
+                                               "kind": "in place" if member in inplace
+                                               else "concat input"}, group=root)
 
 
-def peak_of(rows: Sequence[Dict], spans: Optional[Dict[str, Tuple[int, int]]] = None
-            ) -> Tuple[Optional[int], List[str]]:
-    """The step where the live bytes of ``rows`` (``size_bytes``, half-open ``live_range``)
-    peak (:func:`live_storage_bytes`: tensors placed inside one another count once; a row in
-    ``spans`` -- a placement group's root -- occupies its storage over that span, as in the
-    lower bound), and the names of the rows live there, largest first; ``(None, [])`` for no
-    rows."""
+def storage_rows(rows: Sequence[Dict]) -> List[Dict]:
+    """The rows that hold storage (not those placed inside another), a group's root with the
+    bytes and span of its whole group (``group_size_bytes``, ``group_live_range``)."""
+    return [dict(r, size_bytes=r.get("group_size_bytes", r["size_bytes"]),
+                 live_range=list(r.get("group_live_range", r["live_range"])))
+            for r in rows if "inside" not in r]
+
+
+def peak_of(rows: Sequence[Dict]) -> Tuple[Optional[int], List[str]]:
+    """The step where the storage of ``rows`` (``size_bytes``, half-open ``live_range``)
+    peaks, and the names of the rows holding storage there, largest first; ``(None, [])``
+    for no rows. Members of a placement group (``inside``) hold no storage of their own:
+    their root does, over the group's span (:func:`storage_rows`, the lower bound's rule);
+    rows without groups that overlap in bytes count once (:func:`live_storage_bytes`)."""
+    rows = storage_rows(rows)
     if not rows:
         return None, []
-    spans = spans or {}
 
-    def span(r):
-        return spans.get(r["name"], tuple(r["live_range"]))
+    def live_at(step):
+        return [r for r in rows if r["live_range"][0] <= step < r["live_range"][1]]
 
     best, peak_step = -1, None
-    for step in sorted({span(r)[0] for r in rows}):  # bytes rise only where one starts
-        live = live_storage_bytes([r for r in rows if span(r)[0] <= step < span(r)[1]])
+    for step in sorted({r["live_range"][0] for r in rows}):  # bytes rise only where one starts
+        live = live_storage_bytes(live_at(step))
         if live > best:
             best, peak_step = live, step
-    at_peak = sorted((r for r in rows if span(r)[0] <= peak_step < span(r)[1]),
-                     key=lambda r: (-r["size_bytes"], r["name"]))
+    at_peak = sorted(live_at(peak_step), key=lambda r: (-r["size_bytes"], r["name"]))
     return peak_step, [r["name"] for r in at_peak]
 
 
