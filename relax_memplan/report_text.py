@@ -258,10 +258,12 @@ def _loop_lines(report: CompileReport) -> List[str]:
         if loop.form == "recursive" and loop.body_arena_bytes >= 0:
             lines.append(f"      body {loop.function}: arena {loop.body_arena_bytes:,} B "
                          f"(lower bound {loop.body_lower_bound_bytes:,} B)")
-        for dims in rows:
-            at = loop.at(dims)
+        for k, dims in enumerate(rows):
+            at = loop.at(dims, k)
             where = f"at {_dims_text(dims)}: " if dims else ""
-            lines.append(f"      {where}{at['iterations']:,} iterations, carried state "
+            count = (f"{at['iterations']:,} iterations" if at["iterations"] >= 0
+                     else "run-time trip count")
+            lines.append(f"      {where}{count}, carried state "
                          f"{at['carried_state_bytes']:,} B, body/scratch {at['body_bytes']:,} B")
     return lines
 

@@ -15,6 +15,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import RelaxMemplanError
+from ..onnx_prepare.loop_facts import record_trip_counts
 from ..report import CompileReport, ShapeMeasurement
 from ..runtime import run_checked
 from ..transform.specialize_kernels import dispatch_path
@@ -143,6 +144,8 @@ def measure_point(dims: Mapping[str, int], builds: Sequence[StrategyBuild], ex_t
                   source: ModelSource, check: CheckOptions, say) -> None:
     """Run every build (and TVM's) at ``dims`` and complete the last row of each report."""
     feed = source.feed_at(dims, check.seed)
+    for b in builds:  # a loop's run-time trip count: the value this run used, said when random
+        b.report.notes += record_trip_counts(b.report.loops, feed, source.values)
     arrays = list(feed.values())
     _check_fits_in_memory(builds, arrays)
     reference = None

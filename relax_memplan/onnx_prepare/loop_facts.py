@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
-from typing import Dict, List, Mapping, Union
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
+import numpy as np
 import tvm
 from tvm import relax, tirx
 
 from ..analysis.dims import evaluate_bytes
 
 __all__ = ["LoopFacts", "record_loop", "collecting_loops", "attach_loops", "loops_of",
-           "with_body_plans", "LOOPS_ATTR"]
+           "with_body_plans", "record_trip_counts", "LOOPS_ATTR"]
 
 LOOPS_ATTR = "relax_memplan.loops"
 """Function attribute of ``main``: one map per loop/recurrence (see :class:`LoopFacts`)."""
@@ -57,6 +58,13 @@ class LoopFacts:
         Recursive form, after the build: the body function's arena (allocated once per
         call of the model, not per iteration) and the peak live bytes of its planned
         tensors; -1 when unknown (not built yet, or not planned by us).
+    trip_input : str
+        The graph input holding a run-time trip count ("" when the count is a constant, a
+        shape or computed).
+    trip_counts : tuple of (int, bool)
+        Per measured shape row, in order: the value ``trip_input`` had in that run and
+        whether it was given (``--input``) rather than drawn at random
+        (:func:`record_trip_counts`).
     """
 
     node: str
@@ -68,11 +76,18 @@ class LoopFacts:
     function: str = ""
     body_arena_bytes: int = -1
     body_lower_bound_bytes: int = -1
+    trip_input: str = ""
+    trip_counts: Tuple[Tuple[int, bool], ...] = ()
 
-    def at(self, dims: Mapping[str, int]) -> Dict[str, int]:
-        """The quantities at ``dims`` (dim name -> value), as ints (-1 when a dim is missing)."""
-        return {key: _evaluate(getattr(self, key), dims)
-                for key in ("iterations", "carried_state_bytes", "body_bytes")}
+    def at(self, dims: Mapping[str, int], row: Optional[int] = None) -> Dict[str, int]:
+        """The quantities at ``dims`` (dim name -> value), as ints (-1 when a dim is missing);
+        with ``row`` (index of a measured shape) a run-time trip count is the value its input
+        had there (ONNX ``Loop``: ``M`` iterations, none when ``M <= 0``)."""
+        out = {key: _evaluate(getattr(self, key), dims)
+               for key in ("iterations", "carried_state_bytes", "body_bytes")}
+        if out["iterations"] < 0 and row is not None and row < len(self.trip_counts):
+            out["iterations"] = max(self.trip_counts[row][0], 0)
+        return out
 
     def to_dict(self, shapes: List[Mapping[str, int]]) -> Dict:
         """JSON-ready: the symbolic quantities as text and their values at ``shapes``."""
@@ -82,7 +97,12 @@ class LoopFacts:
         if self.form == "recursive":
             out.update(function=self.function, body_arena_bytes=self.body_arena_bytes,
                        body_lower_bound_bytes=self.body_lower_bound_bytes)
-        out["at_shapes"] = [{"dims": dict(d), **self.at(d)} for d in shapes]
+        if self.trip_input:
+            out["trip_input"] = self.trip_input
+        out["at_shapes"] = [{"dims": dict(d), **self.at(d, k)} for k, d in enumerate(shapes)]
+        for k, at in enumerate(out["at_shapes"]):
+            if k < len(self.trip_counts):
+                at["trip_count_given"] = self.trip_counts[k][1]
         return out
 
 
@@ -139,7 +159,8 @@ def attach_loops(mod: tvm.IRModule, records: List[LoopFacts]) -> tvm.IRModule:
     value = [{"node": r.node, "op": r.op, "form": r.form, "function": r.function,
               "iterations": _as_expr(r.iterations),
               "carried_state_bytes": _as_expr(r.carried_state_bytes),
-              "body_bytes": _as_expr(r.body_bytes)} for r in records]
+              "body_bytes": _as_expr(r.body_bytes), "trip_input": r.trip_input}
+             for r in records]
     mod = mod.shallow_copy() if hasattr(mod, "shallow_copy") else mod
     mod["main"] = mod["main"].with_attr(LOOPS_ATTR, value)
     return mod
@@ -163,7 +184,7 @@ def loops_of(mod: tvm.IRModule) -> List[LoopFacts]:
                       for k in ("iterations", "carried_state_bytes", "body_bytes")}
         out.append(LoopFacts(node=str(entry["node"]), op=str(entry["op"]),
                              form=str(entry["form"]), function=str(entry.get("function", "")),
-                             **quantities))
+                             trip_input=str(entry.get("trip_input", "")), **quantities))
     return out
 
 
@@ -183,3 +204,22 @@ def with_body_plans(loops: List[LoopFacts], plans: Mapping) -> List[LoopFacts]:
 
 def _simplified(expr):
     return int(expr) if isinstance(expr, tirx.IntImm) else expr
+
+
+def record_trip_counts(loops: List[LoopFacts], feed: Mapping, given: Mapping) -> List[str]:
+    """Append to each loop with a run-time trip count input (``trip_input`` in ``feed``, the
+    arrays of one run) the value it had, in place in ``loops``; return one note per loop
+    whose count was drawn at random (not in ``given``, the ``--input`` values): a random
+    count of 0 runs the loop zero times, which the output alone does not show."""
+    notes = []
+    for k, loop in enumerate(loops):
+        if not loop.trip_input or loop.trip_input not in feed:
+            continue
+        value = int(np.asarray(feed[loop.trip_input]).reshape(-1)[0])
+        is_given = loop.trip_input in given
+        loops[k] = replace(loop, trip_counts=loop.trip_counts + ((value, is_given),))
+        if not is_given:
+            notes.append(f"{loop.op} '{loop.node}': trip count input {loop.trip_input} was "
+                         f"random, {loop.trip_input}={value} ({max(value, 0)} iterations); "
+                         f"--input {loop.trip_input}=N sets it")
+    return notes

@@ -132,7 +132,9 @@ class LoopConverter(_tvm_onnx.OnnxOpConverter):
             return _unrolled_loop(bb, body, int(trip_value.reshape(-1)[0]), carried, attr, where)
         count = (tirx.IntImm("int64", int(trip_value.reshape(-1)[0])) if trip_value is not None
                  else trip_count_var(bb, trip, where))
-        return _recursive_loop(bb, body, count, carried, attr, where)
+        # a graph input holding the count: the report gives the value each run had
+        trip_input = trip.name if trip_value is None and isinstance(trip, relax.Var) else ""
+        return _recursive_loop(bb, body, count, carried, attr, where, trip_input)
 
 
 def _unrolled_loop(bb, body, count: int, carried, attr, where: str):
@@ -181,7 +183,7 @@ def _outer_bindings(body, where: str):
     return importer, constants, invariants
 
 
-def _recursive_loop(bb, body, count, carried, attr, where: str):
+def _recursive_loop(bb, body, count, carried, attr, where: str, trip_input: str = ""):
     importer, constants, invariants = _outer_bindings(body, where)
     names = [v.name for v in body.input]
     num_scan = len(body.output) - 1 - len(carried)
@@ -199,7 +201,7 @@ def _recursive_loop(bb, body, count, carried, attr, where: str):
                                                             num_scan)
     record_loop(node=spec.node, op="Loop", form="recursive", iterations=count,
                 carried_state_bytes=_total_bytes(carried), body_bytes=_total_bytes(body_outs),
-                function=function)
+                function=function, trip_input=trip_input)
     return _results(final + scans)
 
 

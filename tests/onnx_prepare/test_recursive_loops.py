@@ -276,3 +276,44 @@ def test_zero_or_negative_trip_count_returns_the_initial_state(trip):
     expected = run_onnxruntime(model, feeds)
     assert got[1].shape == expected[1].shape == (0, 1, 4)
     np.testing.assert_array_equal(got[0], expected[0])
+
+
+def test_report_gives_the_run_time_trip_count_given_with_input(tmp_path, capsys):
+    """Newcomer trial: a Loop whose trip count is the graph input M said "-1 iterations"
+    even with ``--input M=7``; now the count that run used, verified against onnxruntime."""
+    path, report = tmp_path / "loop.onnx", tmp_path / "r.json"
+    onnx.save(loop_model(trip_as_input=True, width=4), str(path))
+    assert main(["compile", str(path), "--input", "M=7", "--verify", "--time-limit", "0.2",
+                 "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "      7 iterations, carried state" in out and "-1 iterations" not in out
+    assert "was random" not in out  # given, not drawn
+    data = json.loads(report.read_text())
+    assert data["verified"] is True
+    [facts] = data["loops"]
+    assert facts["trip_input"] == "M"
+    assert [(s["iterations"], s["trip_count_given"]) for s in facts["at_shapes"]] == [(7, True)]
+
+
+def test_unknown_or_random_trip_count_is_said_never_minus_one():
+    """Without a run the count is "run-time trip count"; a random M gets one note naming the
+    value used (0: the loop did not run) and ``--input M=...``."""
+    from tvm import tirx
+
+    from relax_memplan.onnx_prepare.loop_facts import LoopFacts, record_trip_counts
+    from relax_memplan.report import CompileReport
+
+    loop = LoopFacts(node="loop0", op="Loop", form="recursive",
+                     iterations=tirx.Var("trip_count", "int64"), carried_state_bytes=16,
+                     body_bytes=32, trip_input="M")
+    report = CompileReport(model="m", loops=[loop])
+    assert loop.at({})["iterations"] == -1
+    text = report.format_text()
+    assert "run-time trip count, carried state 16 B" in text and "-1 iterations" not in text
+    loops = [loop]
+    notes = record_trip_counts(loops, {"M": np.array(0, "int64"), "x0": np.zeros(4)}, {})
+    assert notes == ["Loop 'loop0': trip count input M was random, M=0 (0 iterations); "
+                     "--input M=N sets it"]
+    assert loops[0].at({}, 0)["iterations"] == 0
+    assert record_trip_counts(loops, {"M": np.array(-3, "int64")}, {"M": -3}) == []
+    assert loops[0].at({}, 1)["iterations"] == 0 and loops[0].trip_counts[1] == (-3, True)
