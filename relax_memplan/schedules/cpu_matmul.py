@@ -102,7 +102,7 @@ class _CPUMatmulBase(ScheduleRule):
         raise NotImplementedError
 
     def adapt_to_operands(self, cfg: TileConfig, sch: s_tir.Schedule, axes: MatmulAxes,
-                          func: tirx.PrimFunc) -> TileConfig:
+                          func: tirx.PrimFunc, lanes: int) -> TileConfig:
         """``cfg`` adjusted to the operands once the producers are inlined (default: as is)."""
         return cfg
 
@@ -120,7 +120,7 @@ class _CPUMatmulBase(ScheduleRule):
         operands = [region.source for k, region in enumerate(sch.get(axes.block).reads)]
         try:
             _inline_neighbours(sch, axes)
-            cfg = self.adapt_to_operands(cfg, sch, axes, func)
+            cfg = self.adapt_to_operands(cfg, sch, axes, func, lanes)
             _schedule_tiles(sch, axes, cfg, lanes, func if self.prepack_weights else None)
         except _ScheduleError:
             # a primitive's precondition failed on an unusual variant: leave it unscheduled
@@ -209,7 +209,7 @@ class StaticMatmul(_CPUMatmulBase):
         return TileConfig(mr=min(mr, m), nr_vectors=vecs, mc=0, pack_b=True,
                           unroll_max_step=self.unroll_max_step, parallel=parallel)
 
-    def adapt_to_operands(self, cfg, sch, axes, func):
+    def adapt_to_operands(self, cfg, sch, axes, func, lanes):
         """No per-call packing or padding of ``B`` in a one-row matmul (``gemv_in_place``)."""
         if (not self.gemv_in_place or cfg.nr_columns or not cfg.pack_b
                 or _product(axes.s_extents + axes.i_extents) != 1):
@@ -218,8 +218,10 @@ class StaticMatmul(_CPUMatmulBase):
         if dims is None or dims != (1, 0):  # B[j, k] (NT): packing gives it unit stride
             return cfg
         b = sch.get(axes.block).reads[axes.b_read_index].source
-        if self.prepack_weights and _is_layout_free_param(func, b):
-            return cfg  # packed at compile time, free per call
+        n = b.shape[dims[0]]
+        if (self.prepack_weights and _is_layout_free_param(func, b)
+                and isinstance(n, tirx.IntImm) and n.value % cfg.columns(lanes) == 0):
+            return cfg  # prepack_constant_b packs it at compile time: free per call
         return replace(cfg, pack_b=False, pad_remainders=False)
 
 

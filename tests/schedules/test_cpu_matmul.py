@@ -332,3 +332,14 @@ def test_one_row_matmul_reads_b_in_place_and_matches_numpy(k, n, act):
     x, w, b = _dense_inputs(1, k, n, seed=k)
     out = _run(schedule_prim_func(func, TARGET), x, w, b, out_shape=(1, n))
     np.testing.assert_allclose(out, _reference(x, w, b, act), rtol=RTOL, atol=RTOL)
+
+
+def test_one_row_matmul_reads_a_constant_b_in_place_unless_it_is_prepacked():
+    # mnist's last Gemm: a constant (layout-free) B of 10 columns cannot be prepacked in
+    # 16-lane panels, so it was packed and padded per call; 48 columns are prepacked
+    def scheduled(n):
+        func = _fused_kernel(_dense_module(1, 256, n)).with_attr("layout_free_buffers", [1])
+        return StaticMatmul().apply(func, AVX512, False).mod["main"].script()
+
+    assert "_global" not in scheduled(10) and "_pad" not in scheduled(10)
+    assert "w_global" in scheduled(48)
