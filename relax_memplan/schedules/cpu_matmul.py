@@ -63,6 +63,7 @@ from ._clamp_pad import clamp_padded_reads
 from ._matmul_nest import (  # noqa: F401 -- _box_aligned, _has_fma, _try: used by cpu_conv
     TileConfig, _box_aligned, _has_fma, _product, _schedule_tiles, _try, simd_lanes)
 from .analysis import MatmulAxes, match_matmul
+from .prepack import _b_dims, _is_layout_free_param
 
 __all__ = ["TileConfig", "StaticMatmul", "GenericMatmul", "simd_lanes"]
 
@@ -100,6 +101,11 @@ class _CPUMatmulBase(ScheduleRule):
         """Tile sizes for this matmul, or ``None`` when the rule does not apply."""
         raise NotImplementedError
 
+    def adapt_to_operands(self, cfg: TileConfig, sch: s_tir.Schedule, axes: MatmulAxes,
+                          func: tirx.PrimFunc, lanes: int) -> TileConfig:
+        """``cfg`` adjusted to the operands once the producers are inlined (default: as is)."""
+        return cfg
+
     def apply(self, func: tirx.PrimFunc, target: Target, _tunable: bool):
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
             return None
@@ -114,6 +120,7 @@ class _CPUMatmulBase(ScheduleRule):
         operands = [region.source for k, region in enumerate(sch.get(axes.block).reads)]
         try:
             _inline_neighbours(sch, axes)
+            cfg = self.adapt_to_operands(cfg, sch, axes, func, lanes)
             _schedule_tiles(sch, axes, cfg, lanes, func if self.prepack_weights else None)
         except _ScheduleError:
             # a primitive's precondition failed on an unusual variant: leave it unscheduled
@@ -145,6 +152,20 @@ class StaticMatmul(_CPUMatmulBase):
         Fewest multiply-adds (``batch * M * N * K``) for the panel loop to be
         parallel; below it the kernel runs serially (as :class:`DirectConv`'s
         threshold of the same name).
+    unroll_max_step : int
+        ``pragma_auto_unroll_max_step`` of the tile loop: TVM's ``UnrollLoop`` fully
+        unrolls a loop nested in it when extent x statements of its body is at most
+        this. It was 256 (commit 061771c, no reason given); at 256 a one-row tile
+        unrolled its 256-long loops (mnist's 1x256x10 kernel: 0.45-0.7 s of LLVM, the
+        model's whole build 0.73 s), at 64 that kernel builds in 0.03 s. Every other
+        matmul kernel of the shared models runs within noise at 64
+        (``benchmarks/unroll_bench.py``).
+    gemv_in_place : bool
+        For a one-row matmul (``batch * M == 1``: a matrix-vector product) whose ``B``
+        is read ``B[k, j]`` and not prepacked at compile time, read ``B`` in place
+        (no per-call panel packing, remainder columns predicated instead of padded):
+        each element of ``B`` is read once per call, so a per-call packed or padded
+        copy only doubles the traffic (mnist's 1x256x10: 1.3-1.6 us -> 0.5 us).
     """
 
     def __init__(
@@ -152,10 +173,14 @@ class StaticMatmul(_CPUMatmulBase):
         tiles_fma=((4, 3), (6, 2), (3, 4), (4, 2), (2, 4), (8, 1)),
         tiles_no_fma=((4, 2), (2, 4), (8, 1), (2, 3), (3, 2)),
         min_parallel_macs: int = 1 << 20,
+        unroll_max_step: int = 64,
+        gemv_in_place: bool = True,
     ):
         self.tiles_fma = tuple(tiles_fma)
         self.tiles_no_fma = tuple(tiles_no_fma)
         self.min_parallel_macs = min_parallel_macs
+        self.unroll_max_step = unroll_max_step
+        self.gemv_in_place = gemv_in_place
 
     def choose_config(self, axes, lanes, target):
         if not axes.all_static():
@@ -176,12 +201,28 @@ class StaticMatmul(_CPUMatmulBase):
             fits = [mr for mr, _ in tiles if mr * vecs <= budget] or [1]
             mr = max((r for r in fits if m % r == 0), default=max(fits))
             return TileConfig(mr=min(mr, m), nr_vectors=vecs, mc=0, pack_b=True,
-                              unroll_max_step=256, parallel=parallel, nr_columns=rows)
+                              unroll_max_step=self.unroll_max_step, parallel=parallel,
+                              nr_columns=rows)
         if best is None:  # pad the columns: the tile wasting the fewest (55 wide: 64, not 96)
             best = min(tiles, key=lambda t: (-(-n // (t[1] * lanes)) * t[1], m % t[0] != 0))
         mr, vecs = best
         return TileConfig(mr=min(mr, m), nr_vectors=vecs, mc=0, pack_b=True,
-                          unroll_max_step=256, parallel=parallel)
+                          unroll_max_step=self.unroll_max_step, parallel=parallel)
+
+    def adapt_to_operands(self, cfg, sch, axes, func, lanes):
+        """No per-call packing or padding of ``B`` in a one-row matmul (``gemv_in_place``)."""
+        if (not self.gemv_in_place or cfg.nr_columns or not cfg.pack_b
+                or _product(axes.s_extents + axes.i_extents) != 1):
+            return cfg
+        dims = _b_dims(sch, axes)
+        if dims is None or dims != (1, 0):  # B[j, k] (NT): packing gives it unit stride
+            return cfg
+        b = sch.get(axes.block).reads[axes.b_read_index].source
+        n = b.shape[dims[0]]
+        if (self.prepack_weights and _is_layout_free_param(func, b)
+                and isinstance(n, tirx.IntImm) and n.value % cfg.columns(lanes) == 0):
+            return cfg  # prepack_constant_b packs it at compile time: free per call
+        return replace(cfg, pack_b=False, pad_remainders=False)
 
 
 def _row_tile(j_extents, lanes: int, max_vectors: int) -> int:

@@ -282,3 +282,64 @@ def test_generic_tile_is_as_wide_as_the_static_one_where_the_columns_allow(mcpu,
     cfg = GenericMatmul().choose_config(axes, lanes, target)
     assert (cfg.mr, cfg.nr_vectors) == (4, nr_vectors)
     assert GenericMatmul(wide_nr_vectors=0).choose_config(axes, lanes, target).nr_vectors == 2
+
+
+AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+
+
+def _loops_after_unroll(func, target):
+    """``for`` headers of ``func`` after TVM's ``UnrollLoop`` (TIR lowering, no LLVM)."""
+    import re
+
+    seen = []
+
+    @tvm.instrument.pass_instrument
+    class _Capture:
+        def run_after_pass(self, mod, info):
+            if info.name == "tirx.UnrollLoop":
+                seen.append(mod["main"].script())
+
+    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")
+                        .with_attr("target", target)})
+    with tvm.transform.PassContext(instruments=[_Capture()]):
+        try:
+            tirx.get_default_tir_pipeline(target)[0](mod)
+        except tvm.error.InternalError:
+            pass  # 0.27's pipeline stops at a pass meant for after MakePackedAPI; seen by then
+    assert seen, "UnrollLoop did not run"
+    return re.findall(r"for \w+ in range\((?:T\.int64\()?(\d+)", seen[0])
+
+
+def test_long_reduction_loops_of_a_one_vector_tile_are_not_unrolled():
+    # mnist's 1x256x10 kernel with per-call packing: at the old unroll_max_step=256 the
+    # 256-long packing and reduction loops were unrolled (0.5 s of LLVM for one kernel)
+    func = _fused_kernel(_dense_module(1, 256, 10))
+    packed = StaticMatmul(gemv_in_place=False)
+    loops = _loops_after_unroll(packed.apply(func, AVX512, False).mod["main"], AVX512)
+    assert loops.count("256") == 2, loops
+    old = StaticMatmul(gemv_in_place=False, unroll_max_step=256)
+    assert "256" not in _loops_after_unroll(old.apply(func, AVX512, False).mod["main"], AVX512)
+
+
+@pytest.mark.parametrize("k,n,act", [(256, 10, None), (512, 10, "relu"), (64, 40, "gelu")])
+def test_one_row_matmul_reads_b_in_place_and_matches_numpy(k, n, act):
+    # a matrix-vector product reads each element of B once: no per-call packed/padded copy
+    func = _fused_kernel(_dense_module(1, k, n, act))
+    text = StaticMatmul().apply(func, AVX512, False).mod["main"].script()
+    assert "_global" not in text and "_pad" not in text
+    packed = StaticMatmul(gemv_in_place=False).apply(func, AVX512, False).mod["main"].script()
+    assert "w_pad_global" in packed or "w_global" in packed
+    x, w, b = _dense_inputs(1, k, n, seed=k)
+    out = _run(schedule_prim_func(func, TARGET), x, w, b, out_shape=(1, n))
+    np.testing.assert_allclose(out, _reference(x, w, b, act), rtol=RTOL, atol=RTOL)
+
+
+def test_one_row_matmul_reads_a_constant_b_in_place_unless_it_is_prepacked():
+    # mnist's last Gemm: a constant (layout-free) B of 10 columns cannot be prepacked in
+    # 16-lane panels, so it was packed and padded per call; 48 columns are prepacked
+    def scheduled(n):
+        func = _fused_kernel(_dense_module(1, 256, n)).with_attr("layout_free_buffers", [1])
+        return StaticMatmul().apply(func, AVX512, False).mod["main"].script()
+
+    assert "_global" not in scheduled(10) and "_pad" not in scheduled(10)
+    assert "w_global" in scheduled(48)
