@@ -24,8 +24,8 @@ import warnings
 from pathlib import Path
 from typing import List, Optional
 
-from .cli_args import (check_environment, check_output_path, int_at_least, parse_inputs,
-                       parse_repeated, positive_seconds)
+from .cli_args import (check_distinct_paths, check_environment, check_output_path,
+                       input_files, int_at_least, parse_inputs, parse_repeated, positive_seconds)
 from .errors import RelaxMemplanError, summarize_error
 from .targets import DEFAULT_CUDA_ARCH
 from .tools.console import native_log
@@ -200,6 +200,10 @@ def _compile(args) -> int:
     from .frontend import parse_shape_spec
     from .report_text import format_side_by_side
 
+    check_distinct_paths([("model", args.model), ("config", args.config)]
+                         + input_files(args.input),
+                         [("-o", args.output), ("--report", args.report), ("--plot", args.plot),
+                          ("--dump-ir", args.dump_ir)])
     config = load_config(args.config)
     if args.target is None:
         args.target = config.target
@@ -350,16 +354,18 @@ def _plot(path, results, plan_pass) -> None:
 
 
 def _run(args) -> int:
-    from .tools.run import run_library, save_outputs
+    from .tools.run import npz_path, run_library, save_outputs
 
+    check_distinct_paths([("library", args.library)] + input_files(args.input),
+                         [("--output", args.output and npz_path(args.output))])
     if args.output:
-        check_output_path("--output", args.output)
+        check_output_path("--output", npz_path(args.output))
     result = run_library(args.library, parse_inputs(args.input))
     for k, out in enumerate(result.outputs):
         print(f"output{k}: {out.dtype} {list(out.shape)}")
     if args.output:
         save_outputs(args.output, result.outputs)
-        print(f"outputs written to {args.output}")
+        print(f"outputs written to {npz_path(args.output)}")
     return 0
 
 
@@ -382,6 +388,8 @@ def _bench(args) -> int:
         except ImportError:
             raise RelaxMemplanError("bench times onnxruntime too: pip install onnxruntime "
                                     "(or give --no-onnxruntime)") from None
+    check_distinct_paths([("model", args.model), ("config", args.config)]
+                         + input_files(args.input), [("--json", args.json)])
     if args.json:
         check_output_path("--json", args.json)
     config = load_config(args.config)

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ModelLoadError, RelaxMemplanError, ShapeSpecError, summarize_error
 from ..vm_errors import describe_loader_error
 
-__all__ = ["RunOutputs", "function_params", "run_library", "save_outputs"]
+__all__ = ["RunOutputs", "function_params", "npz_path", "run_library", "save_outputs"]
 
 
 @dataclass
@@ -77,9 +77,23 @@ def _check_content(path) -> None:
                                  f"extension; rename it to end in .so")
         return
     if _is_onnx_model(path):
-        library = os.path.splitext(os.path.basename(name))[0] + ".so"
+        library = _library_name_for(name)
         raise ModelLoadError(f"{path} is an ONNX model, not a compiled library: compile it "
                              f"first with `relax-memplan compile {path} -o {library}`")
+
+
+def _library_name_for(model_path: str) -> str:
+    """A library name for ``compile MODEL -o ...`` beside the model that is not the model itself
+    (newcomer trial: the hint for an ONNX model named x.so was ``-o x.so``, which overwrote it)."""
+    stem = os.path.splitext(model_path)[0]
+    library = stem + ".so"
+    return stem + "_lib.so" if os.path.normpath(library) == os.path.normpath(model_path) else library
+
+
+def npz_path(path) -> str:
+    """The file :func:`save_outputs` writes: ``numpy.savez`` appends ``.npz`` when missing."""
+    path = os.fspath(path)
+    return path if path.endswith(".npz") else path + ".npz"
 
 
 def _load(path):

@@ -132,7 +132,7 @@ def test_cli_run_onnx_model_says_compile_it_first(tmp_path, capsys):
     onnx.save(_two_input_model(), model)
     err = _one_line_error(capsys, ["run", str(model)])
     assert err.endswith(f"{model} is an ONNX model, not a compiled library: compile it first "
-                        f"with `relax-memplan compile {model} -o model.so`"), err
+                        f"with `relax-memplan compile {model} -o {tmp_path / 'model.so'}`"), err
 
 
 @pytest.mark.skipif(tvm.cuda(0).exist, reason="the message is for a machine without a CUDA GPU")
