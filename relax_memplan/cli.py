@@ -29,6 +29,7 @@ from .cli_args import (check_distinct_paths, check_environment, check_output_pat
 from .errors import RelaxMemplanError, summarize_error
 from .targets import DEFAULT_CUDA_ARCH
 from .tools.console import native_log
+from .tools.run import refuse_compiled_library
 
 __all__ = ["main", "build_parser"]
 
@@ -204,6 +205,7 @@ def _compile(args) -> int:
                          + input_files(args.input),
                          [("-o", args.output), ("--report", args.report), ("--plot", args.plot),
                           ("--dump-ir", args.dump_ir)])
+    refuse_compiled_library(args.model, "compile")
     config = load_config(args.config)
     if args.target is None:
         args.target = config.target
@@ -383,6 +385,7 @@ def _run(args) -> int:
 def _inspect(args) -> int:
     from .tools.inspect import inspect_onnx
 
+    refuse_compiled_library(args.model, "inspect")
     summary = inspect_onnx(args.model)
     print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.format_text())
     return 0
@@ -403,18 +406,20 @@ def _bench(args) -> int:
                          + input_files(args.input), [("--json", args.json)])
     if args.json:
         check_output_path("--json", args.json)
+    refuse_compiled_library(args.model, "bench")
     config = load_config(args.config)
     _check_bench_config(config, args.config)
     shapes = {name: tuple(dims) for name, dims in config.shapes.items()}
     shapes.update(parse_repeated(args.shape, parse_shape_spec, "--shape"))
     plan_pass, reorder_pass = _planner_passes(config.planner)
+    schedule = config.schedule if args.schedule is None else args.schedule
+    fusion = config.fusion if args.fusion is None else args.fusion
+    print(_bench_settings_line(args, config, schedule, fusion))
     progress = _progress(args)
     with native_log(_log_mode(args)):
         result = bench_onnx(args.model, shapes, repeat=args.repeat, warmup=args.warmup,
                             plan_pass=plan_pass, reorder_pass=reorder_pass,
-                            onnxruntime=not args.no_onnxruntime,
-                            schedule=config.schedule if args.schedule is None else args.schedule,
-                            fusion=config.fusion if args.fusion is None else args.fusion,
+                            onnxruntime=not args.no_onnxruntime, schedule=schedule, fusion=fusion,
                             fusion_conv_chain=config.fusion_conv_chain,
                             check_indices=config.check_indices, seed=config.verify.seed,
                             input_values=parse_inputs(args.input), progress=progress)
@@ -424,6 +429,23 @@ def _bench(args) -> int:
         Path(args.json).write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
         print(f"times written to {args.json}")
     return 0
+
+
+def _bench_settings_line(args, config, schedule: bool, fusion: bool) -> str:
+    """The settings both TVM builds of bench use and where they came from (newcomer trial:
+    bench did not say which config settings it applied)."""
+    planner = config.planner
+    source = f"config {args.config}" if args.config else "defaults"
+    flags = [f for f, given in (("--schedule", args.schedule), ("--fusion", args.fusion))
+             if given is not None]
+    algorithms = ",".join(planner.algorithms) if planner.algorithms else "default"
+    return (f"settings ({source}{', ' + ' '.join(flags) + ' given' if flags else ''}): "
+            f"schedule {'on' if schedule else 'off'}, fusion {'on' if fusion else 'off'}, "
+            f"fusion_conv_chain {config.fusion_conv_chain if fusion else 'off (no fusion)'}, "
+            f"planner algorithms {algorithms}, time limit {planner.time_limit_s:g} s, "
+            f"in-place {'on' if planner.inplace else 'off'}, "
+            f"reorder {'on' if planner.reorder else 'off'}, "
+            f"index checks {'on' if config.check_indices else 'off'}")
 
 
 def _check_bench_config(config, path) -> None:
