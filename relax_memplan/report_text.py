@@ -374,21 +374,23 @@ def format_side_by_side(reports: Mapping[str, CompileReport]) -> str:
              f"  {_ranges_text(with_buckets)}; tensors in the arena: "
              + ", ".join(f"{n} {r.planned_tensors}" for n, r in reports.items())]
     width = _dims_width(first.shapes)
-    head = f"  {'':<{width}}{'':>12}" + "".join(f"{n:>21}" for n in names)
+    cell = _bytes_width([s for r in reports.values() for s in r.shapes])
+    head = f"  {'':<{width}}{'':>{cell}}" + "".join(f"{n:>{9 + cell}}" for n in names)
     lines.append(head)
     compared = any(r.verified is not None for r in reports.values())
-    cols = f"  {'dims':<{width}}{'LB':>12}" + f"{'x LB':>9}{'run':>12}" * len(names)
-    lines.append(cols + f"{'run TVM':>12}{'max err':>10}" + ("  verify" if compared else ""))
+    cols = f"  {'dims':<{width}}{'LB':>{cell}}" + f"{'x LB':>9}{'run':>{cell}}" * len(names)
+    lines.append(cols + f"{'run TVM':>{cell}}{'max err':>10}" + ("  verify" if compared else ""))
     for k, row in enumerate(first.shapes):
         same = [reports[n].shapes[k] for n in names]
         # one LB column: the lowest bound of any strategy (in-place reuse lowers exact's
         # and buckets' bound, not upper_bound's), every x LB against it
         lbs = [s.lower_bound_bytes for s in same if s.planned and s.lower_bound_bytes]
         lb = min(lbs) if lbs else None
-        text = f"  {_dims_text(row.dims):<{width}}{_num(lb):>12}"
-        text += "".join(f"{_ratio_cell(s, lb)}{_num(s.runtime_alloc_bytes):>12}" for s in same)
+        text = f"  {_dims_text(row.dims):<{width}}{_num(lb):>{cell}}"
+        text += "".join(f"{_ratio_cell(s, lb)}{_num(s.runtime_alloc_bytes):>{cell}}"
+                        for s in same)
         errors = [s.max_abs_error for s in same if s.max_abs_error is not None]
-        text += f"{_num(row.tvm_default_runtime_alloc_bytes):>12}"
+        text += f"{_num(row.tvm_default_runtime_alloc_bytes):>{cell}}"
         text += f"{max(errors):>10.2g}" if errors else f"{'-':>10}"
         if compared:
             verdicts = [s.verified for s in same if s.verified is not None]
