@@ -24,11 +24,12 @@ import warnings
 from pathlib import Path
 from typing import List, Optional
 
-from .cli_args import (check_environment, check_output_path, int_at_least, parse_inputs,
-                       parse_repeated, positive_seconds)
+from .cli_args import (check_distinct_paths, check_environment, check_output_path,
+                       input_files, int_at_least, parse_inputs, parse_repeated, positive_seconds)
 from .errors import RelaxMemplanError, summarize_error
 from .targets import DEFAULT_CUDA_ARCH
 from .tools.console import native_log
+from .tools.run import refuse_compiled_library
 
 __all__ = ["main", "build_parser"]
 
@@ -200,6 +201,11 @@ def _compile(args) -> int:
     from .frontend import parse_shape_spec
     from .report_text import format_side_by_side
 
+    check_distinct_paths([("model", args.model), ("config", args.config)]
+                         + input_files(args.input),
+                         [("-o", args.output), ("--report", args.report), ("--plot", args.plot),
+                          ("--dump-ir", args.dump_ir)])
+    refuse_compiled_library(args.model, "compile")
     config = load_config(args.config)
     if args.target is None:
         args.target = config.target
@@ -219,10 +225,21 @@ def _compile(args) -> int:
     reports = {name: result.report for name, result in results.items()}
     print(format_side_by_side(reports) if len(reports) > 1
           else next(iter(reports.values())).format_text())
+    _warn_large_arena(args, reports.values())
     _write_outputs(args, results, options.plan_pass)
     if args.verify and any(r.verified is False for r in reports.values()):
         return EXIT_VERIFY_FAILED
     return 0
+
+
+def _warn_large_arena(args, reports) -> None:
+    """One warning line when the arena at the largest sampled shape exceeds this machine's
+    memory (:func:`~relax_memplan.tools.arena_warning.large_arena_warning`); none with -q."""
+    from .tools.arena_warning import large_arena_warning
+
+    warning = None if args.quiet else large_arena_warning(reports)
+    if warning:
+        print(f"relax-memplan: warning: {warning}", file=sys.stderr)
 
 
 def _build_options(args, config):
@@ -350,22 +367,25 @@ def _plot(path, results, plan_pass) -> None:
 
 
 def _run(args) -> int:
-    from .tools.run import run_library, save_outputs
+    from .tools.run import npz_path, run_library, save_outputs
 
+    check_distinct_paths([("library", args.library)] + input_files(args.input),
+                         [("--output", args.output and npz_path(args.output))])
     if args.output:
-        check_output_path("--output", args.output)
+        check_output_path("--output", npz_path(args.output))
     result = run_library(args.library, parse_inputs(args.input))
     for k, out in enumerate(result.outputs):
         print(f"output{k}: {out.dtype} {list(out.shape)}")
     if args.output:
         save_outputs(args.output, result.outputs)
-        print(f"outputs written to {args.output}")
+        print(f"outputs written to {npz_path(args.output)}")
     return 0
 
 
 def _inspect(args) -> int:
     from .tools.inspect import inspect_onnx
 
+    refuse_compiled_library(args.model, "inspect")
     summary = inspect_onnx(args.model)
     print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.format_text())
     return 0
@@ -382,20 +402,24 @@ def _bench(args) -> int:
         except ImportError:
             raise RelaxMemplanError("bench times onnxruntime too: pip install onnxruntime "
                                     "(or give --no-onnxruntime)") from None
+    check_distinct_paths([("model", args.model), ("config", args.config)]
+                         + input_files(args.input), [("--json", args.json)])
     if args.json:
         check_output_path("--json", args.json)
+    refuse_compiled_library(args.model, "bench")
     config = load_config(args.config)
     _check_bench_config(config, args.config)
     shapes = {name: tuple(dims) for name, dims in config.shapes.items()}
     shapes.update(parse_repeated(args.shape, parse_shape_spec, "--shape"))
     plan_pass, reorder_pass = _planner_passes(config.planner)
+    schedule = config.schedule if args.schedule is None else args.schedule
+    fusion = config.fusion if args.fusion is None else args.fusion
+    print(_bench_settings_line(args, config, schedule, fusion))
     progress = _progress(args)
     with native_log(_log_mode(args)):
         result = bench_onnx(args.model, shapes, repeat=args.repeat, warmup=args.warmup,
                             plan_pass=plan_pass, reorder_pass=reorder_pass,
-                            onnxruntime=not args.no_onnxruntime,
-                            schedule=config.schedule if args.schedule is None else args.schedule,
-                            fusion=config.fusion if args.fusion is None else args.fusion,
+                            onnxruntime=not args.no_onnxruntime, schedule=schedule, fusion=fusion,
                             fusion_conv_chain=config.fusion_conv_chain,
                             check_indices=config.check_indices, seed=config.verify.seed,
                             input_values=parse_inputs(args.input), progress=progress)
@@ -405,6 +429,23 @@ def _bench(args) -> int:
         Path(args.json).write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
         print(f"times written to {args.json}")
     return 0
+
+
+def _bench_settings_line(args, config, schedule: bool, fusion: bool) -> str:
+    """The settings both TVM builds of bench use and where they came from (newcomer trial:
+    bench did not say which config settings it applied)."""
+    planner = config.planner
+    source = f"config {args.config}" if args.config else "defaults"
+    flags = [f for f, given in (("--schedule", args.schedule), ("--fusion", args.fusion))
+             if given is not None]
+    algorithms = ",".join(planner.algorithms) if planner.algorithms else "default"
+    return (f"settings ({source}{', ' + ' '.join(flags) + ' given' if flags else ''}): "
+            f"schedule {'on' if schedule else 'off'}, fusion {'on' if fusion else 'off'}, "
+            f"fusion_conv_chain {config.fusion_conv_chain if fusion else 'off (no fusion)'}, "
+            f"planner algorithms {algorithms}, time limit {planner.time_limit_s:g} s, "
+            f"in-place {'on' if planner.inplace else 'off'}, "
+            f"reorder {'on' if planner.reorder else 'off'}, "
+            f"index checks {'on' if config.check_indices else 'off'}")
 
 
 def _check_bench_config(config, path) -> None:

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .errors import RelaxMemplanError, ShapeSpecError
 from .targets import check_cuda_arch
 
-__all__ = ["check_environment", "positive_seconds", "int_at_least", "check_output_path", "parse_inputs",
-           "parse_repeated"]
+__all__ = ["check_environment", "positive_seconds", "int_at_least", "check_output_path",
+           "check_distinct_paths", "input_files", "parse_inputs", "parse_repeated"]
 
 
 def positive_seconds(text: str) -> float:
@@ -84,6 +85,50 @@ def check_output_path(option: str, path: str, directory: bool = False) -> None:
         p.unlink()
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: ``os.path.samefile`` when both exist (hard links,
+    symlinks, ``./x`` vs ``x``), else equality of the resolved absolute paths."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
+
+
+def check_distinct_paths(inputs: Sequence[Tuple[str, Optional[str]]],
+                         outputs: Sequence[Tuple[str, Optional[str]]]) -> None:
+    """Refuse, before any work, an output path naming an input file or another output.
+
+    Newcomer trial: ``compile m.onnx --report m.onnx`` and ``compile x.so -o x.so`` replaced
+    the ONNX model with the report / library and exited 0.
+
+    Parameters
+    ----------
+    inputs : sequence of (label, path or None)
+        Files the command reads (model, library, config, ``--input`` .npy files); ``None``
+        entries are skipped.
+    outputs : sequence of (option, path or None)
+        Files or folders the command writes, as the user named them (``-o``, ``--report``, ...).
+
+    Raises
+    ------
+    RelaxMemplanError
+        One line naming both: an output that is an input, or two outputs that are one file.
+    """
+    given_inputs = [(label, path) for label, path in inputs if path]
+    given_outputs = [(option, path) for option, path in outputs if path]
+    for k, (option, path) in enumerate(given_outputs):
+        for label, source in given_inputs:
+            if _same_file(path, source):
+                raise RelaxMemplanError(f"{option} {path} is the {label} {source}: it would be "
+                                        f"overwritten; choose another output name")
+        for other, other_path in given_outputs[:k]:
+            if _same_file(path, other_path):
+                raise RelaxMemplanError(f"{option} {path} and {other} {other_path} are the same "
+                                        f"file: give each output its own name")
+
+
 def int_at_least(minimum: int):
     """An argparse type: an integer >= ``minimum``."""
 
@@ -124,6 +169,16 @@ def parse_inputs(specs: List[str]) -> Dict[str, np.ndarray]:
         if values[name].dtype == object:
             raise ShapeSpecError(f"--input {name}: '{text}' is too large for an integer tensor")
     return values
+
+
+def input_files(specs: List[str]) -> List[Tuple[str, str]]:
+    """(``--input NAME``, path) of each ``--input NAME=FILE.npy`` (read, never written)."""
+    files = []
+    for spec in specs:
+        name, _, text = spec.partition("=")
+        if text.endswith(".npy"):
+            files.append((f"--input {name}", text))
+    return files
 
 
 def parse_repeated(specs: List[str], parse, option: str) -> Dict:

@@ -66,6 +66,22 @@ def _check_float(key: str, value, minimum: float, allow_minimum: bool) -> float:
 STRATEGIES = ("exact", "upper_bound", "buckets")
 
 
+def _check_conv_chain_mode(value) -> str:
+    """``fusion_conv_chain``: one of :data:`_CONV_CHAIN_MODES`; YAML 1.1 reads a bare ``off``
+    (also ``no``, ``false``) as the boolean false, taken as ``"off"`` (newcomer trial: the
+    documented ``fusion_conv_chain: off`` was refused). True (``on``/``yes``/``true``) names
+    no mode and stays an error."""
+    if value is False:
+        return "off"
+    if value is True:
+        raise ConfigError(f"fusion_conv_chain: true (YAML reads on/yes/true as true) is not a "
+                          f"mode; give one of {list(_CONV_CHAIN_MODES)}")
+    if value not in _CONV_CHAIN_MODES:
+        raise ConfigError(f"fusion_conv_chain must be one of {list(_CONV_CHAIN_MODES)}, "
+                          f"got {value!r}")
+    return value
+
+
 def _check_buckets(key: str, value) -> dict[str, tuple[int, ...]]:
     """``{dim: [values]}`` with positive int values, sorted and de-duplicated."""
     if value is None:
@@ -272,9 +288,8 @@ class Config:
             raise ConfigError(f"schedule must be true or false, got {self.schedule!r}")
         if not isinstance(self.fusion, bool):
             raise ConfigError(f"fusion must be true or false, got {self.fusion!r}")
-        if self.fusion_conv_chain not in _CONV_CHAIN_MODES:
-            raise ConfigError(f"fusion_conv_chain must be one of {list(_CONV_CHAIN_MODES)}, "
-                              f"got {self.fusion_conv_chain!r}")
+        object.__setattr__(self, "fusion_conv_chain",
+                           _check_conv_chain_mode(self.fusion_conv_chain))
         if not isinstance(self.check_indices, bool):
             raise ConfigError(f"check_indices must be true or false, got {self.check_indices!r}")
         if self.target not in TARGET_KINDS:

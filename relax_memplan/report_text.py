@@ -160,6 +160,15 @@ def _dims_width(shapes: List[ShapeMeasurement]) -> int:
     return max([28] + [len(_dims_text(s.dims)) + 2 for s in shapes])
 
 
+def _bytes_width(shapes: List[ShapeMeasurement]) -> int:
+    """Width of each bytes column: 12, or the longest number with its commas and two spaces
+    (newcomer trial: at batch=1..1000000 the cells ran together, '393,216,000,000393,...')."""
+    values = [v for s in shapes for v in (s.lower_bound_bytes, s.arena_bytes,
+                                          s.runtime_alloc_bytes, s.tvm_default_runtime_alloc_bytes)
+              if v is not None]
+    return max([12] + [len(f"{v:,}") + 2 for v in values])
+
+
 def _ranges_text(report: CompileReport) -> str:
     ranges = ", ".join(f"{n} in {DimRange(*r)}" for n, r in report.dims.items())
     if report.buckets:
@@ -171,7 +180,7 @@ def _ranges_text(report: CompileReport) -> str:
 def _table_text(report: CompileReport) -> List[str]:
     """One row per sampled shape: LB, arena, ratio, bytes of both builds, error, verdict."""
     lines = [f"relax-memplan dynamic report: {report.model}"]
-    width = _dims_width(report.shapes)
+    width, cell = _dims_width(report.shapes), _bytes_width(report.shapes)
     if report.not_planned_reason is not None:
         lines.append(f"  NOT PLANNED: every tensor left to TVM's planner "
                      f"({report.not_planned_reason}); no arena, no ratio to the lower bound")
@@ -180,14 +189,15 @@ def _table_text(report: CompileReport) -> List[str]:
                          "their own static plans, see 'loops and recurrences')")
     lines += [f"  target {_target_text(report)}; strategy {report.strategy}; "
               f"{_ranges_text(report)}; {report.planned_tensors} tensors in the arena",
-              f"  {'dims':<{width}}{'LB':>12}{'arena':>12}{'x LB':>9}{'run ours':>12}{'run TVM':>12}"
-             f"{'max err':>10}"]
+              f"  {'dims':<{width}}{'LB':>{cell}}{'arena':>{cell}}{'x LB':>9}"
+              f"{'run ours':>{cell}}{'run TVM':>{cell}}{'max err':>10}"]
     compared = report.verified is not None
     if compared:
         lines[-1] += f"{'tol':>10}  verify"
     for s in report.shapes:
-        row = (f"  {_dims_text(s.dims):<{width}}{_plan_cells(s)}{_num(s.runtime_alloc_bytes):>12}"
-               f"{_num(s.tvm_default_runtime_alloc_bytes):>12}{_error(s):>10}")
+        row = (f"  {_dims_text(s.dims):<{width}}{_plan_cells(s, cell)}"
+               f"{_num(s.runtime_alloc_bytes):>{cell}}"
+               f"{_num(s.tvm_default_runtime_alloc_bytes):>{cell}}{_error(s):>10}")
         lines.append(row + (_verdict(s) if compared else ""))
     lines += _check_lines(report.shapes)
     lines += _dynamic_inplace_lines(report)
@@ -227,11 +237,13 @@ def _not_applied_lines(report: CompileReport) -> List[str]:
             for k, why in report.not_applied.items()]
 
 
-def _plan_cells(s: ShapeMeasurement) -> str:
-    """The LB, arena and x LB cells of a row (33 characters), or that nothing was planned."""
+def _plan_cells(s: ShapeMeasurement, cell: int = 12) -> str:
+    """The LB, arena and x LB cells of a row (``2 * cell + 9`` characters), or that nothing was
+    planned."""
     if not s.planned:
-        return f"{'not planned (left to TVM)':>33}"
-    return f"{s.lower_bound_bytes:>12,}{s.arena_bytes:>12,}{s.arena_over_lower_bound:>9.3f}"
+        return f"{'not planned (left to TVM)':>{2 * cell + 9}}"
+    return (f"{s.lower_bound_bytes:>{cell},}{s.arena_bytes:>{cell},}"
+            f"{s.arena_over_lower_bound:>9.3f}")
 
 
 def _ratio_cell(s: ShapeMeasurement, lower_bound: Optional[int]) -> str:
@@ -364,21 +376,23 @@ def format_side_by_side(reports: Mapping[str, CompileReport]) -> str:
              f"  {_ranges_text(with_buckets)}; tensors in the arena: "
              + ", ".join(f"{n} {r.planned_tensors}" for n, r in reports.items())]
     width = _dims_width(first.shapes)
-    head = f"  {'':<{width}}{'':>12}" + "".join(f"{n:>21}" for n in names)
+    cell = _bytes_width([s for r in reports.values() for s in r.shapes])
+    head = f"  {'':<{width}}{'':>{cell}}" + "".join(f"{n:>{9 + cell}}" for n in names)
     lines.append(head)
     compared = any(r.verified is not None for r in reports.values())
-    cols = f"  {'dims':<{width}}{'LB':>12}" + f"{'x LB':>9}{'run':>12}" * len(names)
-    lines.append(cols + f"{'run TVM':>12}{'max err':>10}" + ("  verify" if compared else ""))
+    cols = f"  {'dims':<{width}}{'LB':>{cell}}" + f"{'x LB':>9}{'run':>{cell}}" * len(names)
+    lines.append(cols + f"{'run TVM':>{cell}}{'max err':>10}" + ("  verify" if compared else ""))
     for k, row in enumerate(first.shapes):
         same = [reports[n].shapes[k] for n in names]
         # one LB column: the lowest bound of any strategy (in-place reuse lowers exact's
         # and buckets' bound, not upper_bound's), every x LB against it
         lbs = [s.lower_bound_bytes for s in same if s.planned and s.lower_bound_bytes]
         lb = min(lbs) if lbs else None
-        text = f"  {_dims_text(row.dims):<{width}}{_num(lb):>12}"
-        text += "".join(f"{_ratio_cell(s, lb)}{_num(s.runtime_alloc_bytes):>12}" for s in same)
+        text = f"  {_dims_text(row.dims):<{width}}{_num(lb):>{cell}}"
+        text += "".join(f"{_ratio_cell(s, lb)}{_num(s.runtime_alloc_bytes):>{cell}}"
+                        for s in same)
         errors = [s.max_abs_error for s in same if s.max_abs_error is not None]
-        text += f"{_num(row.tvm_default_runtime_alloc_bytes):>12}"
+        text += f"{_num(row.tvm_default_runtime_alloc_bytes):>{cell}}"
         text += f"{max(errors):>10.2g}" if errors else f"{'-':>10}"
         if compared:
             verdicts = [s.verified for s in same if s.verified is not None]

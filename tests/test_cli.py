@@ -572,3 +572,19 @@ def test_output_paths_create_missing_folders_and_say_so(tmp_path, capsys):
     assert capsys.readouterr().err == ""
     check_output_path("--dump-ir", str(tmp_path / "ir" / "a"), directory=True)
     assert capsys.readouterr().err.endswith(f"created missing folder {tmp_path / 'ir'}\n")
+
+
+def test_dynamic_table_widens_byte_columns_to_the_longest_number():
+    """Newcomer trial: --dim batch=1..1000000 ran the cells together
+    ('393,216,000,000393,216,000,000')."""
+    from relax_memplan.dynamic_compile import DynamicReport, ShapeMeasurement
+
+    report = DynamicReport(model="m", strategy="exact", dims={"batch": (1, 1_000_000)})
+    report.shapes.append(ShapeMeasurement(dims={"batch": 1_000_000},
+                                          runtime_alloc_bytes=393_216_000_064,
+                                          arena_bytes=393_216_000_000,
+                                          lower_bound_bytes=393_216_000_000))
+    header, row = report.format_text().splitlines()[2:4]
+    assert row.split() == ["batch=1000000", "393,216,000,000", "393,216,000,000", "1.000",
+                           "393,216,000,064", "-", "-"]
+    assert header.index("arena") + len("arena") == row.index("1.000") + len("1.000") - 9

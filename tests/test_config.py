@@ -99,6 +99,9 @@ def test_unknown_key_names_key_and_file(tmp_path, text, key):
         ("verify:\n  rtol: -1.0\n", "verify.rtol must be >= 0"),
         ("verify:\n  seed: 1.5\n", "verify.seed must be an integer"),
         ("fusion_conv_chain: fast\n", "fusion_conv_chain must be one of"),
+        ("fusion_conv_chain: on\n", r"fusion_conv_chain: true \(YAML reads on/yes/true as "
+         r"true\) is not a mode; give one of \['auto', 'memory', 'off'\]"),
+        ("fusion_conv_chain: 0\n", "fusion_conv_chain must be one of .*, got 0"),
     ],
 )
 def test_wrong_type_or_range_names_key_and_file(tmp_path, text, match):
@@ -232,3 +235,10 @@ def test_cli_passes_fusion_conv_chain_to_the_build(tmp_path):
     assert options.fusion_conv_chain == "memory"
     _, default = _build_options(build_parser().parse_args(["compile"]), load_config(None))
     assert default.fusion_conv_chain == "auto"
+
+
+@pytest.mark.parametrize("text", ["off", "false", "no", "'off'", '"off"'])
+def test_fusion_conv_chain_off_unquoted_is_off(tmp_path, text):
+    """Newcomer trial: YAML 1.1 reads a bare ``off`` as False, and the documented
+    ``fusion_conv_chain: off`` was refused ("got False")."""
+    assert load_config(write_yaml(tmp_path, f"fusion_conv_chain: {text}\n")).fusion_conv_chain == "off"

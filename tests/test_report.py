@@ -203,3 +203,17 @@ def test_long_dim_names_keep_the_table_columns_aligned():
         assert len(header.rstrip()) <= len(row.rstrip()) + 8
         assert row.index("1,000,000") > len("  sequence_length_of_the_encoder=7, "
                                             "batch_size_of_requests=3")
+
+
+def test_side_by_side_widens_byte_columns_to_the_longest_number():
+    """Newcomer trial: at batch=1..1000000 12-wide byte cells ran together."""
+    reports = {}
+    for name, arena in (("exact", 393_216_000_000), ("upper_bound", 393_216_000_000)):
+        r = CompileReport(model="m", strategy=name, dims={"batch": (1, 1_000_000)})
+        r.shapes.append(ShapeMeasurement({"batch": 1_000_000}, arena + 64, arena, arena,
+                                         tvm_default_runtime_alloc_bytes=786_432_000_000))
+        reports[name] = r
+    lines = format_side_by_side(reports).splitlines()
+    assert lines[4].split() == ["batch=1000000", "393,216,000,000", "1.000", "393,216,000,064",
+                                "1.000", "393,216,000,064", "786,432,000,000", "-"]
+    assert lines[2].index("upper_bound") + len("upper_bound") == len(lines[4]) - 10 - 17

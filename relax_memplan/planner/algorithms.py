@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .buffer import Buffer, sorted_distinct
+from .limits import check_time_limit_s
 from .placement import BEST_FIT, Problem
 from .search import iterated_greedy_offsets
 
@@ -255,7 +256,15 @@ def iterated_greedy(
     -------
     dict of str to int
         Byte offset per buffer id.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``time_limit_s`` given and not a finite number > 0
+        (:func:`~relax_memplan.planner.limits.check_time_limit_s`).
     """
+    if time_limit_s is not None:
+        time_limit_s = check_time_limit_s(time_limit_s)
     p = Problem(buffers)
     return p.offsets_by_id(iterated_greedy_offsets(p, time_limit_s, max_iterations, seed)[0])
 

@@ -34,6 +34,7 @@ from .algorithms import DETERMINISTIC, PROBLEM_ALGORITHMS, lowest_first_keys
 from .buffer import Buffer, Plan
 from .exact import exact_offsets
 from .lanes import size_class_lanes
+from .limits import check_time_limit_s
 from .placement import Problem
 from .repair import window_repair
 from .search import iterated_greedy_offsets
@@ -126,10 +127,14 @@ def plan(
     ------
     KeyError
         If an algorithm name is unknown.
+    TypeError
+        If ``time_limit_s`` is not a number.
     ValueError
-        If buffer ids are not unique, or there is nothing to run.
+        If buffer ids are not unique, there is nothing to run, or ``time_limit_s`` is not a
+        finite number > 0 (:func:`~relax_memplan.planner.limits.check_time_limit_s`).
     """
     t0, cpu0 = time.perf_counter(), time.process_time()
+    time_limit_s = check_time_limit_s(time_limit_s)
     names = list(DETERMINISTIC if algorithms is None else algorithms)
     unknown = [name for name in names if name not in PROBLEM_ALGORITHMS]
     if unknown:

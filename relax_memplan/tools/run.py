@@ -11,7 +11,8 @@ import numpy as np
 from ..errors import ModelLoadError, RelaxMemplanError, ShapeSpecError, summarize_error
 from ..vm_errors import describe_loader_error
 
-__all__ = ["RunOutputs", "function_params", "run_library", "save_outputs"]
+__all__ = ["RunOutputs", "function_params", "npz_path", "refuse_compiled_library", "run_library",
+           "save_outputs"]
 
 
 @dataclass
@@ -39,6 +40,38 @@ _LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")
 
 def _library_format(head: bytes):
     return next((name for magic, name in _LIBRARY_MAGIC.items() if head.startswith(magic)), None)
+
+
+def refuse_compiled_library(path, command: str) -> None:
+    """Refuse a compiled library given where an ONNX model is expected, by its content (the
+    check ``run`` makes), before protobuf reads it.
+
+    Newcomer trial: ``compile lib.so`` and ``inspect lib.so`` said "Wire format was corrupt".
+
+    Parameters
+    ----------
+    path : str or os.PathLike or None
+        The model path given to ``command``; ``None`` (built-in example) and a path that is
+        not a readable file are left to the model loader's own messages.
+    command : str
+        The subcommand, for the message (``compile``, ``inspect``, ``bench``).
+
+    Raises
+    ------
+    ModelLoadError
+        The file starts like an ELF, Mach-O or PE library.
+    """
+    if path is None or not os.path.isfile(path):
+        return
+    try:
+        with open(path, "rb") as f:
+            kind = _library_format(f.read(4))
+    except OSError:
+        return
+    if kind is not None:
+        raise ModelLoadError(f"{path} is a compiled library ({kind}), not an ONNX model: "
+                             f"{command} reads an .onnx file; use `relax-memplan run {path}` "
+                             f"to run a library")
 
 
 def _is_onnx_model(path) -> bool:
@@ -77,9 +110,23 @@ def _check_content(path) -> None:
                                  f"extension; rename it to end in .so")
         return
     if _is_onnx_model(path):
-        library = os.path.splitext(os.path.basename(name))[0] + ".so"
+        library = _library_name_for(name)
         raise ModelLoadError(f"{path} is an ONNX model, not a compiled library: compile it "
                              f"first with `relax-memplan compile {path} -o {library}`")
+
+
+def _library_name_for(model_path: str) -> str:
+    """A library name for ``compile MODEL -o ...`` beside the model that is not the model itself
+    (newcomer trial: the hint for an ONNX model named x.so was ``-o x.so``, which overwrote it)."""
+    stem = os.path.splitext(model_path)[0]
+    library = stem + ".so"
+    return stem + "_lib.so" if os.path.normpath(library) == os.path.normpath(model_path) else library
+
+
+def npz_path(path) -> str:
+    """The file :func:`save_outputs` writes: ``numpy.savez`` appends ``.npz`` when missing."""
+    path = os.fspath(path)
+    return path if path.endswith(".npz") else path + ".npz"
 
 
 def _load(path):

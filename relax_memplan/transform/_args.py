@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..planner import ALGORITHMS
+from ..planner.limits import check_time_limit_s
 
 __all__ = ["check_planner_args", "check_buckets"]
 
@@ -36,11 +36,7 @@ def check_planner_args(
         unknown = [a for a in algorithms if a not in ALGORITHMS]
         if unknown:
             raise ValueError(f"unknown algorithm(s) {unknown}; known: {', '.join(sorted(ALGORITHMS))}")
-    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)):
-        raise TypeError(f"time_limit_s must be a number, got {time_limit_s!r}")
-    if not math.isfinite(time_limit_s) or time_limit_s <= 0:
-        raise ValueError(f"time_limit_s must be a finite number > 0, got {time_limit_s}")
-    return alignment_bytes, algorithms, float(time_limit_s)
+    return alignment_bytes, algorithms, check_time_limit_s(time_limit_s)
 
 
 def check_buckets(buckets) -> Dict[str, Tuple[int, ...]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import random
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -259,6 +260,31 @@ class DynamicFunctionPlan:
     def cell_of(self, dims: Mapping[str, int]) -> Tuple[int, ...]:
         return tuple(class_of(self.class_values[n], dims[n]) for n in self.used_dims)
 
+    def check_dims(self, dims: Mapping[str, int]) -> None:
+        """Refuse dims the plan does not hold for (newcomer trial: ``bytes_at`` returned bytes
+        at seq=500 for a range 1..128 and at batch=0, and a missing dim raised KeyError 'seq').
+
+        Raises
+        ------
+        ValueError
+            A dim of :attr:`used_dims` has no value, or a value is not an integer inside its
+            declared range (:attr:`ranges`); the message names the dim, the value and the range.
+        """
+        missing = [n for n in self.used_dims if n not in dims]
+        if missing:
+            raise ValueError(f"function {self.name}: no value for dim {missing[0]!r} (the arena "
+                             f"depends on {', '.join(self.used_dims)}; given: "
+                             f"{', '.join(sorted(dims)) or 'none'})")
+        for name, value in dims.items():
+            declared = self.ranges.get(name)
+            if declared is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"function {self.name}: dim {name}={value!r} is not an integer")
+            if value not in declared:
+                raise ValueError(f"function {self.name}: dim {name}={value} is outside its "
+                                 f"declared range {declared}")
+
     def bytes_at(self, dims: Mapping[str, int]) -> Tuple[int, int, Dict[str, int]]:
         """Arena bytes allocated, lower bound (peak live aligned bytes) and offsets at concrete dims.
 
@@ -269,12 +295,12 @@ class DynamicFunctionPlan:
         relax_memplan.planner.PlanError
             If the plan is not valid at ``dims`` (it always should be).
         ValueError
-            If the function was left to TVM.
-        KeyError
-            If a dim has no value in ``dims``.
+            If the function was left to TVM, a dim the sizes use has no value in ``dims``, or a
+            value lies outside its declared range (:meth:`check_dims`).
         """
         if not self.planned:
             raise ValueError(f"function {self.name} was left to TVM: {self.fallback_reason}")
+        self.check_dims(dims)
         buffers = self.buffers_at(dims)
         offsets, height = self.layout_at(dims)
         # every tensor on its own live range: only the declared in-place sharings may overlap

@@ -180,3 +180,21 @@ def test_search_starts_no_placement_expected_to_pass_its_budget():
         assert not calls and (offsets, found) == (initial, height)
         iterated_greedy_offsets(p, time_limit_s=0.5, initial=initial, pass_seconds=0.0)
         assert calls
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError),
+                                        (float("nan"), ValueError), (float("inf"), ValueError),
+                                        ("2", TypeError), (True, TypeError)])
+def test_entry_points_refuse_a_time_limit_that_is_not_a_finite_number_above_zero(bad, error):
+    """Newcomer trial: plan(b, time_limit_s=0/-1/nan) ran and returned a plan (4.13x the lower
+    bound on instance C); '2' raised a raw TypeError. Same check as PlanStaticMemory."""
+    from relax_memplan.planner import iterated_greedy
+    from relax_memplan.transform.plan_static_memory import PlanStaticMemory
+
+    buffers = [Buffer("a", 0, 2, 100), Buffer("b", 1, 3, 100)]
+    for call in (lambda: plan(buffers, time_limit_s=bad),
+                 lambda: iterated_greedy(buffers, time_limit_s=bad),
+                 lambda: PlanStaticMemory(time_limit_s=bad)):
+        with pytest.raises(error, match=r"time_limit_s must be a (finite )?number"):
+            call()
+    assert plan(buffers, time_limit_s=0.05).height_bytes == 200

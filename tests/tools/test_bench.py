@@ -92,6 +92,11 @@ def test_cli_bench_takes_fusion_and_config(tmp_path, capsys, monkeypatch):
            "--no-onnxruntime", "-q"]
     assert main(run + ["--no-fusion", "--config", str(config)]) == 0
     assert seen == [("relax_memplan", False, True, 0.25), ("tvm", False, True, None)]
+    # newcomer trial: bench did not say which settings it applied
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"settings (config {config}, --fusion given): schedule on, fusion off, "
+        "fusion_conv_chain off (no fusion), planner algorithms default, time limit 0.25 s, "
+        "in-place on, reorder on, index checks on")
     seen.clear()
     assert main(run + ["--config", str(config), "--no-schedule"]) == 0
     assert [(f, s) for _p, f, s, _t in seen] == [(True, False), (True, False)]

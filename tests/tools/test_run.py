@@ -132,7 +132,7 @@ def test_cli_run_onnx_model_says_compile_it_first(tmp_path, capsys):
     onnx.save(_two_input_model(), model)
     err = _one_line_error(capsys, ["run", str(model)])
     assert err.endswith(f"{model} is an ONNX model, not a compiled library: compile it first "
-                        f"with `relax-memplan compile {model} -o model.so`"), err
+                        f"with `relax-memplan compile {model} -o {tmp_path / 'model.so'}`"), err
 
 
 @pytest.mark.skipif(tvm.cuda(0).exist, reason="the message is for a machine without a CUDA GPU")
@@ -167,3 +167,26 @@ def test_cli_run_decides_by_content_not_extension(library, tmp_path, capsys):
     garbage = tmp_path / "junk.so"  # neither: TVM's loader error, as before
     garbage.write_bytes(b"not a library")
     assert "is an ONNX model" not in _one_line_error(capsys, ["run", str(garbage)])
+
+
+@pytest.mark.parametrize("command", ["compile", "inspect", "bench"])
+def test_a_compiled_library_given_as_a_model_says_use_run(library, capsys, command):
+    """Newcomer trial: compile lib.so / inspect lib.so said "Wire format was corrupt"."""
+    err = _one_line_error(capsys, [command, str(library)])
+    assert err == (f"relax-memplan: error: {library} is a compiled library (ELF), not an ONNX "
+                   f"model: {command} reads an .onnx file; use `relax-memplan run {library}` to "
+                   "run a library"), err
+
+
+def test_cli_run_output_into_a_missing_folder_says_it_created_it(library, tmp_path, capsys):
+    """Newcomer trial: run --output into a missing folder created it without a word; compile's
+    outputs say so (the same helper, cli_args.check_output_path)."""
+    a, b = tmp_path / "a.npy", tmp_path / "b.npy"
+    np.save(a, np.ones((2, 4), "float32"))
+    np.save(b, np.ones((2, 4), "float32"))
+    out = tmp_path / "new" / "deep" / "out.npz"
+    assert main(["run", str(library), "--input", f"a={a}", "--input", f"b={b}",
+                 "--output", str(out)]) == 0
+    assert capsys.readouterr().err == (f"relax-memplan: --output {out}: created missing folder "
+                                       f"{tmp_path / 'new'}\n")
+    assert np.load(out)["output0"].shape == (2, 4)

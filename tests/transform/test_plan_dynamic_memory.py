@@ -350,3 +350,19 @@ def test_storage_is_not_reused_while_a_reshape_or_match_cast_alias_is_live(strat
         x = np.random.default_rng(n).uniform(-1, 1, (n, 8)).astype("float32")
         expected = np.exp(x).reshape(-1) + np.exp(np.exp(x)).reshape(-1)
         np.testing.assert_allclose(run_and_measure(ex, [x]).outputs[0], expected, rtol=1e-5)
+
+
+def test_bytes_at_refuses_a_shape_outside_the_declared_range_naming_the_dim(bounded):
+    """Newcomer trial: bytes_at returned bytes above the range and at 0, and a missing dim
+    raised a raw KeyError."""
+    fplan = bounded[1].plans["main"]
+    assert fplan.bytes_at({"n": 64})[0] > 0  # the upper bound itself is in range
+    for n in (65, 0):
+        with pytest.raises(ValueError, match=rf"function main: dim n={n} is outside its "
+                                             r"declared range \[1, 64\]$"):
+            fplan.bytes_at({"n": n})
+    with pytest.raises(ValueError, match=r"function main: no value for dim 'n' \(the arena "
+                                         r"depends on n; given: m\)"):
+        fplan.bytes_at({"m": 3})
+    with pytest.raises(ValueError, match="dim n='2' is not an integer"):
+        fplan.bytes_at({"n": "2"})
