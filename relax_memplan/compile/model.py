@@ -30,6 +30,7 @@ from .build import build, export_library
 from .fusion_summary import fusion_skips, summarize_fusion
 from .not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
+from .shape_casts import check_shape_casts
 from .options import BuildOptions, CheckOptions, library_path_for
 from .shapes import check_dims_up_front, fit_values, sample_dims, shapes_at, symbolic_dims
 from .summary import static_functions, summarize_dynamic
@@ -168,6 +169,7 @@ def _points(source: ModelSource, dims, check: CheckOptions) -> List[Dict[str, in
         raise ShapeSpecError(f"values given for unknown input(s) {unknown}; "
                              f"inputs: {list(info.input_shapes)}")
     symbolic = symbolic_dims(source.mod, info, dims) if dims else []
+    check_shape_casts(source.mod, {n: dims[n] for n in symbolic})
     points = sample_dims({n: dims[n] for n in symbolic}, check.sample_shapes, check.seed)
     have = physical_memory_bytes()
     for point in points:
