@@ -121,7 +121,9 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
     """
     say = progress or (lambda _msg: None)
     dims = dict(dim_ranges or {})
-    onnx_model, name, mod, info = _import(model, shapes, dims, options.prepare, say)
+    onnx_model, name, mod, info, renames = _import(model, shapes, dims, options.prepare, say)
+    if renames:  # --dim p2o_DynamicDimension_1 (as printed) for p2o.DynamicDimension.1
+        dims, options = _renamed(dims, options, renames)
     source = ModelSource(mod=mod, name=name, info=info, onnx_model=onnx_model,
                          values=dict(input_values or {}),
                          notes=[n for n in info.notes if not dims or "kept symbolic" not in n])
@@ -135,7 +137,8 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
 
 
 def _import(model, shapes, dims, prepare: bool, say):
-    """(onnx model, report name, Relax module, ImportInfo); dims stay symbolic with ranges."""
+    """(onnx model, report name, Relax module, ImportInfo, dim renames); dims stay symbolic
+    with ranges; renames: :func:`~relax_memplan.compile.shapes.flag_spelling`."""
     from .. import frontend
     from ..examples import example_cnn
     from ..onnx_prepare import STEP_NAMES
@@ -143,11 +146,20 @@ def _import(model, shapes, dims, prepare: bool, say):
     name = model_name(model)
     onnx_model = (example_cnn() if model is None else model if hasattr(model, "graph")
                   else frontend.load_onnx(model))
-    check_dims_up_front(onnx_model, shapes, dims)  # before any import or build
+    renames = check_dims_up_front(onnx_model, shapes, dims)  # before any import or build
     say(f"importing {name} " + ("with symbolic dims" if dims else "with TVM's ONNX frontend"))
     mod, info = frontend.import_onnx(onnx_model, dict(shapes or {}), keep_dynamic=bool(dims),
                                      prepare_steps=STEP_NAMES if prepare else ())
-    return onnx_model, name, mod, info
+    return onnx_model, name, mod, info, renames
+
+
+def _renamed(dims, options: BuildOptions, renames):
+    """Dim ranges, buckets and dispatch values under the model's dim names."""
+    def rename(named):
+        return {renames.get(n, n): v for n, v in named.items()}
+
+    return rename(dims), _replace(options, buckets=rename(options.buckets),
+                                  dispatch=rename(options.dispatch))
 
 
 def model_name(model) -> str:

@@ -44,3 +44,22 @@ def test_cli_refuses_the_range_before_building(capsys):
     assert err == [f"relax-memplan: error: --dim {W}=1..64: the model cannot take {W}=1 (a shape "
                    f"cast of the imported model needs 1 where it computes 2); use a step: "
                    f"--dim {W}=32..64:32"]
+
+
+def test_dims_are_taken_in_their_printed_spelling_and_named_in_the_flag_one(capsys):
+    """Newcomer trial: shapes print p2o_DynamicDimension_1, flags need p2o.DynamicDimension.1."""
+    status = main(["compile", str(shared_model(PPOCR)), "-q", "--no-measure",
+                   "--dim", "p2o_DynamicDimension_0=1..1", "--dim", f"{H}=32..64:32",
+                   "--dim", "p2o_DynamicDimension_2=1..64"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == EXIT_ERROR
+    assert err[-1].startswith(f"relax-memplan: error: --dim {W}=1..64: the model cannot take {W}=1")
+
+
+def test_flag_spelling_maps_only_unambiguous_printed_names():
+    from relax_memplan.compile.shapes import flag_spelling
+
+    assert flag_spelling([N, H, "seq"], ["p2o_DynamicDimension_0", H, "seq", "other"]) == {
+        "p2o_DynamicDimension_0": N}
+    assert flag_spelling(["a.b", "a_b"], ["a_b"]) == {}  # already a name of the model
+    assert flag_spelling(["a.b", "a-b"], ["a_b"]) == {}  # two candidates: not guessed
