@@ -284,6 +284,17 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
     return b
 
 
+def _fusion_counts(passes, options: BuildOptions):
+    """:func:`fusion_counts` of a build's fusion passes (None: fusion off), with
+    ``conv_chain: "off"`` where ``fusion_conv_chain: off`` removed the pass on a CPU target."""
+    if passes is None:
+        return None
+    counts = fusion_counts(passes)
+    if options.fusion_conv_chain == "off" and options.tvm_target.kind.name in ("llvm", "c"):
+        counts["conv_chain"] = "off"
+    return counts
+
+
 def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOptions,
                   tvm_rec) -> None:
     """The report of a build before any run: the plan's summary."""
@@ -291,7 +302,7 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
     b.report = CompileReport(model=source.name, target=str(options.tvm_target.kind.name),
                              arch=arch.arch if arch else None,
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
-                             fusion=fusion_counts(b.fusion) if b.fusion is not None else None,
+                             fusion=_fusion_counts(b.fusion, options),
                              fusion_skipped=fusion_skips(b.fusion),
                              loops=with_body_plans(loops_of(source.mod),
                                                    b.plan_pass.plans))
