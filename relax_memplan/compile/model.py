@@ -32,7 +32,8 @@ from .not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .shape_casts import check_shape_casts
 from .options import BuildOptions, CheckOptions, library_path_for
-from .shapes import check_dims_up_front, fit_values, sample_dims, shapes_at, symbolic_dims
+from .shapes import (check_dims_up_front, fit_values, flag_spelling, sample_dims, shapes_at,
+                     symbolic_dims)
 from .summary import static_functions, summarize_dynamic
 
 __all__ = ["CompileResult", "compile_model", "compile_strategies", "compile_and_measure",
@@ -146,11 +147,23 @@ def _import(model, shapes, dims, prepare: bool, say):
     name = model_name(model)
     onnx_model = (example_cnn() if model is None else model if hasattr(model, "graph")
                   else frontend.load_onnx(model))
+    shapes = _input_spelling(onnx_model, shapes)
     renames = check_dims_up_front(onnx_model, shapes, dims)  # before any import or build
     say(f"importing {name} " + ("with symbolic dims" if dims else "with TVM's ONNX frontend"))
     mod, info = frontend.import_onnx(onnx_model, dict(shapes or {}), keep_dynamic=bool(dims),
                                      prepare_steps=STEP_NAMES if prepare else ())
     return onnx_model, name, mod, info, renames
+
+
+def _input_spelling(onnx_model, shapes):
+    """``--shape`` keyed by the model's input names, an input also taken in its printed
+    spelling (``input_1`` for ``input.1``, :func:`~.shapes.flag_spelling`)."""
+    from ..input_shapes import graph_inputs
+
+    shapes = dict(shapes or {})
+    names = [v.name for v in graph_inputs(onnx_model)]
+    renames = flag_spelling(names, list(shapes))
+    return {renames.get(n, n): s for n, s in shapes.items()}
 
 
 def _renamed(dims, options: BuildOptions, renames):

@@ -63,3 +63,22 @@ def test_flag_spelling_maps_only_unambiguous_printed_names():
         "p2o_DynamicDimension_0": N}
     assert flag_spelling(["a.b", "a_b"], ["a_b"]) == {}  # already a name of the model
     assert flag_spelling(["a.b", "a-b"], ["a_b"]) == {}  # two candidates: not guessed
+
+
+def test_shape_takes_an_input_in_its_printed_spelling(tmp_path):
+    import json
+
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["in.1"], ["y"])], "g",
+        [helper.make_tensor_value_info("in.1", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                     .SerializeToString())
+    report = tmp_path / "r.json"
+    assert main(["compile", str(path), "-q", "--no-measure", "--shape", "in_1=3,4",
+                 "--report", str(report)]) == 0
+    assert json.loads(report.read_text())["inputs"] == {"in.1": {"shape": [3, 4],
+                                                                 "dtype": "float32"}}
