@@ -28,8 +28,8 @@ def check_shape_casts(mod, dim_ranges: Mapping[str, Tuple]) -> None:
     """Refuse a declared dim range that holds values the model's shape casts reject.
 
     Runs on the imported module, before any pass (compile path: after the import and the
-    ``--dim`` checks, before the builds). Reads ``R.match_cast`` bindings of every Relax
-    function; writes nothing.
+    ``--dim`` checks, before the builds). Reads the ``R.match_cast`` bindings of ``main``'s
+    top-level blocks (not inside an ``If`` branch, nor other functions); writes nothing.
 
     Parameters
     ----------
@@ -69,9 +69,8 @@ def _cast_extents(mod):
     """(computed extent, cast-to extent) of each axis where a ``match_cast`` changes it."""
     from tvm import relax
 
-    for func in mod.functions.values():
-        if not isinstance(func, relax.Function):
-            continue
+    func = mod["main"] if any(gv.name_hint == "main" for gv in mod.get_global_vars()) else None
+    if isinstance(func, relax.Function):  # other functions (loop bodies) have their own vars
         for block in getattr(func.body, "blocks", ()):
             for binding in block.bindings:
                 if not isinstance(binding, relax.MatchCast):
