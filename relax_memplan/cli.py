@@ -320,12 +320,13 @@ def _release_quietly(err: BaseException) -> None:
     TVM's C++ BlockBuilder logs "destroyed with remaining blocks" when an importer
     that failed half-way is garbage-collected; that would follow our one-line error.
     """
-    err.__cause__ = err.__context__ = err.__traceback__ = None
     sys.stderr.flush()
     saved = os.dup(2)
     try:
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 2)
+            # muted first: dropping the traceback frees what only it held, right away
+            err.__cause__ = err.__context__ = err.__traceback__ = None
             gc.collect()
     finally:
         os.dup2(saved, 2)
@@ -519,7 +520,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if interrupted:  # a Ctrl-C that TVM's FFI turned into another error
                     raise KeyboardInterrupt from None
                 raise
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as err:
+            _release_quietly(err)  # the interrupted importer's BlockBuilder, muted
+            del err
             print("relax-memplan: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
         except BrokenPipeError:

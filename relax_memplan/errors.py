@@ -48,10 +48,25 @@ def summarize_error(error: BaseException, max_chars: int = 240) -> str:
     lines = [line.strip() for line in str(error).splitlines()]
     lines = [line for line in lines if line and not _TRACE_LINE.match(line)]
     text = _CHECK_FAILED.sub("", lines[0]) if lines else ""
-    text = _readable_op_error(text)
+    text = _readable_cast_error(_readable_op_error(text))
     if not text or isinstance(error, _PYTHON_BUG_ERRORS):
         text = f"{type(error).__name__}: {text}".rstrip(": ")
     return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+_CAST_CHECK = re.compile(r"^(?:Check failed: )?input_shape\[i\] == heap_data\[reg\] \((-?\d+) vs\. (-?\d+)\)"
+                         r"\s*:\s*ErrorContext\(match_cast")
+
+
+def _readable_cast_error(text: str) -> str:
+    """The VM's failed ``R.match_cast`` (``input_shape[i] == heap_data[reg] (2 vs. 1) :
+    ErrorContext(match_cast, ty=R.Tensor(<a long shape>)) ...``) in a few words, so that the
+    line is not cut inside the shape (newcomer trial: it ended ``match_cast e...``)."""
+    match = _CAST_CHECK.match(text)
+    if match is None:
+        return text
+    return (f"a shape cast of the model failed: an extent is {match.group(1)} where the "
+            f"model's shape arithmetic expects {match.group(2)}")
 
 
 _TIR_INT = re.compile(r"T\.int(?:8|16|32|64)\((-?\d+)\)")

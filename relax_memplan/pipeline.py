@@ -143,7 +143,11 @@ def fusion_counts(passes) -> dict:
     reshape sandwich so that FuseOps fuses their epilogue, ``feed_forward_chunked``: feed-forward
     blocks computed over row chunks, ``conv_chain``: conv + strided conv pairs fused,
     ``conv_chain_refused``: chains found but not fused, because the intermediate has another
-    reader or the live bytes would not improve); a pattern whose pass did not run is absent."""
+    reader, the live bytes would not improve or the threads' scratch would not be smaller,
+    ``conv_chain_candidates``: strided convs the pass looked at, fused or not, each once: the
+    same in every mode, the reasons of the others in
+    :func:`~relax_memplan.compile.fusion_summary.fusion_skips`); a pattern whose pass did not
+    run is absent."""
     by_name = {p.info.name: p for p in passes}
     counts = {}
     if "FuseAttention" in by_name:
@@ -159,7 +163,9 @@ def fusion_counts(passes) -> dict:
     if "FuseConvChain" in by_name:
         counts["conv_chain"] = int(by_name["FuseConvChain"].fused)
         skipped = by_name["FuseConvChain"].skipped
-        counts["conv_chain_refused"] = sum(skipped.get(k, 0) for k in ("other_consumer", "peak"))
+        counts["conv_chain_refused"] = sum(skipped.get(k, 0)
+                                           for k in ("other_consumer", "peak", "scratch"))
+        counts["conv_chain_candidates"] = counts["conv_chain"] + sum(skipped.values())
     return counts
 
 

@@ -280,6 +280,16 @@ def _loop_lines(report: CompileReport) -> List[str]:
     return lines
 
 
+def _conv_chain_words(fusion, reasons) -> str:
+    """``conv chains: 2 of 7 fused (4 refused: ..., 1 skipped: ...)``; ``conv chains: off``."""
+    if fusion["conv_chain"] == "off":
+        return "conv chains: off"
+    candidates = fusion.get("conv_chain_candidates", fusion["conv_chain"])
+    why = ", ".join(f"{n} {words}" for words, n in reasons.items())
+    return (f"conv chains: {fusion['conv_chain']} of {candidates} fused"
+            + (f" ({why})" if why else ""))
+
+
 def _fusion_line(report: CompileReport) -> str:
     """``fusion: off`` or ``fusion: on (attention fused 2x, dropout removed 0x)``."""
     if report.fusion is None:
@@ -287,12 +297,12 @@ def _fusion_line(report: CompileReport) -> str:
     done = {"attention": "attention fused", "dropout": "dropout removed",
             "add_layer_norm": "add+layer norm fused",
             "matmul_reshape": "matmul reshapes folded",
-            "feed_forward_chunked": "feed-forward chunked",
-            "conv_chain": "conv chains fused", "conv_chain_refused": "conv chains refused"}
-    counts = ", ".join(f"{done.get(k, k)} {n}x" for k, n in report.fusion.items())
-    skipped = ", ".join(f"{n} x {why}" for why, n in report.fusion_skipped.items())
-    line = (f"  fusion: on ({counts or 'no pattern for this target'}"
-            + (f"; skipped: {skipped}" if skipped else "") + ")")
+            "feed_forward_chunked": "feed-forward chunked"}
+    counts = [f"{done.get(k, k)} {n}x" for k, n in report.fusion.items()
+              if not k.startswith("conv_chain")]
+    if "conv_chain" in report.fusion:
+        counts.append(_conv_chain_words(report.fusion, report.fusion_skipped))
+    line = f"  fusion: on ({', '.join(counts) or 'no pattern for this target'})"
     summary = report.fusion_summary
     if summary is not None:
         ort = summary["ort_nodes"]

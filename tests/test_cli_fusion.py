@@ -27,7 +27,8 @@ def test_fusion_on_bert_tiny_verifies_and_reports_attention_fused(tmp_path, caps
     assert fusion["enabled"] is True
     assert fusion["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 0,
                                "matmul_reshape": 0, "feed_forward_chunked": 0,
-                               "conv_chain": 0, "conv_chain_refused": 0}
+                               "conv_chain": 0, "conv_chain_refused": 0,
+                               "conv_chain_candidates": 0}
     # per attention block 7 kernels (3 of them transposes) become 1
     assert fusion["kernels_tvm"] - fusion["kernels_ours"] == 2 * 6
     assert fusion["intermediate_bytes_removed"] > 0
@@ -35,8 +36,7 @@ def test_fusion_on_bert_tiny_verifies_and_reports_attention_fused(tmp_path, caps
     assert fusion["ort_nodes"] > 0
     assert f"kernels per call: {fusion['kernels_ours']} (TVM FuseOps alone " in text
     assert ("fusion: on (attention fused 2x, dropout removed 0x, matmul reshapes folded 0x, "
-            "add+layer norm fused 0x, feed-forward chunked 0x, conv chains fused 0x, "
-            "conv chains refused 0x)") in text
+            "add+layer norm fused 0x, feed-forward chunked 0x, conv chains: 0 of 0 fused)") in text
     assert report["arena_bytes"] <= report["tvm_default_bytes"]
 
 
@@ -50,7 +50,8 @@ def test_fusion_on_the_example_fuses_its_conv_chains_and_says_so(tmp_path, capsy
     fusion = json.loads(report_path.read_text())["fusion"]
     assert fusion["fused"] == {"attention": 0, "dropout": 0, "add_layer_norm": 0,
                                "matmul_reshape": 0, "feed_forward_chunked": 0,
-                               "conv_chain": 3, "conv_chain_refused": 0}
+                               "conv_chain": 3, "conv_chain_refused": 0,
+                               "conv_chain_candidates": 4}
     assert fusion["kernels_ours"] == fusion["kernels_tvm"] - 3 and fusion["ort_nodes"] > 0
     assert (fusion["lower_bound_bytes_tvm"], fusion["lower_bound_bytes_ours"]) == \
         (737280, 497664)
@@ -58,11 +59,11 @@ def test_fusion_on_the_example_fuses_its_conv_chains_and_says_so(tmp_path, capsy
     report = json.loads(report_path.read_text())
     assert fusion["lower_bound_bytes_ours"] == report["lower_bound_bytes"]
     assert fusion["planner_settings"] == "in-place, concat in place, reordering"
-    assert fusion["skipped"] == {}
+    assert fusion["skipped"] == {"skipped: input not made by a conv": 1}  # the stem
     assert fusion["conv_chain_scratch_bytes"] > 0
     assert "fusion: on (attention fused 0x, dropout removed 0x, matmul reshapes folded 0x, " \
-        "add+layer norm fused 0x, feed-forward chunked 0x, conv chains fused 3x, " \
-        "conv chains refused 0x)" in text
+        "add+layer norm fused 0x, feed-forward chunked 0x, conv chains: 3 of 4 fused (1 skipped: " \
+        "input not made by a conv))" in text
     assert "per running thread (TVM workspace, not in the lower bound)" in text
 
 
@@ -121,7 +122,8 @@ def test_fusion_on_gpt2_tiny_fuses_add_layer_norm_and_verifies(tmp_path, capsys)
     report, text = _compile_fused_and_verify("gpt2-tiny-randw.onnx", tmp_path, capsys)
     assert report["fusion"]["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 2,
                                         "matmul_reshape": 6, "feed_forward_chunked": 0,
-                                        "conv_chain": 0, "conv_chain_refused": 0}
+                                        "conv_chain": 0, "conv_chain_refused": 0,
+                                        "conv_chain_candidates": 0}
     assert "add+layer norm fused 2x" in text
     assert report["lower_bound_bytes"] <= report["tvm_default_bytes"]
 

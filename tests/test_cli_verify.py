@@ -296,6 +296,27 @@ def test_interrupt_swallowed_inside_the_build_still_stops(capsys, monkeypatch, t
     assert not lib.exists()
 
 
+def test_interrupt_during_import_leaves_no_tvm_log_line(capfd, monkeypatch, tmp_path):
+    """Newcomer trial: after a Ctrl-C in the import the importer's BlockBuilder, still open,
+    was freed after main returned and its C++ warning reached the terminal."""
+    import gc
+
+    import relax_memplan.frontend as frontend
+    from tvm import relax
+
+    def interrupted_import(*_args, **_kw):
+        builder = relax.BlockBuilder()
+        builder._begin_dataflow_block()
+        raise KeyboardInterrupt  # the traceback keeps the builder alive
+
+    monkeypatch.setattr(frontend, "import_onnx", interrupted_import)
+    status = main(["compile", _matmul_model(tmp_path, dim=2), "-q"])
+    gc.collect()
+    err = capfd.readouterr().err
+    assert status == EXIT_INTERRUPTED and "relax-memplan: interrupted" in err
+    assert "BlockBuilder destroyed" not in err
+
+
 def test_real_sigint_during_the_run_is_one_line(tmp_path):
     """A SIGINT to the process while the VM runs (in the instrument hook, slowed down)."""
     script = textwrap.dedent("""

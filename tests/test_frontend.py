@@ -395,6 +395,17 @@ def test_reason_of_an_op_error_names_the_op_and_the_shapes():
         "is 128, which are not broadcastable.")
 
 
+
+def test_reason_of_a_failed_match_cast_is_short_and_whole():
+    """Regression (newcomer trial): ppocrv4-det at a height off its stride grid stopped in a
+    match_cast; the line was cut mid-word inside the printed shape ("match_cast e...")."""
+    shape = "(p2o_DynamicDimension_0, 96, (p2o_DynamicDimension_1 - 1) // 16 + 1, " * 3
+    error = RuntimeError(
+        "Check failed: input_shape[i] == heap_data[reg] (2 vs. 1) : ErrorContext(match_cast, "
+        f"ty=R.Tensor({shape}), dtype=\"float32\")) match_cast error, shape[2] mismatch")
+    assert summarize_error(error) == ("a shape cast of the model failed: an extent is 2 where "
+                                      "the model's shape arithmetic expects 1")
+
 # ----------------------------------------------------------------------------- import: shapes
 @pytest.mark.parametrize(
     "shapes, match",

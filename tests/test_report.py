@@ -155,32 +155,45 @@ def test_each_without_row_names_what_is_off_and_the_steps_credit_concat_in_place
 
 def test_fusion_line_names_the_skipped_chains_and_the_bound_baseline():
     """Newcomer trial (yolov8n --schedule): "conv chains fused 0x, conv chains refused 0x"
-    while auto had skipped the stem's dense consumer; the fusion bound's planner settings."""
+    while auto had skipped the stem's dense consumer; the fusion bound's planner settings.
+    Then (yolov8n without --schedule): "fused 2x, refused 4x", no reason, a candidate missing."""
     report = _report(lower_bound_bytes=100)
-    report.fusion = {"conv_chain": 0, "conv_chain_refused": 0}
-    report.fusion_skipped = {"dense consumer under --schedule": 1}
+    report.fusion = {"conv_chain": 2, "conv_chain_refused": 4, "conv_chain_candidates": 7}
+    report.fusion_skipped = {"refused: intermediate has another reader": 4,
+                             "skipped: input not made by a conv": 1}
     report.fusion_summary = {"kernels_ours": 9, "kernels_tvm": 9, "ort_nodes": None,
                              "intermediate_bytes_ours": 10, "intermediate_bytes_removed": 0,
                              "lower_bound_bytes_tvm": 120, "lower_bound_bytes_ours": 100,
                              "planner_settings": "in-place, concat in place"}
     text = report.format_text()
-    assert ("fusion: on (conv chains fused 0x, conv chains refused 0x; skipped: 1 x dense consumer "
-            "under --schedule)") in text
+    assert ("fusion: on (conv chains: 2 of 7 fused (4 refused: intermediate has another reader, "
+            "1 skipped: input not made by a conv))") in text
     assert ("lower bound 120 B without our fusion -> 100 B (both with this build's planner: "
             "in-place, concat in place)") in text
-    assert report.to_dict()["fusion"]["skipped"] == {"dense consumer under --schedule": 1}
+    assert report.to_dict()["fusion"]["skipped"] == report.fusion_skipped
+    report.fusion = {"attention": 1, "conv_chain": "off"}
     report.fusion_skipped = {}
-    assert "skipped" not in report.format_text()
+    assert "fusion: on (attention fused 1x, conv chains: off)" in report.format_text()
+    assert report.to_dict()["fusion"]["fused"]["conv_chain"] == "off"
 
 
-def test_fusion_skips_counts_dense_consumers_left_by_auto_under_schedule():
+def test_fusion_skips_gives_every_reason_a_chain_was_not_fused():
     from relax_memplan.compile.fusion_summary import fusion_skips
+    from relax_memplan.pipeline import fusion_counts
     from relax_memplan.transform.fuse_conv_chain import FuseConvChain
 
     chain = FuseConvChain(consumers="depthwise")
-    chain.skipped = {"dense_consumer": 2, "other_consumer": 1}
-    assert fusion_skips([chain]) == {"dense consumer under --schedule": 2}
-    chain.skipped = {"other_consumer": 1}  # refused, counted in fused/refused already
+    chain.fused = 1
+    chain.skipped = {"dense_consumer": 2, "other_consumer": 1, "scratch": 1, "no_producer": 1}
+    assert fusion_skips([chain]) == {"skipped: dense consumer under --schedule": 2,
+                                     "refused: intermediate has another reader": 1,
+                                     "refused: scratch of the threads not smaller than the "
+                                     "intermediate": 1,
+                                     "skipped: input not made by a conv": 1}
+    counts = fusion_counts([chain])
+    assert (counts["conv_chain"], counts["conv_chain_refused"],
+            counts["conv_chain_candidates"]) == (1, 2, 6)
+    chain.skipped = {}
     assert fusion_skips([chain]) == {} and fusion_skips(None) == {}
 
 

@@ -200,9 +200,26 @@ _TIR_INT_LITERAL = re.compile(r"T\.u?int(?:8|16|32|64)\((-?\d+)\)")
 def expr_text(expr, simplify: bool = False) -> str:
     """A shape or size expression as a user reads it: ``seq - 1`` rather than TVMScript's
     ``seq - T.int64(1)``; an int as itself. ``simplify``: through ``tvm.sym.Analyzer`` first
-    (``batch * seq * 512`` for ``4 * batch * 2 * seq * 64``)."""
+    (``batch * seq * 512`` for ``4 * batch * 2 * seq * 64``). A dim is named as the model
+    and ``--dim`` name it (``p2o.DynamicDimension.1``, not TVMScript's ``p2o_DynamicDimension_1``)."""
     if isinstance(expr, int):
         return str(expr)
     if simplify:
         expr = tvm.sym.Analyzer().simplify(expr)
-    return _TIR_INT_LITERAL.sub(r"\1", str(expr))
+    text = _TIR_INT_LITERAL.sub(r"\1", str(expr))
+    for name in {v.name for v in _expr_vars(expr)}:  # TVMScript prints a.b as a_b
+        printed = re.sub(r"\W", "_", name)
+        if printed != name:
+            text = re.sub(rf"(?<![\w.]){re.escape(printed)}(?!\w)", name, text)
+    return text
+
+
+def _expr_vars(expr):
+    """The vars of a shape expression (the node kinds :func:`evaluate_int` knows)."""
+    if type(expr).__name__ == "Var":
+        yield expr
+        return
+    for field in ("a", "b", "value", "condition", "true_value", "false_value"):
+        child = getattr(expr, field, None)
+        if child is not None and not isinstance(child, (int, float)):
+            yield from _expr_vars(child)

@@ -35,8 +35,19 @@ from ..transform.reorder_for_memory import ReorderForMemory
 __all__ = ["FusionSummary", "summarize_fusion", "count_kernel_calls", "ort_optimized_nodes",
            "fusion_skips"]
 
-#: FuseConvChain skip reason -> words in the report (a chain the build's mode does not fuse).
-_SKIP_WORDS = {"dense_consumer": "dense consumer under --schedule"}
+#: FuseConvChain reason -> words in the report: every strided conv the pass looked at and did
+#: not fuse has one (fused + these = the candidates, the same total in every mode); "refused"
+#: are pairs the pass could fuse but its memory rules or another reader forbid, "skipped"
+#: convs not in a fusable form or not fused in this mode.
+_SKIP_WORDS = {"other_consumer": "refused: intermediate has another reader",
+               "peak": "refused: live bytes would not improve",
+               "scratch": "refused: scratch of the threads not smaller than the intermediate",
+               "dense_consumer": "skipped: dense consumer under --schedule",
+               "kernel_below_stride": "skipped: kernel smaller than its stride",
+               "no_producer": "skipped: input not made by a conv",
+               "form": "skipped: producer conv not in the supported form",
+               "epilogue": "skipped: op between the convs not a supported epilogue",
+               "overlap": "skipped: producer already fused into another chain"}
 
 
 @dataclass
@@ -112,17 +123,22 @@ def _settings_words(planner) -> str:
 
 
 def fusion_skips(passes) -> dict:
-    """Chains one build's fusion passes found but its mode left unfused, by reason in words
-    (``{"dense consumer under --schedule": 1}``: ``conv_chain="auto"`` with our CPU schedules
-    fuses depthwise consumers only); empty when none or fusion is off. Newcomer trial: yolov8n
-    under ``--schedule`` printed "conv chains fused 0x, conv chains refused 0x", its stem
-    pair skipped without a word."""
+    """Conv chain candidates one build's fusion passes did not fuse, by reason in words
+    (``{"skipped: dense consumer under --schedule": 7}``: ``conv_chain="auto"`` with our CPU
+    schedules fuses depthwise consumers only; ``{"refused: intermediate has another reader":
+    3}``), every reason of :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain`
+    (``skipped``); empty when none or fusion is off. With the fused chains they add up to the
+    candidates (``fusion_counts()["conv_chain_candidates"]``), the same in every mode.
+    Newcomer trials: yolov8n under ``--schedule`` printed "conv chains fused 0x, conv chains
+    refused 0x", its stem pair skipped without a word; without it "fused 2x, refused 4x" with
+    no reason, and one of its 7 strided convs in no count."""
     skips = {}
     for p in passes or []:
         if p.info.name == "FuseConvChain":
-            for reason, words in _SKIP_WORDS.items():
-                if p.skipped.get(reason):
-                    skips[words] = int(p.skipped[reason])
+            for reason, n in p.skipped.items():
+                if n:
+                    words = _SKIP_WORDS.get(reason, f"skipped: {reason}")
+                    skips[words] = skips.get(words, 0) + int(n)
     return skips
 
 

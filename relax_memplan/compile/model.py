@@ -30,8 +30,10 @@ from .build import build, export_library
 from .fusion_summary import fusion_skips, summarize_fusion
 from .not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
+from .shape_casts import check_shape_casts
 from .options import BuildOptions, CheckOptions, library_path_for
-from .shapes import check_dims_up_front, fit_values, sample_dims, shapes_at, symbolic_dims
+from .shapes import (check_dims_up_front, fit_values, flag_spelling, sample_dims, shapes_at,
+                     symbolic_dims)
 from .summary import static_functions, summarize_dynamic
 
 __all__ = ["CompileResult", "compile_model", "compile_strategies", "compile_and_measure",
@@ -120,7 +122,9 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
     """
     say = progress or (lambda _msg: None)
     dims = dict(dim_ranges or {})
-    onnx_model, name, mod, info = _import(model, shapes, dims, options.prepare, say)
+    onnx_model, name, mod, info, renames = _import(model, shapes, dims, options.prepare, say)
+    if renames:  # --dim p2o_DynamicDimension_1 (as printed) for p2o.DynamicDimension.1
+        dims, options = _renamed(dims, options, renames)
     source = ModelSource(mod=mod, name=name, info=info, onnx_model=onnx_model,
                          values=dict(input_values or {}),
                          notes=[n for n in info.notes if not dims or "kept symbolic" not in n])
@@ -134,7 +138,8 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
 
 
 def _import(model, shapes, dims, prepare: bool, say):
-    """(onnx model, report name, Relax module, ImportInfo); dims stay symbolic with ranges."""
+    """(onnx model, report name, Relax module, ImportInfo, dim renames); dims stay symbolic
+    with ranges; renames: :func:`~relax_memplan.compile.shapes.flag_spelling`."""
     from .. import frontend
     from ..examples import example_cnn
     from ..onnx_prepare import STEP_NAMES
@@ -142,11 +147,32 @@ def _import(model, shapes, dims, prepare: bool, say):
     name = model_name(model)
     onnx_model = (example_cnn() if model is None else model if hasattr(model, "graph")
                   else frontend.load_onnx(model))
-    check_dims_up_front(onnx_model, shapes, dims)  # before any import or build
+    shapes = _input_spelling(onnx_model, shapes)
+    renames = check_dims_up_front(onnx_model, shapes, dims)  # before any import or build
     say(f"importing {name} " + ("with symbolic dims" if dims else "with TVM's ONNX frontend"))
     mod, info = frontend.import_onnx(onnx_model, dict(shapes or {}), keep_dynamic=bool(dims),
                                      prepare_steps=STEP_NAMES if prepare else ())
-    return onnx_model, name, mod, info
+    return onnx_model, name, mod, info, renames
+
+
+def _input_spelling(onnx_model, shapes):
+    """``--shape`` keyed by the model's input names, an input also taken in its printed
+    spelling (``input_1`` for ``input.1``, :func:`~.shapes.flag_spelling`)."""
+    from ..input_shapes import graph_inputs
+
+    shapes = dict(shapes or {})
+    names = [v.name for v in graph_inputs(onnx_model)]
+    renames = flag_spelling(names, list(shapes))
+    return {renames.get(n, n): s for n, s in shapes.items()}
+
+
+def _renamed(dims, options: BuildOptions, renames):
+    """Dim ranges, buckets and dispatch values under the model's dim names."""
+    def rename(named):
+        return {renames.get(n, n): v for n, v in named.items()}
+
+    return rename(dims), _replace(options, buckets=rename(options.buckets),
+                                  dispatch=rename(options.dispatch))
 
 
 def model_name(model) -> str:
@@ -168,6 +194,7 @@ def _points(source: ModelSource, dims, check: CheckOptions) -> List[Dict[str, in
         raise ShapeSpecError(f"values given for unknown input(s) {unknown}; "
                              f"inputs: {list(info.input_shapes)}")
     symbolic = symbolic_dims(source.mod, info, dims) if dims else []
+    check_shape_casts(source.mod, {n: dims[n] for n in symbolic})
     points = sample_dims({n: dims[n] for n in symbolic}, check.sample_shapes, check.seed)
     have = physical_memory_bytes()
     for point in points:
@@ -270,6 +297,17 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
     return b
 
 
+def _fusion_counts(passes, options: BuildOptions):
+    """:func:`fusion_counts` of a build's fusion passes (None: fusion off), with
+    ``conv_chain: "off"`` where ``fusion_conv_chain: off`` removed the pass on a CPU target."""
+    if passes is None:
+        return None
+    counts = fusion_counts(passes)
+    if options.fusion_conv_chain == "off" and options.tvm_target.kind.name in ("llvm", "c"):
+        counts["conv_chain"] = "off"
+    return counts
+
+
 def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOptions,
                   tvm_rec) -> None:
     """The report of a build before any run: the plan's summary."""
@@ -277,7 +315,7 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
     b.report = CompileReport(model=source.name, target=str(options.tvm_target.kind.name),
                              arch=arch.arch if arch else None,
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
-                             fusion=fusion_counts(b.fusion) if b.fusion is not None else None,
+                             fusion=_fusion_counts(b.fusion, options),
                              fusion_skipped=fusion_skips(b.fusion),
                              loops=with_body_plans(loops_of(source.mod),
                                                    b.plan_pass.plans))

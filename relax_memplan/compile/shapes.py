@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import warnings
 from typing import Dict, List, Mapping, Sequence, Tuple
 
@@ -19,7 +20,8 @@ from ..input_shapes import plan_inputs
 from ..transform._dynamic_plan import sample_points
 
 __all__ = ["parse_dim_spec", "parse_values_spec", "sample_dims", "symbolic_dims", "shapes_at",
-           "with_shapes", "fit_values", "check_declared_dims", "check_dims_up_front"]
+           "with_shapes", "fit_values", "check_declared_dims", "check_dims_up_front",
+           "flag_spelling"]
 
 
 def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
@@ -157,12 +159,37 @@ def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
                              f"ranges; --dim {missing[0]}=1..1 keeps it at 1)")
 
 
-def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> None:
+def flag_spelling(symbolic: Sequence[str], given: Sequence[str]) -> Dict[str, str]:
+    """Given dim names written as TVMScript prints them -> the model's own names.
+
+    TVMScript prints ``p2o.DynamicDimension.1`` as ``p2o_DynamicDimension_1`` (a Python
+    identifier); ``--dim`` takes both. A given name that is not in ``symbolic`` maps to the
+    one name of ``symbolic`` with the same identifier form; names already in ``symbolic``,
+    or matching none or several, are left out.
+    """
+    by_identifier: Dict[str, List[str]] = {}
+    for name in symbolic:
+        by_identifier.setdefault(_identifier(name), []).append(name)
+    return {g: by_identifier[g][0] for g in given
+            if g not in symbolic and len(by_identifier.get(g, ())) == 1}
+
+
+def _identifier(name: str) -> str:
+    return re.sub(r"\W", "_", name)
+
+
+def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> Dict[str, str]:
     """Before importing: the ONNX model's symbolic dims against ``--shape`` and ``--dim``.
 
     With ranges, :func:`check_declared_dims` (an error before any import or build). Without,
     a dim that no ``--shape`` fixes is compiled at 1: an :class:`UndeclaredDimWarning` says
     so and how to declare it.
+
+    Returns
+    -------
+    dict of str to str
+        The dim names given in their printed spelling, to the model's (:func:`flag_spelling`);
+        the checks ran on the model's names.
 
     Raises
     ------
@@ -172,8 +199,10 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
     plan = plan_inputs(onnx_model, dict(shapes or {}), keep_dynamic=True)
     symbolic = list(dict.fromkeys(d for dims in plan.input_dims.values() for d in dims
                                   if isinstance(d, str)))
+    renames = flag_spelling(symbolic, list(dim_ranges))
     if dim_ranges:
-        check_declared_dims(symbolic, plan.fixed, dim_ranges)
+        check_declared_dims(symbolic, plan.fixed, {renames.get(n, n): r
+                                                   for n, r in dim_ranges.items()})
     elif symbolic:
         fix = " ".join(f"--shape {name}={','.join('1' if isinstance(d, str) else str(d) for d in dims)}"
                        for name, dims in plan.input_dims.items()
@@ -181,6 +210,7 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
         warnings.warn(UndeclaredDimWarning(
             f"symbolic dim(s) {', '.join(symbolic)} not declared: compiled at 1 (compile once "
             f"for a range with {_dim_flags(symbolic)}, or fix them with {fix})"), stacklevel=3)
+    return renames
 
 
 def _dim_flags(names: Sequence[str]) -> str:

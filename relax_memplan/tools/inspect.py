@@ -16,7 +16,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Union
 
-__all__ = ["InputSummary", "ModelSummary", "inspect_onnx", "suggest_dim_range", "loop_forms"]
+__all__ = ["InputSummary", "ModelSummary", "inspect_onnx", "suggest_dim_range", "loop_forms",
+           "downsampling_factor"]
 
 _BATCH = re.compile(r"batch|^n$|^b$|^N$", re.IGNORECASE)
 _SEQUENCE = re.compile(r"seq|len|token|time|step|position|past|sentence", re.IGNORECASE)
@@ -201,6 +202,57 @@ def suggest_dim_range(name: str) -> str:
     return "1..64"
 
 
+_STRIDED = ("Conv", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool", "LpPool")
+
+
+def downsampling_factor(graph) -> int:
+    """The largest product of spatial strides on a path from the graph's inputs (``Conv``
+    and pooling ``strides``); an image side must be a multiple of it for the feature maps
+    of different scales to line up again (FPN/YOLO necks: a ``Resize`` or strided conv
+    output added or concatenated to a finer map). A strided op multiplies the factor of its
+    data input, an upsampling (``Resize``/``Upsample`` with constant scales,
+    ``ConvTranspose``) divides it, other ops take the largest of their inputs'. 32 for
+    ppocrv4-det and yolov8n; 1 without strided ops.
+    """
+    constants = _constants(graph)
+    factor: Dict[str, int] = {}
+    for node in graph.node:
+        f = max((factor.get(name, 1) for name in node.input[:1] if name), default=1)
+        if node.op_type not in _STRIDED + _UPSAMPLING:  # elementwise, Concat, ...: the max
+            f = max((factor.get(name, 1) for name in node.input if name), default=1)
+        elif node.op_type in _STRIDED:
+            f *= _stride(node)
+        elif node.op_type == "ConvTranspose":
+            f = max(1, f // _stride(node))
+        else:  # Resize / Upsample with constant scales
+            scales = [constants.get(name) for name in node.input[1:] if name]
+            scales = [x for x in scales if x is not None and x.dtype.kind == "f" and x.size]
+            f = max(1, f // max(1, int(max(scales[0].reshape(-1))))) if scales else f
+        for name in node.output:
+            factor[name] = f
+    return max(factor.values(), default=1)
+
+
+_UPSAMPLING = ("ConvTranspose", "Resize", "Upsample")
+
+
+def _stride(node) -> int:
+    """The largest of a node's ``strides`` (1 without)."""
+    strides = [list(a.ints) for a in node.attribute if a.name == "strides"]
+    return max(strides[0], default=1) if strides else 1
+
+
+def _image_dims(inputs: List[InputSummary], factor: int) -> Dict[str, str]:
+    """Suggested ranges for the symbolic N, H and W of 4-D inputs (NCHW) when the model has
+    strides: ``1..8`` for N, H and W on the downsampling grid (``32..320:32`` for 32)."""
+    if factor <= 1:
+        return {}
+    images = [inp.dims for inp in inputs if inp.dims is not None and len(inp.dims) == 4]
+    batch = {dims[0]: "1..8" for dims in images if isinstance(dims[0], str)}
+    return {**batch, **{d: f"{factor}..{10 * factor}:{factor}" for dims in images
+                        for d in dims[2:] if isinstance(d, str)}}
+
+
 def inspect_onnx(model) -> ModelSummary:
     """Summarize an ONNX model for compiling: inputs, dims, opsets, ops, the ops our
     preparation steps convert, and the ops nothing converts.
@@ -250,5 +302,6 @@ def inspect_onnx(model) -> ModelSummary:
         unsupported_ops=frontend.unsupported_ops(onnx_model, CONVERTER_STEP_NAMES),
         converted_ops=converted,
         symbolic_dims=symbolic,
-        suggested_dims={name: suggest_dim_range(name) for name in symbolic},
+        suggested_dims={**{name: suggest_dim_range(name) for name in symbolic},
+                        **_image_dims(inputs, downsampling_factor(onnx_model.graph))},
     )

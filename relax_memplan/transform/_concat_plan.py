@@ -7,7 +7,9 @@ every dim is 1 has each input as one contiguous byte range of its output. Placin
 output; the concat call is then dropped (its output is the ``alloc_tensor`` of the whole
 range). The idea is "concat in place" of TensorFlow's and MXNet's graph memory planners.
 
-Conditions (each refusal is counted under its reason, :data:`REASONS` order): every input is
+Conditions (each refusal is counted under its reason, :data:`REASONS` order): the kernel is a
+plain concatenation (a kernel named after ``R.concat`` but fused or scheduled is counted as
+refused, :data:`NOT_PLAIN`, so that every concatenation call has a count); every input is
 the whole storage of a tensor this planner places (not a function parameter, constant,
 view/alias of other storage, nor in a tuple used otherwise than through ``TupleGetItem``);
 inputs and output have one dtype, device and scope; each input appears once, in one
@@ -81,8 +83,14 @@ def _dims_before_axis_one(tensors, axis: int) -> bool:
     return all(all(d == 1 for d in t.shape[:axis]) for t in tensors)
 
 
+#: Refusal of a concatenation kernel fused with other ops or scheduled (its calls still count).
+NOT_PLAIN = "kernel not a plain concatenation (fused with other ops or scheduled)"
+
+
 def _site_refusal(site, tensors, overwritten, in_pairs, alignment_bytes) -> Optional[str]:
     """Why ``site`` may not be written in place, ``None`` if it may (module docstring)."""
+    if site.axis is None:
+        return NOT_PLAIN
     facts = list(site.inputs) + [site.output]
     if any(isinstance(f, str) for f in facts):
         return next(f for f in facts if isinstance(f, str))

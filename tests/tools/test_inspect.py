@@ -100,3 +100,41 @@ def test_loops_name_the_form_they_take_not_only_the_step():
     assert ("Loop (1 node, step unroll_loops: 1 recursive: a body function per iteration)"
             in text), text
     assert "step unroll_loops: 1 unrolled)" in inspect_onnx(loop_model(trip=5)).format_text()
+
+
+def _fpn_model(strides=(2, 2), scale=2.0):
+    """x [n, 3, h, w] -> two strided 1x1 convs -> Resize x``scale`` -> Add to the first
+    conv's output (an FPN merge): downsampling factor ``strides[0] * strides[1] / scale``."""
+    from onnx import numpy_helper
+
+    w = numpy_helper.from_array(np.ones((3, 3, 1, 1), np.float32), "w")
+    scales = numpy_helper.from_array(np.array([1, 1, scale, scale], np.float32), "scales")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c1"], strides=[strides[0]] * 2),
+         helper.make_node("Conv", ["c1", "w"], ["c2"], strides=[strides[1]] * 2),
+         helper.make_node("Resize", ["c2", "", "scales"], ["up"], mode="nearest"),
+         helper.make_node("Add", ["up", "c1"], ["y"])], "fpn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "rows", "cols"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[w, scales])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_downsampling_factor_multiplies_strides_and_divides_by_upsampling():
+    from relax_memplan.tools.inspect import downsampling_factor
+
+    assert downsampling_factor(_fpn_model().graph) == 4  # the coarsest map, not after Resize
+    assert downsampling_factor(_fpn_model((2, 4), 4.0).graph) == 8
+    assert downsampling_factor(_fpn_model((1, 1), 1.0).graph) == 1
+
+
+def test_image_dims_are_suggested_on_the_downsampling_grid_whatever_their_names():
+    """Newcomer trial: ppocrv4-det's dims (p2o.DynamicDimension.1) got 1..64, which the model
+    cannot take; the compile failed after 85 s of builds."""
+    summary = inspect_onnx(_fpn_model((2, 4), 4.0))
+    assert summary.suggested_dims == {"n": "1..8", "rows": "8..80:8", "cols": "8..80:8"}
+    from tests.conftest import shared_model
+
+    ppocr = inspect_onnx(shared_model("ppocrv4-det.onnx"))
+    assert ppocr.dim_flags() == ("--dim p2o.DynamicDimension.0=1..8 "
+                                 "--dim p2o.DynamicDimension.1=32..320:32 "
+                                 "--dim p2o.DynamicDimension.2=32..320:32")
