@@ -16,7 +16,9 @@ loop: every one of the 1000 outputs recomputes the whole max/exp/sum, a
 quadratic kernel (4-11 ms instead of 6 us), and the parallel tasks all write
 the same reduction buffer. :class:`RowReduction` runs the rule and keeps its
 schedule only when the loop over the reduction blocks is as long as their
-rows (the product of their spatial extents).
+rows (the product of their spatial extents), and only from ``min_reduction_work``
+iterations of its largest reduction: below that TVM's unscheduled loop nest (or
+:class:`~relax_memplan.schedules.cpu_fallback.SpatialFallback`) is as fast or faster.
 """
 
 from __future__ import annotations
@@ -42,6 +44,20 @@ def _rows(block: s_tir.SBlock):
     return rows
 
 
+def reduction_work(blocks) -> Optional[int]:
+    """Iterations (rows x reduction length, in elements read) of the largest of the reduction
+    ``blocks``; ``None`` when an extent is symbolic."""
+    largest = 0
+    for block in blocks:
+        work = 1
+        for iv in block.iter_vars:
+            if not isinstance(iv.dom.extent, tirx.IntImm):
+                return None
+            work *= int(iv.dom.extent.value)
+        largest = max(largest, work)
+    return largest
+
+
 class RowReduction(dlight.ScheduleRule):
     """dlight's CPU ``Reduction``, rejected when its outer loop is not the row loop.
 
@@ -49,16 +65,33 @@ class RowReduction(dlight.ScheduleRule):
     ----------
     rule : tvm.s_tir.dlight.ScheduleRule, optional
         The rule to check (default ``dlight.cpu.Reduction()``).
+    min_reduction_work : int
+        Fewest iterations (rows x reduction length, constant shapes) of the function's largest
+        reduction block for the rule to be kept; below it the function is left to the next
+        rule (:class:`~relax_memplan.schedules.cpu_fallback.SpatialFallback`) or unscheduled.
+        Symbolic shapes are always kept. Measured per kernel in isolation (``time_evaluator``,
+        one thread, shared 2-core znver4, medians of 9 x 200 calls): ultraface's softmax over
+        ``(4420, 2)`` (8,840) 85 us with dlight's schedule against 5.5 us declined; ppocrv4-det's
+        squeeze-excitation kernels (a 1x1 conv on a 1x1 map, 144 to 36,864) 0.11-120 us against
+        0.06-112 us, e.g. the gate multiply over ``96 x 80 x 80`` 834 against 271 us; from
+        153,600 (ppocrv4-det's means over 40 x 40 and 80 x 80 maps, squeezenet's 13 x 13 mean)
+        the two were within noise, and at two threads (``fallback_bench.py``) dlight's parallel
+        row loop did not beat TVM's serial one on any mean of ppocrv4-det.
     """
 
-    def __init__(self, rule: Optional[dlight.ScheduleRule] = None):
+    def __init__(self, rule: Optional[dlight.ScheduleRule] = None,
+                 min_reduction_work: int = 1 << 17):
         self.rule = rule if rule is not None else dlight.cpu.Reduction()
+        self.min_reduction_work = min_reduction_work
 
     def apply(self, func, target, tunable):
         if not isinstance(func, tirx.PrimFunc):
             return None
         blocks = reduction_blocks(func)
         if not blocks:
+            return None
+        work = reduction_work(blocks)
+        if work is not None and work < self.min_reduction_work:
             return None
         result = self.rule.apply(func, target, tunable)
         sch = result[0] if isinstance(result, list) and result else result
