@@ -74,15 +74,19 @@ def test_row_reduction_threshold_is_the_parameter():
             _kernel((4420, 2), "softmax"), target, False) is None
 
 
-def test_one_row_softmax_matches_unscheduled_build():
-    mod = _module((1, 1000), "softmax")
-    x = np.random.default_rng(0).standard_normal((1, 1000), dtype="float32") * 30
+@pytest.mark.parametrize("shape", [(1, 1000), (4420, 2), (37, 5)])  # declined: the next rules
+def test_softmax_matches_unscheduled_build(shape):
+    mod = _module(shape, "softmax")
+    x = np.random.default_rng(0).standard_normal(shape, dtype="float32") * 30
     outs = []
     for schedule in (False, True):
         target = host_target()
         ex = tvm.compile(mod, target, relax_pipeline=get_pipeline(target, schedule=schedule))
         outs.append(relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-7)
+    ref = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(outs[1], ref / ref.sum(axis=-1, keepdims=True), rtol=1e-4,
+                               atol=1e-6)
 
 
 # --- VectorRowReduction: layer norm / RMS norm with vectorized partial sums --------------------
