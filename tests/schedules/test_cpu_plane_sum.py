@@ -76,16 +76,26 @@ def check_numerics():
     float64 numpy reference; run in a subprocess so that an out-of-bounds store fails the test
     instead of killing pytest."""
     for shape, kwargs in NUMERIC_CASES:
-        func = _kernel(shape, **kwargs)
-        assert _apply(VectorPlaneSum(), func) is not None, shape
-        x = np.random.default_rng(1).standard_normal(shape, dtype="float32")
-        target = host_target()
-        ex = tvm.compile(_module(shape, **kwargs), target,
-                         relax_pipeline=get_pipeline(target, schedule=True))
-        got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-        fn = np.mean if kwargs.get("op", "mean") == "mean" else np.sum
-        ref = fn(x.astype("float64"), axis=(2, 3), keepdims=kwargs.get("keepdims", True))
-        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, err_msg=str(shape))
+        _check_case(shape, kwargs)
+
+
+def _check_case(shape, kwargs, perturb: float = 0.0):
+    func = _kernel(shape, **kwargs)
+    assert _apply(VectorPlaneSum(), func) is not None, shape
+    x = np.random.default_rng(1).standard_normal(shape, dtype="float32")
+    target = host_target()
+    ex = tvm.compile(_module(shape, **kwargs), target,
+                     relax_pipeline=get_pipeline(target, schedule=True))
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    fn = np.mean if kwargs.get("op", "mean") == "mean" else np.sum
+    ref = fn(x.astype("float64"), axis=(2, 3), keepdims=kwargs.get("keepdims", True)) + perturb
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, err_msg=str(shape))
+
+
+def test_numeric_check_fails_on_a_wrong_value():
+    """The tolerance of :func:`check_numerics` rejects a mean off by 1e-3."""
+    with pytest.raises(AssertionError):
+        _check_case((1, 24, 10, 10), {}, perturb=1e-3)
 
 
 def test_vector_plane_sum_matches_numpy_odd_sizes_subprocess():
