@@ -46,6 +46,7 @@ def _apply(rule, func):
     ((1, 8, 4, 200), {}, False),                         # W = 200 > max_vector_elements
     ((8, 128), {"axes": (1,)}, False),                   # one reduction axis: not a plane
     ((1, 8, 16, 16), {"axes": (1, 2)}, False),           # W is not the innermost input axis
+    ((tirx.Var("n", "int64"), 8, 10, 10), {}, False),    # symbolic: left to the next rule
 ])
 def test_vector_plane_sum_applies_only_to_trailing_planes(shape, kwargs, applies):
     assert (_apply(VectorPlaneSum(), _kernel(shape, **kwargs)) is not None) == applies
