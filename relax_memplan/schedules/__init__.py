@@ -26,7 +26,7 @@ from .codegen_guard import CodegenGuard, vector_codegen_risk
 from .cpu_conv import DirectConv
 from .cpu_fallback import SpatialFallback
 from .cpu_gemv import DotProductGEMV
-from .cpu_reduction import RowReduction, VectorRowReduction
+from .cpu_reduction import RowReduction, VectorPlaneSum, VectorRowReduction
 from .cpu_matmul import GenericMatmul, StaticMatmul, TileConfig, simd_lanes
 from .host import NO_GATHER_FEATURES, host_target
 from .gpu import GuardedRule, gpu_schedule_pass, gpu_schedule_rules, schedule_gpu_prim_func
@@ -44,6 +44,7 @@ __all__ = [
     "SpatialFallback",
     "StaticMatmul",
     "TileConfig",
+    "VectorPlaneSum",
     "VectorRowReduction",
     "cpu_schedule_rules",
     "cpu_schedule_pass",
@@ -82,7 +83,8 @@ def cpu_schedule_rules() -> list:
     lanes or one that encloses the reduction loop (per-lane gathers: the VAD model's
     ``[seq, 1, 64] @ [64, 1]`` head did not compile in 15 min for an AVX-512 host).
     Softmax / layer norm / RMS norm over the last axis get :class:`VectorRowReduction`
-    (vectorized partial sums); where it does not apply, dlight's ``Reduction`` is kept
+    (vectorized partial sums), sums / means over trailing axes :class:`VectorPlaneSum` (a
+    vector accumulator as wide as the innermost one); where neither applies, dlight's ``Reduction`` is kept
     only when its parallel loop runs over the rows (:class:`RowReduction`: with one row
     it recomputes the row per output).
     :class:`SpatialFallback` (guarded too) comes last: parallel outer loops and short
@@ -94,7 +96,8 @@ def cpu_schedule_rules() -> list:
     """
     return [DirectConv(), StaticMatmul(), GenericMatmul(),
             GuardedRule(CodegenGuard(DotProductGEMV(dlight.cpu.GEMV()))),
-            GuardedRule(VectorRowReduction()), GuardedRule(RowReduction(dlight.cpu.Reduction())),
+            GuardedRule(VectorRowReduction()), GuardedRule(VectorPlaneSum()),
+            GuardedRule(RowReduction(dlight.cpu.Reduction())),
             GuardedRule(SpatialFallback())]
 
 

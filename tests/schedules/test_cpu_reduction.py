@@ -45,19 +45,48 @@ def _kernel(shape, kind):
                                            ((8, 128), True), ((2, 4, 16, 16), True),
                                            ((tirx.Var("n", "int64"), 128), True)])
 def test_row_reduction_only_parallel_over_rows(kind, shape, applies):
+    rule = RowReduction(min_reduction_work=0)  # the row check alone, at any size
     with host_target() as target:
-        assert (RowReduction().apply(_kernel(shape, kind), target, False) is not None) == applies
+        assert (rule.apply(_kernel(shape, kind), target, False) is not None) == applies
 
 
-def test_one_row_softmax_matches_unscheduled_build():
-    mod = _module((1, 1000), "softmax")
-    x = np.random.default_rng(0).standard_normal((1, 1000), dtype="float32") * 30
+@pytest.mark.parametrize("shape,applies", [
+    ((4420, 2), False),     # ultraface's softmax: 8,840 iterations, 85 us with dlight, 5.5 declined
+    ((8, 128), False),      # 1,024
+    ((511, 256), False),    # 130,816: just below 1 << 17
+    ((512, 256), True),     # 131,072: the threshold itself
+    ((1000, 169), True),    # squeezenet's mean size: within noise, kept
+    ((tirx.Var("n", "int64"), 2), True),  # symbolic: work unknown, kept
+])
+def test_row_reduction_declines_below_min_reduction_work(shape, applies):
+    with host_target() as target:
+        got = RowReduction().apply(_kernel(shape, "softmax"), target, False)
+    assert (got is not None) == applies
+
+
+def test_row_reduction_threshold_is_the_parameter():
+    """The decline comes from ``min_reduction_work``, not from the shape alone: lowered, the same
+    small softmax is taken; raised, a large one is declined."""
+    with host_target() as target:
+        assert RowReduction(min_reduction_work=8840).apply(
+            _kernel((4420, 2), "softmax"), target, False) is not None
+        assert RowReduction(min_reduction_work=8841).apply(
+            _kernel((4420, 2), "softmax"), target, False) is None
+
+
+@pytest.mark.parametrize("shape", [(1, 1000), (4420, 2), (37, 5)])  # declined: the next rules
+def test_softmax_matches_unscheduled_build(shape):
+    mod = _module(shape, "softmax")
+    x = np.random.default_rng(0).standard_normal(shape, dtype="float32") * 30
     outs = []
     for schedule in (False, True):
         target = host_target()
         ex = tvm.compile(mod, target, relax_pipeline=get_pipeline(target, schedule=schedule))
         outs.append(relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-5, atol=1e-7)
+    ref = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(outs[1], ref / ref.sum(axis=-1, keepdims=True), rtol=1e-4,
+                               atol=1e-6)
 
 
 # --- VectorRowReduction: layer norm / RMS norm with vectorized partial sums --------------------
