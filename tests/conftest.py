@@ -48,3 +48,24 @@ def relax_ops(mod, func_name: str = "main") -> list:
 
     relax.analysis.post_order_visit(mod[func_name].body, visit)
     return ops
+
+
+def mlp_model(dim="n"):
+    """y[dim, 8] = relu(x[dim, 16] @ w1) @ w2: two intermediate tensors with a symbolic first
+    dim, seconds to build (for tests where the model is incidental)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    w1 = helper.make_tensor("w1", TensorProto.FLOAT, [16, 32], rng.standard_normal(512).tolist())
+    w2 = helper.make_tensor("w2", TensorProto.FLOAT, [32, 8], rng.standard_normal(256).tolist())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w2"], ["y"])], "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dim, 8])], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

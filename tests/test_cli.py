@@ -8,7 +8,7 @@ import tvm
 from tvm import relax
 
 from relax_memplan.cli import EXIT_ERROR, main
-from tests.conftest import shared_model
+from tests.conftest import mlp_model, shared_model
 
 REQUIRED_KEYS = ("lower_bound_bytes", "arena_bytes", "tvm_default_bytes", "runtime_alloc_bytes",
                  "max_abs_error")
@@ -309,23 +309,11 @@ def test_bad_bucket_and_dispatch_options_are_one_line(capsys, argv, words):
 
 
 def _mlp_model(path):
-    """y[batch, 8] = relu(x[batch, 16] @ w1) @ w2: two symbolic intermediates, seconds to build
-    (for tests where the model is incidental)."""
-    import numpy as np
+    """The small MLP of :func:`tests.conftest.mlp_model` with a symbolic ``batch``, saved to
+    ``path`` (for tests where the model is incidental)."""
     import onnx
-    from onnx import TensorProto, helper
 
-    rng = np.random.default_rng(0)
-    w1 = helper.make_tensor("w1", TensorProto.FLOAT, [16, 32], rng.standard_normal(512).tolist())
-    w2 = helper.make_tensor("w2", TensorProto.FLOAT, [32, 8], rng.standard_normal(256).tolist())
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-         helper.make_node("MatMul", ["r", "w2"], ["y"])], "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])], [w1, w2])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    onnx.save(mlp_model("batch"), str(path))
     return str(path)
 
 

@@ -1,36 +1,17 @@
 """The one compile path: a fixed shape is the one-row case; several strategies share one
 import, one TVM build and the same inputs."""
 
-import numpy as np
-import onnx
-from onnx import TensorProto, helper
-
 from relax_memplan import frontend
 from relax_memplan.compile import BuildOptions, CheckOptions, compile_model, compile_strategies
 import relax_memplan.compile.model as model_module
-
-
-def _mlp(dim="n"):
-    """y[dim, 8] = relu(x[dim, 16] @ w1) @ w2: two intermediate tensors."""
-    rng = np.random.default_rng(0)
-    w1 = helper.make_tensor("w1", TensorProto.FLOAT, [16, 32], rng.standard_normal(512).tolist())
-    w2 = helper.make_tensor("w2", TensorProto.FLOAT, [32, 8], rng.standard_normal(256).tolist())
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-         helper.make_node("MatMul", ["r", "w2"], ["y"])], "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dim, 8])], [w1, w2])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+from tests.conftest import mlp_model
 
 
 TWO = BuildOptions(strategies=("upper_bound", "exact"))
 
 
 def test_fixed_shape_is_one_row_with_the_static_plan():
-    result = compile_model(_mlp(), {"x": (3, 16)}, check=CheckOptions(verify=True))
+    result = compile_model(mlp_model(), {"x": (3, 16)}, check=CheckOptions(verify=True))
     report = result.report
     assert report.strategy == "static" and report.is_static
     [row] = report.shapes
@@ -47,7 +28,7 @@ def test_strategies_share_one_import_one_tvm_build_and_the_inputs(monkeypatch):
     monkeypatch.setattr(frontend, "import_onnx", lambda *a, **k: imports.append(1) or real_import(*a, **k))
     monkeypatch.setattr(model_module, "build", lambda mod, tgt, planner, *a, **k:
                         builds.append(planner) or real_build(mod, tgt, planner, *a, **k))
-    results = compile_strategies(_mlp(), None, {"n": (1, 6)}, options=TWO,
+    results = compile_strategies(mlp_model(), None, {"n": (1, 6)}, options=TWO,
                                  check=CheckOptions(verify=True, sample_shapes=3))
     assert list(results) == ["upper_bound", "exact"]
     assert len(imports) == 1 and sorted(builds) == ["relax_memplan", "relax_memplan", "tvm"]
@@ -65,7 +46,7 @@ def test_report_names_an_in_memory_model_by_its_graph_not_its_text():
     weight) in the report's first line."""
     from relax_memplan.report_text import format_report
 
-    result = compile_model(_mlp(), {"x": (2, 16)}, check=CheckOptions(measure=False))
+    result = compile_model(mlp_model(), {"x": (2, 16)}, check=CheckOptions(measure=False))
     assert result.report.model == "graph 'mlp' (onnx.ModelProto)"
     first = format_report(result.report).splitlines()[0]
     assert first.endswith("graph 'mlp' (onnx.ModelProto)") and "node {" not in first
@@ -83,7 +64,7 @@ def test_tvm_comparison_build_gets_the_same_fusion_passes_as_ours(monkeypatch):
         return real_build(mod, tgt, planner, *a, **k)
 
     monkeypatch.setattr(model_module, "build", recording)
-    compile_model(_mlp(), {"x": (3, 16)}, options=BuildOptions(fusion_conv_chain="off"),
+    compile_model(mlp_model(), {"x": (3, 16)}, options=BuildOptions(fusion_conv_chain="off"),
                   check=CheckOptions(measure=False))
     assert seen["tvm"] == seen["relax_memplan"] and "FuseConvChain" not in seen["tvm"]
     assert "FuseAttention" in seen["tvm"]
