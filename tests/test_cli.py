@@ -190,6 +190,15 @@ def test_more_bad_input_is_one_line(capsys, argv, words):
     assert words in line
 
 
+@pytest.mark.parametrize("measure", [[], ["--no-measure"]])
+def test_input_value_that_does_not_fit_the_dtype_is_refused_with_or_without_measuring(
+        capsys, measure):
+    """Review: with --no-measure a value changed by the cast to the input's dtype (1e300 for
+    a float32 input) passed silently; measured, it was refused only after the build."""
+    line = _one_line_error(capsys, ["compile", "-q", "--input", "image=1e300"] + measure)
+    assert line == "relax-memplan: error: value for input 'image' changes when cast to float32"
+
+
 def test_binary_config_is_one_line(capsys, tmp_path):
     cfg = tmp_path / "bin.yaml"
     cfg.write_bytes(b"\x00\xff\xfe")

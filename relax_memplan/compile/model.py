@@ -20,6 +20,7 @@ import tvm
 from ..errors import RelaxMemplanError, RunError, ShapeSpecError
 from ..onnx_prepare.loop_facts import loops_of, with_body_plans
 from ..pipeline import fusion_counts, fusion_passes
+from ..reference import cast_value
 from ..report import CompileReport
 from ..transform.hoist_loop_storage import HoistLoopStorage
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
@@ -193,6 +194,8 @@ def _points(source: ModelSource, dims, check: CheckOptions) -> List[Dict[str, in
     if unknown:
         raise ShapeSpecError(f"values given for unknown input(s) {unknown}; "
                              f"inputs: {list(info.input_shapes)}")
+    for name, value in source.values.items():  # as a run would, also with --no-measure
+        cast_value(name, value, info.input_dtypes[name])
     symbolic = symbolic_dims(source.mod, info, dims) if dims else []
     check_shape_casts(source.mod, {n: dims[n] for n in symbolic})
     points = sample_dims({n: dims[n] for n in symbolic}, check.sample_shapes, check.seed)
