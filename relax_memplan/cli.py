@@ -201,7 +201,8 @@ def _write_outputs(args, results, plan_pass) -> None:
         for name, result in results.items():
             if result.library_path:
                 which = f" ({name})" if len(results) > 1 else ""
-                print(f"library{which} written to {result.library_path}")
+                print(f"library{which} written to {result.library_path}; "
+                      f"{_run_hint(result)}")
         if args.plot:
             _plot(args.plot, results, plan_pass)
         if args.report:
@@ -213,6 +214,16 @@ def _write_outputs(args, results, plan_pass) -> None:
             print(f"report written to {args.report}")
     except (OSError, RuntimeError) as err:
         raise RelaxMemplanError(f"cannot write output: {summarize_error(err)}") from None
+
+
+def _run_hint(result) -> str:
+    """How to run the library just written, as a command line to paste (quoted)."""
+    from .tools.run import run_command
+
+    command = run_command(result.library_path, list(result.report.inputs))
+    where = " on a host with a CUDA GPU" if result.report.target == "cuda" else ""
+    return (f"run it{where} with: {command}" if result.report.inputs else
+            f"run it{where} with: {command} --input NAME=FILE.npy (one per input)")
 
 
 def _plot(path, results, plan_pass) -> None:

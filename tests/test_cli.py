@@ -585,3 +585,25 @@ def test_dynamic_table_widens_byte_columns_to_the_longest_number():
     assert row.split() == ["batch=1000000", "393,216,000,000", "393,216,000,000", "1.000",
                            "393,216,000,064", "-", "-"]
     assert header.index("arena") + len("arena") == row.index("1.000") + len("1.000") - 9
+
+
+def test_run_hint_after_o_pastes_as_one_command_with_spaces_and_quotes(capsys, tmp_path,
+                                                                      monkeypatch):
+    """Newcomer trial: the run hint printed after -o was not shell-quoted, so a path with a
+    space or a quote broke when pasted."""
+    import shlex
+
+    import onnx
+
+    model = tmp_path / "mlp.onnx"
+    onnx.save(mlp_model(dim=2), model)
+    lib = tmp_path / "my lib's" / "m.so"
+    assert main(["compile", str(model), "-q", "--no-measure", "-o", str(lib)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    command = line.split("run it with: ", 1)[1]
+    assert command == f"relax-memplan run {shlex.quote(str(lib))} --input x=x.npy"
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "x.npy", np.ones((2, 16), "float32"))
+    words = shlex.split(command)  # what the shell hands over when it is pasted
+    assert main(words[1:]) == 0
+    assert "output0: float32 [2, 8]" in capsys.readouterr().out
