@@ -84,9 +84,9 @@ def _compile(args) -> int:
                                      input_values=input_values, progress=progress)
         _finish(progress)  # before TVM's collected log lines
     reports = {name: result.report for name, result in results.items()}
+    _warn_large_arena(args, reports.values())  # before the table, where it is seen
     print(format_side_by_side(reports) if len(reports) > 1
           else next(iter(reports.values())).format_text())
-    _warn_large_arena(args, reports.values())
     _write_outputs(args, results, options.plan_pass)
     if args.verify and any(r.verified is False for r in reports.values()):
         return EXIT_VERIFY_FAILED
@@ -95,12 +95,14 @@ def _compile(args) -> int:
 
 def _warn_large_arena(args, reports) -> None:
     """One warning line when the arena at the largest sampled shape exceeds this machine's
-    memory (:func:`~relax_memplan.tools.arena_warning.large_arena_warning`); none with -q."""
+    memory (:func:`~relax_memplan.tools.arena_warning.large_arena_warning`); none with -q.
+    Printed before the report (newcomer trial: after the table it scrolled by unseen)."""
     from .tools.arena_warning import large_arena_warning
 
     warning = None if args.quiet else large_arena_warning(reports)
     if warning:
-        print(f"relax-memplan: warning: {warning}", file=sys.stderr)
+        sys.stdout.flush()  # whatever stdout holds stays before it
+        print(f"relax-memplan: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _build_options(args, config):
