@@ -203,8 +203,7 @@ def _write_outputs(args, results, plan_pass) -> None:
         for name, result in results.items():
             if result.library_path:
                 which = f" ({name})" if len(results) > 1 else ""
-                print(f"library{which} written to {result.library_path}; "
-                      f"{_run_hint(result)}")
+                print(f"library{which} written to {result.library_path}{_run_hint(result)}")
         if args.plot:
             _plot(args.plot, results, plan_pass)
         if args.report:
@@ -219,13 +218,15 @@ def _write_outputs(args, results, plan_pass) -> None:
 
 
 def _run_hint(result) -> str:
-    """How to run the library just written, as a command line to paste (quoted)."""
+    """``; run it with: ...``, the command line that runs the library just written, quoted to
+    paste; empty for a cuda library (``relax-memplan run`` runs CPU libraries)."""
     from .tools.run import run_command
 
+    if result.report.target != "llvm":
+        return ""
     command = run_command(result.library_path, list(result.report.inputs))
-    where = " on a host with a CUDA GPU" if result.report.target == "cuda" else ""
-    return (f"run it{where} with: {command}" if result.report.inputs else
-            f"run it{where} with: {command} --input NAME=FILE.npy (one per input)")
+    return (f"; run it with: {command}" if result.report.inputs else
+            f"; run it with: {command} --input NAME=FILE.npy (one per input)")
 
 
 def _plot(path, results, plan_pass) -> None:

@@ -641,3 +641,10 @@ def test_run_hint_after_o_pastes_as_one_command_with_spaces_and_quotes(capsys, t
     words = shlex.split(command)  # what the shell hands over when it is pasted
     assert main(words[1:]) == 0
     assert "output0: float32 [2, 8]" in capsys.readouterr().out
+    # the other way round: `run` given the model says how to compile it, quoted too
+    quoted_model = lib.parent / "mlp.onnx"
+    onnx.save(mlp_model(dim=2), quoted_model)
+    assert main(["run", str(quoted_model)]) == EXIT_ERROR
+    hint = capsys.readouterr().err.split("`")[1]
+    assert shlex.split(hint) == ["relax-memplan", "compile", str(quoted_model), "-o",
+                                 str(lib.parent / "mlp.so")]

@@ -123,8 +123,10 @@ def _check_content(path) -> None:
         return
     if _is_onnx_model(path):
         library = _library_name_for(name)
+        command = " ".join(shlex.quote(w) for w in ("relax-memplan", "compile", os.fspath(path),
+                                                      "-o", library))
         raise ModelLoadError(f"{path} is an ONNX model, not a compiled library: compile it "
-                             f"first with `relax-memplan compile {path} -o {library}`")
+                             f"first with `{command}`")
 
 
 def _library_name_for(model_path: str) -> str:
