@@ -28,13 +28,13 @@ from .cli_args import (check_distinct_paths, check_environment, check_output_pat
 from .cli_parser import build_parser
 from .errors import RelaxMemplanError, summarize_error
 from .tools.console import native_log
-from .tools.run import refuse_compiled_library
+from .tools.interrupt import EXIT_INTERRUPTED, INTERRUPTED_LINE, OutputGuard, exit_on_interrupt
+from .tools.run import npz_path, refuse_compiled_library
 
 __all__ = ["main", "build_parser"]
 
 EXIT_ERROR = 1
 EXIT_VERIFY_FAILED = 3
-EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
 
@@ -84,9 +84,9 @@ def _compile(args) -> int:
                                      input_values=input_values, progress=progress)
         _finish(progress)  # before TVM's collected log lines
     reports = {name: result.report for name, result in results.items()}
+    _warn_large_arena(args, reports.values())  # before the table, where it is seen
     print(format_side_by_side(reports) if len(reports) > 1
           else next(iter(reports.values())).format_text())
-    _warn_large_arena(args, reports.values())
     _write_outputs(args, results, options.plan_pass)
     if args.verify and any(r.verified is False for r in reports.values()):
         return EXIT_VERIFY_FAILED
@@ -95,12 +95,14 @@ def _compile(args) -> int:
 
 def _warn_large_arena(args, reports) -> None:
     """One warning line when the arena at the largest sampled shape exceeds this machine's
-    memory (:func:`~relax_memplan.tools.arena_warning.large_arena_warning`); none with -q."""
+    memory (:func:`~relax_memplan.tools.arena_warning.large_arena_warning`); none with -q.
+    Printed before the report (newcomer trial: after the table it scrolled by unseen)."""
     from .tools.arena_warning import large_arena_warning
 
     warning = None if args.quiet else large_arena_warning(reports)
     if warning:
-        print(f"relax-memplan: warning: {warning}", file=sys.stderr)
+        sys.stdout.flush()  # whatever stdout holds stays before it
+        print(f"relax-memplan: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def _build_options(args, config):
@@ -201,7 +203,7 @@ def _write_outputs(args, results, plan_pass) -> None:
         for name, result in results.items():
             if result.library_path:
                 which = f" ({name})" if len(results) > 1 else ""
-                print(f"library{which} written to {result.library_path}")
+                print(f"library{which} written to {result.library_path}{_run_hint(result)}")
         if args.plot:
             _plot(args.plot, results, plan_pass)
         if args.report:
@@ -213,6 +215,18 @@ def _write_outputs(args, results, plan_pass) -> None:
             print(f"report written to {args.report}")
     except (OSError, RuntimeError) as err:
         raise RelaxMemplanError(f"cannot write output: {summarize_error(err)}") from None
+
+
+def _run_hint(result) -> str:
+    """``; run it with: ...``, the command line that runs the library just written, quoted to
+    paste; empty for a cuda library (``relax-memplan run`` runs CPU libraries)."""
+    from .tools.run import run_command
+
+    if result.report.target != "llvm":
+        return ""
+    command = run_command(result.library_path, list(result.report.inputs))
+    return (f"; run it with: {command}" if result.report.inputs else
+            f"; run it with: {command} --input NAME=FILE.npy (one per input)")
 
 
 def _plot(path, results, plan_pass) -> None:
@@ -229,7 +243,7 @@ def _plot(path, results, plan_pass) -> None:
 
 
 def _run(args) -> int:
-    from .tools.run import npz_path, run_library, save_outputs
+    from .tools.run import run_library, save_outputs
 
     check_distinct_paths([("library", args.library)] + input_files(args.input),
                          [("--output", args.output and npz_path(args.output))])
@@ -348,6 +362,21 @@ def _warnings_as_lines(quiet: bool):
 _COMMANDS = {"compile": _compile, "run": _run, "inspect": _inspect, "bench": _bench}
 
 
+def _output_files(args) -> List[str]:
+    """The files the command may write, guarded so that a Ctrl-C leaves none half-written:
+    compile's library (one per strategy with several), report and plot; run's outputs;
+    bench's times."""
+    if args.command == "compile":
+        from .compile import STRATEGIES, library_path_for
+
+        libraries = ([args.output] + [library_path_for(args.output, s, True) for s in STRATEGIES]
+                     if args.output else [])
+        return libraries + [args.report, args.plot]
+    if args.command == "run":
+        return [npz_path(args.output)] if args.output else []
+    return [getattr(args, "json", None)] if args.command == "bench" else []
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``relax-memplan``; returns the exit status.
 
@@ -355,16 +384,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     config, TVM build failure, a run-time failure, onnxruntime refusing the
     inputs) are printed as one line without a traceback. Ctrl-C prints
     ``relax-memplan: interrupted`` and returns 130, also when TVM turned the
-    KeyboardInterrupt into another error or it came while handling one. Output piped
+    KeyboardInterrupt into another error or it came while handling one; while TVM's C++
+    code runs (the build), the process ends within about half a second with status 130
+    (:func:`~relax_memplan.tools.interrupt.exit_on_interrupt`). Either way the output
+    files the command had created or begun to overwrite are removed. Output piped
     into a reader that stops early (``| head``) ends quietly with 141 (128 + SIGPIPE).
     """
     args = build_parser().parse_args(argv)
     from .runtime import recording_interrupts
 
+    guard = OutputGuard([])
     with recording_interrupts() as interrupted, _warnings_as_lines(getattr(args, "quiet", False)):
         try:
             try:
-                status = _COMMANDS[args.command](args)
+                guard = OutputGuard(_output_files(args))
+                with exit_on_interrupt(guard):  # also while TVM's C++ code runs
+                    status = _COMMANDS[args.command](args)
                 if interrupted:  # a Ctrl-C that a fallback inside TVM's build swallowed
                     raise KeyboardInterrupt
                 sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
@@ -384,7 +419,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         except KeyboardInterrupt as err:
             _release_quietly(err)  # the interrupted importer's BlockBuilder, muted
             del err
-            print("relax-memplan: interrupted", file=sys.stderr)
+            guard.remove_partial()
+            print(INTERRUPTED_LINE, file=sys.stderr)
             return EXIT_INTERRUPTED
         except BrokenPipeError:
             # the reader of our stdout is gone: no traceback, and none at exit either

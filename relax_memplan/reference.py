@@ -17,7 +17,7 @@ from .input_shapes import graph_inputs
 if TYPE_CHECKING:
     from .frontend import ImportInfo
 
-__all__ = ["SAMPLE_RATE_DEFAULT_HZ", "make_random_inputs", "run_onnxruntime"]
+__all__ = ["SAMPLE_RATE_DEFAULT_HZ", "cast_value", "make_random_inputs", "run_onnxruntime"]
 
 SAMPLE_RATE_DEFAULT_HZ = 16000
 """Default value :func:`make_random_inputs` gives an integer scalar input named like a
@@ -73,14 +73,7 @@ def make_random_inputs(
     for name in names:
         shape, dtype = info.input_shapes[name], np.dtype(info.input_dtypes[name])
         if name in values:
-            given = np.asarray(values[name])
-            try:
-                array = given.astype(dtype)
-            except (OverflowError, ValueError, TypeError) as err:
-                raise ShapeSpecError(f"value for input '{name}' does not fit {dtype}: {err}") from None
-            if given.dtype.kind in "fiub" and not np.array_equal(
-                    array.astype(given.dtype), given, equal_nan=given.dtype.kind == "f"):
-                raise ShapeSpecError(f"value for input '{name}' changes when cast to {dtype}")
+            array = cast_value(name, values[name], dtype)
             if array.shape != shape:
                 raise ShapeSpecError(
                     f"value for input '{name}' has shape {array.shape}, expected {shape}"
@@ -98,6 +91,26 @@ def make_random_inputs(
             raise ShapeSpecError(f"cannot draw random values for input '{name}' of dtype {dtype}")
         arrays[name] = array
     return arrays
+
+
+def cast_value(name: str, value, dtype) -> np.ndarray:
+    """A value given for input ``name`` cast to the input's ``dtype``, refused when the cast
+    fails or changes it (``1.5`` for an int64 input, ``1e300`` for a float32 one).
+
+    Raises
+    ------
+    ShapeSpecError
+        Naming the input and the dtype.
+    """
+    given, dtype = np.asarray(value), np.dtype(dtype)
+    try:
+        array = given.astype(dtype)
+    except (OverflowError, ValueError, TypeError) as err:
+        raise ShapeSpecError(f"value for input '{name}' does not fit {dtype}: {err}") from None
+    if given.dtype.kind in "fiub" and not np.array_equal(
+            array.astype(given.dtype), given, equal_nan=given.dtype.kind == "f"):
+        raise ShapeSpecError(f"value for input '{name}' changes when cast to {dtype}")
+    return array
 
 
 def run_onnxruntime(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:

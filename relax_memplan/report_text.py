@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Dict, List, Mapping, Optional
 
 from .analysis.dims import DimRange
+from .report_dispatch import dispatch_lines
 from .report import CompileReport, FunctionMemoryReport, ShapeMeasurement, _ratio
 from .verify import WEAK_VERIFICATION, Comparison
 
@@ -204,13 +205,7 @@ def _table_text(report: CompileReport) -> List[str]:
     lines += _not_applied_lines(report)
     lines += _plan_lines(report, prefix="")
     lines += _dynamic_peak_lines(report)
-    if report.specialized:
-        lines.append(f"  kernels specialized: {len(report.specialized)} ("
-                     + ", ".join(sorted(report.specialized)[:6])
-                     + (", ..." if len(report.specialized) > 6 else "") + ")")
-        for s in report.shapes:
-            lines.append(f"    at {_dims_text(s.dims)}: "
-                         f"{' + '.join(s.kernel_paths or ['generic'])} kernels")
+    lines += dispatch_lines(report)
     lines.append(_fusion_line(report))
     lines += _loop_lines(report)
     lines += [f"  note: {n}" for n in report.notes]

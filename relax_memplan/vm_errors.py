@@ -55,8 +55,10 @@ def describe_input_mismatch(message: str, inputs: Sequence[np.ndarray],
     Returns
     -------
     str or None
-        ``"input ids has shape (1, 3); the library expects (5, 3)"`` (or ``dtype``),
-        with the symbolic dim's bound value when a dim disagrees with an earlier input;
+        ``"input ids has shape (1, 3); the library expects (5, 3)"`` (or ``dtype``); when a
+        symbolic dim disagrees with an earlier input, the axis, the dim's name and the value
+        the earlier input set (``": axis 0 of b is the symbolic dim n, which an earlier input
+        set to 3"``);
         None when the text does not parse or disagrees with ``inputs`` (then keep TVM's).
     """
     ctx = _CONTEXT.search(message)
@@ -82,7 +84,10 @@ def describe_input_mismatch(message: str, inputs: Sequence[np.ndarray],
         return None
     text = f"input {name} has shape {_shape_text(value.shape)}; {expecter} expects {want_shape}"
     if dim["kind"] == "a previous populated value":
-        text += f" (dim {axis} was bound to {values['want']} by an earlier input)"
+        dims = [d.strip() for d in want_shape.strip("()").split(",")]
+        sym = dims[axis] if axis < len(dims) and dims[axis] else f"of axis {axis}"
+        text += (f": axis {axis} of {name} is the symbolic dim {sym}, which an earlier input "
+                 f"set to {values['want']}")
     return text
 
 

@@ -43,12 +43,3 @@ def test_the_fusion_passes_see_a_constant_subgraph_folded():
     (body,) = seen[0]["main"].body.blocks[0].bindings
     assert isinstance(body.value.args[1], tvm.ir.GenericConst)
 
-
-def test_get_pipeline_with_schedule_fuses_conv_chains_as_the_cli_does():
-    # get_pipeline(schedule=True) made its fusion passes as for an unscheduled build, so its
-    # FuseConvChain tried dense consumers too (yolov8n: 7 sites, a lowering per trial, while
-    # the CLI's build with schedules refuses them as slower than our conv schedules)
-    for schedule, consumers in ((True, "depthwise"), (False, "all")):
-        (chain,) = [p for p in dict(backend_phases(LLVM, schedule=schedule))["legalize"]
-                    if p.info.name == "FuseConvChain"]
-        assert chain.consumers == consumers

@@ -20,6 +20,7 @@ import tvm
 from ..errors import RelaxMemplanError, RunError, ShapeSpecError
 from ..onnx_prepare.loop_facts import loops_of, with_body_plans
 from ..pipeline import fusion_counts, fusion_passes
+from ..reference import cast_value
 from ..report import CompileReport
 from ..transform.hoist_loop_storage import HoistLoopStorage
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
@@ -193,6 +194,8 @@ def _points(source: ModelSource, dims, check: CheckOptions) -> List[Dict[str, in
     if unknown:
         raise ShapeSpecError(f"values given for unknown input(s) {unknown}; "
                              f"inputs: {list(info.input_shapes)}")
+    for name, value in source.values.items():  # as a run would, also with --no-measure
+        cast_value(name, value, info.input_dtypes[name])
     symbolic = symbolic_dims(source.mod, info, dims) if dims else []
     check_shape_casts(source.mod, {n: dims[n] for n in symbolic})
     points = sample_dims({n: dims[n] for n in symbolic}, check.sample_shapes, check.seed)
@@ -344,8 +347,8 @@ def _runnable(builds, options: BuildOptions, check: CheckOptions) -> bool:
     """Whether the builds can run here (CPU targets, a ``main``); a note when not."""
     if options.tvm_target.kind.name not in ("llvm", "c"):
         for b in builds:
-            b.report.notes.append(f"built for {_target_words(options)}, not run: run-time "
-                                  f"bytes and verification need a CPU (llvm) build")
+            b.report.notes.append(f"built for {_target_words(options)}, not run: "
+                                  f"{_not_run_reason(options)}")
         return False
     if not (check.measure or check.verify):
         if builds[0].report.dims:
@@ -354,6 +357,19 @@ def _runnable(builds, options: BuildOptions, check: CheckOptions) -> bool:
                                       "plan only")
         return False
     return all(not b.report.is_static or "main" in b.report.functions for b in builds)
+
+
+def _not_run_reason(options: BuildOptions) -> str:
+    """Why a non-CPU build was not run, in plain words, and what was checked (for cuda:
+    whether TVM sees a CUDA device, ``tvm.cuda(0).exist``)."""
+    from ..targets import installed_cuda_arch
+
+    why = "compile runs and verifies CPU builds only"
+    if options.tvm_target.kind.name == "cuda" and installed_cuda_arch() is None:
+        why = ("no CUDA device was found here (checked: tvm.cuda(0).exist is false), so the "
+               "build was compiled only")
+    return (f"{why}; the arena and lower bound come from the plan; for run-time bytes and "
+            f"verification compile with --target llvm")
 
 
 def _target_words(options: BuildOptions) -> str:

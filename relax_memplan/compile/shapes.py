@@ -134,7 +134,7 @@ def symbolic_dims(mod, info, dim_ranges: Mapping[str, Tuple]) -> List[str]:
 
 
 def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
-                        dim_ranges: Mapping[str, Tuple]) -> None:
+                        dim_ranges: Mapping[str, Tuple], input_dims=None, graph=None) -> None:
     """Every dim in ``symbolic`` (the model's symbolic dims not fixed by ``--shape``) has a
     range in ``dim_ranges``, and every range names such a dim.
 
@@ -143,6 +143,12 @@ def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
     ShapeSpecError
         A ranged dim is in ``fixed`` (also given by ``--shape``) or not a symbolic dim of the
         model, or a symbolic dim has no range (the message gives the ``--dim`` flags to add).
+
+    Notes
+    -----
+    With the model's ``input_dims`` (input name -> dims) and ``graph``, the flags suggested
+    for a missing dim name the input and axis it is and use the model's downsampling grid
+    (:func:`relax_memplan.tools.inspect.suggest_dim_ranges`); else they go by the dim's name.
     """
     both = sorted(set(dim_ranges) & set(fixed))
     if both:
@@ -154,9 +160,10 @@ def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
                              f"(its dims: {', '.join(sorted(symbolic)) or 'none'})")
     missing = [d for d in symbolic if d not in dim_ranges]
     if missing:
-        raise ShapeSpecError(f"give a range for every symbolic dim of the model: missing --dim for "
-                             f"{', '.join(missing)} (add {_dim_flags(missing)}, with your own "
-                             f"ranges; --dim {missing[0]}=1..1 keeps it at 1)")
+        from ..tools.inspect import missing_dims_advice
+
+        raise ShapeSpecError("give a range for every symbolic dim of the model: "
+                             + missing_dims_advice(missing, input_dims or {}, graph))
 
 
 def flag_spelling(symbolic: Sequence[str], given: Sequence[str]) -> Dict[str, str]:
@@ -202,22 +209,21 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
     renames = flag_spelling(symbolic, list(dim_ranges))
     if dim_ranges:
         check_declared_dims(symbolic, plan.fixed, {renames.get(n, n): r
-                                                   for n, r in dim_ranges.items()})
+                                                   for n, r in dim_ranges.items()},
+                            plan.input_dims, onnx_model.graph)
     elif symbolic:
-        fix = " ".join(f"--shape {name}={','.join('1' if isinstance(d, str) else str(d) for d in dims)}"
+        from ..tools.inspect import suggest_dim_ranges
+
+        ranges = suggest_dim_ranges(plan.input_dims, onnx_model.graph)
+        low = {n: r.split("..")[0] for n, r in ranges.items()}
+        fix = " ".join(f"--shape {name}={','.join(low[d] if isinstance(d, str) else str(d) for d in dims)}"
                        for name, dims in plan.input_dims.items()
                        if any(isinstance(d, str) for d in dims))
+        flags = " ".join(f"--dim {n}={ranges[n]}" for n in symbolic)
         warnings.warn(UndeclaredDimWarning(
             f"symbolic dim(s) {', '.join(symbolic)} not declared: compiled at 1 (compile once "
-            f"for a range with {_dim_flags(symbolic)}, or fix them with {fix})"), stacklevel=3)
+            f"for a range with {flags}, or fix them with {fix})"), stacklevel=3)
     return renames
-
-
-def _dim_flags(names: Sequence[str]) -> str:
-    """``--dim batch=1..8 --dim seq=1..128``: placeholder ranges from the dims' names."""
-    from ..tools.inspect import suggest_dim_range
-
-    return " ".join(f"--dim {n}={suggest_dim_range(n)}" for n in names)
 
 
 def shapes_at(mod, dims: Mapping[str, int]) -> Dict[str, Tuple[int, ...]]:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
-__all__ = ["InputSummary", "ModelSummary", "inspect_onnx", "suggest_dim_range", "loop_forms",
+__all__ = ["InputSummary", "ModelSummary", "inspect_onnx", "suggest_dim_range",
+           "suggest_dim_ranges", "dim_locations", "missing_dims_advice", "loop_forms",
            "downsampling_factor"]
 
 _BATCH = re.compile(r"batch|^n$|^b$|^N$", re.IGNORECASE)
@@ -242,15 +243,61 @@ def _stride(node) -> int:
     return max(strides[0], default=1) if strides else 1
 
 
-def _image_dims(inputs: List[InputSummary], factor: int) -> Dict[str, str]:
+def _image_dims(input_dims: Mapping[str, Optional[Sequence]], factor: int) -> Dict[str, str]:
     """Suggested ranges for the symbolic N, H and W of 4-D inputs (NCHW) when the model has
     strides: ``1..8`` for N, H and W on the downsampling grid (``32..320:32`` for 32)."""
     if factor <= 1:
         return {}
-    images = [inp.dims for inp in inputs if inp.dims is not None and len(inp.dims) == 4]
+    images = [dims for dims in input_dims.values() if dims is not None and len(dims) == 4]
     batch = {dims[0]: "1..8" for dims in images if isinstance(dims[0], str)}
     return {**batch, **{d: f"{factor}..{10 * factor}:{factor}" for dims in images
                         for d in dims[2:] if isinstance(d, str)}}
+
+
+def suggest_dim_ranges(input_dims: Mapping[str, Optional[Sequence]], graph) -> Dict[str, str]:
+    """A placeholder ``--dim`` range per symbolic dim of the inputs, in order of appearance:
+    by the dim's name (:func:`suggest_dim_range`), and for the N, H, W of an image input on
+    the model's downsampling grid (:func:`downsampling_factor`), whatever their names.
+
+    Parameters
+    ----------
+    input_dims : mapping of str to sequence of (int or str), or None
+        Each input's dims (a name per symbolic dim), by input name.
+    graph : onnx.GraphProto
+    """
+    symbolic = list(dict.fromkeys(d for dims in input_dims.values() for d in dims or ()
+                                  if isinstance(d, str)))
+    return {**{name: suggest_dim_range(name) for name in symbolic},
+            **_image_dims(input_dims, downsampling_factor(graph))}
+
+
+def dim_locations(input_dims: Mapping[str, Optional[Sequence]]) -> Dict[str, str]:
+    """Where each symbolic dim first appears: ``{"s27": "axis 1 of input_ids"}`` (a name like
+    ``s27`` says nothing; the input and axis say what it is)."""
+    where: Dict[str, str] = {}
+    for name, dims in input_dims.items():
+        for axis, d in enumerate(dims or ()):
+            if isinstance(d, str) and d not in where:
+                where[d] = f"axis {axis} of {name}"
+    return where
+
+
+def missing_dims_advice(missing: Sequence[str], input_dims: Mapping[str, Optional[Sequence]],
+                        graph=None) -> str:
+    """What to type for symbolic dims given no ``--dim`` range: ``"missing --dim for s27 (axis 1
+    of input_ids); add --dim s27=1..64 (placeholder range: ...), or --dim s27=1..1 to keep it
+    fixed"``. Ranges from :func:`suggest_dim_ranges` (the model's grid) with ``graph``, else by
+    name; the fixed value is the range's lower end (an image side on a stride-32 grid: 32)."""
+    where = dim_locations(input_dims)
+    ranges = suggest_dim_ranges(input_dims, graph) if graph is not None else {}
+    ranges = {n: ranges.get(n) or suggest_dim_range(n) for n in missing}
+    them = "it" if len(missing) == 1 else "them"
+    keep = " ".join(f"--dim {n}={r.split('..')[0]}..{r.split('..')[0]}" for n, r in ranges.items())
+    return ("missing --dim for "
+            + ", ".join(f"{n} ({where[n]})" if n in where else n for n in missing)
+            + f"; add {' '.join(f'--dim {n}={r}' for n, r in ranges.items())} (placeholder "
+            f"range{'s' if len(missing) > 1 else ''}: set {them} to the values you will run), "
+            f"or {keep} to keep {them} fixed")
 
 
 def inspect_onnx(model) -> ModelSummary:
@@ -302,6 +349,5 @@ def inspect_onnx(model) -> ModelSummary:
         unsupported_ops=frontend.unsupported_ops(onnx_model, CONVERTER_STEP_NAMES),
         converted_ops=converted,
         symbolic_dims=symbolic,
-        suggested_dims={**{name: suggest_dim_range(name) for name in symbolic},
-                        **_image_dims(inputs, downsampling_factor(onnx_model.graph))},
+        suggested_dims=suggest_dim_ranges({i.name: i.dims for i in inputs}, onnx_model.graph),
     )

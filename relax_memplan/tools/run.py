@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import ModelLoadError, RelaxMemplanError, ShapeSpecError, summarize_error
 from ..vm_errors import describe_loader_error
 
-__all__ = ["RunOutputs", "function_params", "npz_path", "refuse_compiled_library", "run_library",
-           "save_outputs"]
+__all__ = ["RunOutputs", "function_params", "npz_path", "refuse_compiled_library", "run_command",
+           "run_library", "save_outputs"]
 
 
 @dataclass
@@ -70,8 +71,19 @@ def refuse_compiled_library(path, command: str) -> None:
         return
     if kind is not None:
         raise ModelLoadError(f"{path} is a compiled library ({kind}), not an ONNX model: "
-                             f"{command} reads an .onnx file; use `relax-memplan run {path}` "
+                             f"{command} reads an .onnx file; use `{run_command(path)}` "
                              f"to run a library")
+
+
+def run_command(path, input_names: Sequence[str] = ()) -> str:
+    """The ``relax-memplan run`` command line for a library, each argument quoted for a POSIX
+    shell (``shlex.quote``: a path with spaces or quotes pastes as one argument), with one
+    ``--input NAME=NAME.npy`` per input name given (newcomer trial: the hint broke when pasted).
+    """
+    words = ["relax-memplan", "run", os.fspath(path)]
+    for name in input_names:
+        words += ["--input", f"{name}={name}.npy"]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _is_onnx_model(path) -> bool:
@@ -111,8 +123,10 @@ def _check_content(path) -> None:
         return
     if _is_onnx_model(path):
         library = _library_name_for(name)
+        command = " ".join(shlex.quote(w) for w in ("relax-memplan", "compile", os.fspath(path),
+                                                      "-o", library))
         raise ModelLoadError(f"{path} is an ONNX model, not a compiled library: compile it "
-                             f"first with `relax-memplan compile {path} -o {library}`")
+                             f"first with `{command}`")
 
 
 def _library_name_for(model_path: str) -> str:

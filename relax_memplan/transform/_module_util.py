@@ -1,4 +1,5 @@
-"""Small IRModule helper shared by the passes."""
+"""Small IRModule helpers shared by the passes, and the base of the passes that rewrite each
+Relax function with a mutator and count what they changed (:class:`CountingRewritePass`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from typing import Mapping
 
 import tvm
 
-__all__ = ["replace_functions", "rewrite_functions", "before_call_tir_rewrite"]
+__all__ = ["replace_functions", "rewrite_functions", "before_call_tir_rewrite",
+           "CountingRewritePass"]
 
 _DPS_OPS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad",
             "relax.call_dps_packed")
@@ -40,6 +42,35 @@ def rewrite_functions(mod: tvm.IRModule, make_rewriter, count_attr: str):
             total += count
             updates[gv] = relax.analysis.remove_all_unused(new_func)
     return replace_functions(mod, updates), total
+
+
+class CountingRewritePass:
+    """Base of a module pass class (decorate the subclass with
+    ``@tvm.transform.module_pass(opt_level=0, name=...)``) that rewrites every Relax function
+    with a fresh mutator and exposes how many rewrites the last run made.
+
+    A subclass sets ``count_attr`` (the name of both the pass's counter and the mutator's, e.g.
+    ``"removed"``) and ``make_rewriter`` (``mod`` -> a ``PyExprMutator``); :meth:`rewrite` does
+    :func:`rewrite_functions` and may be overridden (a pass whose mutator adds PrimFuncs keeps
+    its builder's module).
+    """
+
+    count_attr: str = "rewritten"
+
+    def __init__(self):
+        setattr(self, self.count_attr, 0)
+
+    def make_rewriter(self, mod: tvm.IRModule):
+        raise NotImplementedError(f"{type(self).__name__} must set make_rewriter")
+
+    def rewrite(self, mod: tvm.IRModule):
+        """(the rewritten module, the number of rewrites)."""
+        return rewrite_functions(mod, self.make_rewriter, self.count_attr)
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        mod, count = self.rewrite(mod)
+        setattr(self, self.count_attr, count)
+        return mod
 
 
 def before_call_tir_rewrite(mod: tvm.IRModule) -> bool:

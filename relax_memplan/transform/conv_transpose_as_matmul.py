@@ -30,7 +30,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ._module_util import rewrite_functions
+from ._module_util import CountingRewritePass
 
 __all__ = ["ConvTransposeAsMatmul"]
 
@@ -38,7 +38,7 @@ _CONV_TRANSPOSE = "relax.nn.conv2d_transpose"
 
 
 @tvm.transform.module_pass(opt_level=0, name="ConvTransposeAsMatmul")
-class ConvTransposeAsMatmul:
+class ConvTransposeAsMatmul(CountingRewritePass):
     """Rewrite kernel-equals-stride ``conv2d_transpose`` as matmul + depth-to-space (see the
     module docstring). Raises nothing; other calls are left unchanged.
 
@@ -48,12 +48,8 @@ class ConvTransposeAsMatmul:
         Calls rewritten by the last run.
     """
 
-    def __init__(self):
-        self.rewritten = 0
-
-    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        mod, self.rewritten = rewrite_functions(mod, _Rewriter, "rewritten")
-        return mod
+    count_attr = "rewritten"
+    make_rewriter = staticmethod(lambda mod: _Rewriter(mod))  # the mutator, defined below
 
 
 def _static_shape(expr):

@@ -25,7 +25,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ._module_util import rewrite_functions
+from ._module_util import CountingRewritePass
 
 __all__ = ["ExpandIntegerPower", "SMALL_EXPONENTS"]
 
@@ -34,7 +34,7 @@ _POWER = "relax.power"
 
 
 @tvm.transform.module_pass(opt_level=0, name="ExpandIntegerPower")
-class ExpandIntegerPower:
+class ExpandIntegerPower(CountingRewritePass):
     """Rewrite ``power(x, n)`` for a constant ``n`` in :data:`SMALL_EXPONENTS` as ``n - 1``
     (``n`` = 4: two) multiplications (see the module docstring). Raises nothing.
 
@@ -44,12 +44,8 @@ class ExpandIntegerPower:
         Power calls rewritten by the last run.
     """
 
-    def __init__(self):
-        self.expanded = 0
-
-    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        mod, self.expanded = rewrite_functions(mod, _Rewriter, "expanded")
-        return mod
+    count_attr = "expanded"
+    make_rewriter = staticmethod(lambda mod: _Rewriter(mod))  # the mutator, defined below
 
 
 def small_integer_exponent(expr) -> Optional[int]:
@@ -96,4 +92,3 @@ class _Rewriter(PyExprMutator):
             return square
         square = self.builder_.emit(square)
         return relax.op.multiply(square, base if n == 3 else square)
-

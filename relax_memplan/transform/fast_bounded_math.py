@@ -40,6 +40,8 @@ import tvm
 from tvm import relax, te, tirx, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from ._module_util import CountingRewritePass
+
 __all__ = ["FastBoundedMath", "FAST_OPS", "fast_sigmoid"]
 
 FAST_OPS = frozenset({"relax.tanh", "relax.sigmoid", "relax.erf", "relax.nn.softmax"})
@@ -101,7 +103,7 @@ class _Rewriter(PyExprMutator):
 
 
 @tvm.transform.module_pass(opt_level=0, name="FastBoundedMath")
-class FastBoundedMath:
+class FastBoundedMath(CountingRewritePass):
     """Rewrite float32 ``tanh``, ``sigmoid``, ``erf`` and ``softmax`` to TVM's fast
     approximations (module docstring). No parameters; raises nothing; a module without such
     calls is returned unchanged.
@@ -112,10 +114,11 @@ class FastBoundedMath:
         Calls rewritten by the last run.
     """
 
-    def __init__(self):
-        self.rewritten = 0
+    count_attr = "rewritten"
 
-    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    def rewrite(self, mod: tvm.IRModule):
+        """One mutator over every function but composites (its builder's module holds the new
+        PrimFuncs), so not :func:`rewrite_functions`."""
         rewriter = _Rewriter(mod)
         updates = {}
         for gv, func in mod.functions_items():
@@ -126,10 +129,9 @@ class FastBoundedMath:
             new_func = rewriter.visit_expr(func)
             if rewriter.rewritten != before:
                 updates[gv] = new_func
-        self.rewritten = rewriter.rewritten
         if not updates:
-            return mod
+            return mod, rewriter.rewritten
         out = rewriter.builder_.get()  # the module with the new PrimFuncs
         for gv, func in updates.items():
             out[gv] = func
-        return out
+        return out, rewriter.rewritten

@@ -24,13 +24,13 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ._module_util import rewrite_functions
+from ._module_util import CountingRewritePass
 
 __all__ = ["FoldMatmulReshape"]
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldMatmulReshape")
-class FoldMatmulReshape:
+class FoldMatmulReshape(CountingRewritePass):
     """Replace ``reshape(matmul(reshape(x, (N, K)), w), x.shape[:-1] + (M,))`` by
     ``matmul(x, w)`` (module docstring). No parameters; raises nothing.
 
@@ -40,12 +40,8 @@ class FoldMatmulReshape:
         Matmuls rewritten by the last run.
     """
 
-    def __init__(self):
-        self.folded = 0
-
-    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        mod, self.folded = rewrite_functions(mod, _Rewriter, "folded")
-        return mod
+    count_attr = "folded"
+    make_rewriter = staticmethod(lambda mod: _Rewriter(mod))  # the mutator, defined below
 
 
 def _is_op(expr, name: str) -> bool:

@@ -105,7 +105,8 @@ class FuseConvChain:
         reader; ``epilogue``: an op between the convs that is not a supported epilogue;
         ``no_producer``/``form``: no conv producer in the supported form;
         ``kernel_below_stride``: the consumer's kernel height is below its row stride;
-        ``dense_consumer``: not depthwise, with ``consumers="depthwise"``; ``overlap``: the
+        ``dense_consumer``: not depthwise, with ``consumers="depthwise"``, and fusable
+        otherwise (checked after every other reason but ``peak``); ``overlap``: the
         producer is the consumer of a chain already fused;
         ``peak``: the function's live bytes would not improve; ``scratch``: the scratch of
         ``threads`` parallel iterations is not smaller than the intermediate).
@@ -159,9 +160,6 @@ class FuseConvChain:
             if b.kernel[0] < b.stride[0]:  # tiles would skip rows (see the kernel module)
                 self._skip("kernel_below_stride")
                 continue
-            if self.consumers == "depthwise" and not b.groups == b.in_channels == b.out_channels:
-                self._skip("dense_consumer")
-                continue
             found = matcher.backward(value.args[0])
             if isinstance(found, str):
                 self._skip(found)
@@ -180,6 +178,11 @@ class FuseConvChain:
                 continue
             if claimed & set(site.replaced):  # conv -> s2 conv -> s2 conv: the first pair only
                 self._skip("overlap")
+                continue
+            # the mode's choice last: a pair refused for another reason is counted by that
+            # reason (review: under --schedule every dense candidate was "dense consumer")
+            if self.consumers == "depthwise" and not b.groups == b.in_channels == b.out_channels:
+                self._skip("dense_consumer")
                 continue
             claimed |= set(site.replaced)
             sites.append(site)

@@ -20,13 +20,13 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ._module_util import rewrite_functions
+from ._module_util import CountingRewritePass
 
 __all__ = ["RemoveDropout"]
 
 
 @tvm.transform.module_pass(opt_level=0, name="RemoveDropout")
-class RemoveDropout:
+class RemoveDropout(CountingRewritePass):
     """Replace the data output of every ``relax.nn.dropout`` by its input (see the module
     docstring). No parameters; raises nothing.
 
@@ -36,12 +36,8 @@ class RemoveDropout:
         Dropout outputs replaced by the last run.
     """
 
-    def __init__(self):
-        self.removed = 0
-
-    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        mod, self.removed = rewrite_functions(mod, _Rewriter, "removed")
-        return mod
+    count_attr = "removed"
+    make_rewriter = staticmethod(lambda mod: _Rewriter(mod))  # the mutator, defined below
 
 
 _DROPOUT = "relax.nn.dropout"

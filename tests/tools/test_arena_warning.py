@@ -42,9 +42,17 @@ def test_the_default_limit_is_this_machines_memory():
     assert large_arena_warning([_report([({"batch": 2, "seq": 8}, memory)])]) is None
 
 
-def test_cli_compile_with_a_huge_dim_range_warns_once(tmp_path, capsys):
-    """Newcomer trial: --dim batch=1..1000000 planned hundreds of GB without a word.
+def test_cli_compile_with_a_huge_dim_range_warns_once_before_the_report(tmp_path,
+                                                                         monkeypatch):
+    """Newcomer trial: --dim batch=1..1000000 planned hundreds of GB without a word; then the
+    warning came after the report's table, where it scrolled by unseen.
     y = relu(x @ W) @ W, x: [batch, 64]: the arena holds batch * 256 B at the upper bound."""
+    import io
+    import sys
+
+    terminal = io.StringIO()  # stdout and stderr in one stream, as a terminal shows them
+    monkeypatch.setattr(sys, "stdout", terminal)
+    monkeypatch.setattr(sys, "stderr", terminal)
     w = numpy_helper.from_array(np.eye(64, dtype="float32"), "W")
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "W"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
@@ -57,7 +65,10 @@ def test_cli_compile_with_a_huge_dim_range_warns_once(tmp_path, capsys):
     upper = 4 * machine_memory_bytes() // 256  # an arena of 4x the memory at the upper bound
     argv = ["compile", str(tmp_path / "m.onnx"), "--dim", f"batch=1..{upper}", "--no-measure"]
     assert main(argv) == 0
-    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    lines = terminal.getvalue().splitlines()
+    warnings = [line for line in lines if "warning" in line]
+    report = next(k for k, line in enumerate(lines) if line.startswith("relax-memplan dynamic"))
+    assert lines.index(warnings[0]) < report, lines
     assert warnings == [f"relax-memplan: warning: the arena at batch={upper} is "
                         f"{upper * 256:,} B ({upper * 256 / 1024 ** 3:,.1f} GiB), more than this "
                         f"machine's memory ({machine_memory_bytes() / 1024 ** 3:,.1f} GiB); it "

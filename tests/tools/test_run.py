@@ -116,10 +116,12 @@ def test_cli_run_wrong_dtype_names_input_and_expected_dtype(static_library, tmp_
 
 
 def test_cli_run_symbolic_dim_mismatch_names_bound_value(library, tmp_path, capsys):
+    """Review: the message said 'dim 0 was bound to 3', naming the axis as if it were the dim;
+    it names the symbolic dim (n), the input and its axis."""
     err = _run_error(capsys, library, tmp_path, a=np.ones((3, 4), "float32"),
                      b=np.ones((2, 4), "float32"))
-    assert err.endswith("input b has shape (2, 4); the library expects (n, 4) "
-                        "(dim 0 was bound to 3 by an earlier input)"), err
+    assert err.endswith("input b has shape (2, 4); the library expects (n, 4): axis 0 of b is "
+                        "the symbolic dim n, which an earlier input set to 3"), err
     err = _run_error(capsys, library, tmp_path, a=np.ones((3, 5), "float32"),
                      b=np.ones((3, 4), "float32"))
     assert err.endswith("input a has shape (3, 5); the library expects (n, 4)"), err
@@ -190,3 +192,4 @@ def test_cli_run_output_into_a_missing_folder_says_it_created_it(library, tmp_pa
     assert capsys.readouterr().err == (f"relax-memplan: --output {out}: created missing folder "
                                        f"{tmp_path / 'new'}\n")
     assert np.load(out)["output0"].shape == (2, 4)
+

@@ -44,3 +44,37 @@ def test_a_fused_concatenation_is_counted_as_refused():
     fplan = plan.plans["main"]
     assert fplan.concat_refusals.get(NOT_PLAIN) == 1, fplan.concat_refusals
     assert fplan.concat_inplace + sum(fplan.concat_refusals.values()) == 2
+
+
+def _twice_model():
+    """Two Concats of the same shapes (TVM makes one kernel, ``concatenate``, called twice),
+    each of conv outputs that are also graph outputs (so neither can be written in place)."""
+    convs = [_conv(name, "x", dst, 4) for name, dst in (("c1", "a"), ("c2", "b"), ("c3", "d"),
+                                                        ("c4", "e"))]
+    convs += [_conv("c5", "c", "y1", 8), _conv("c6", "f", "y2", 8)]
+    nodes = [n for n, _ in convs[:4]] + [
+        helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+        helper.make_node("Concat", ["d", "e"], ["f"], axis=1)] + [n for n, _ in convs[4:]]
+    nodes.append(helper.make_node("Add", ["y1", "y2"], ["y"]))
+    outputs = [helper.make_tensor_value_info(v, TensorProto.FLOAT, None) for v in ("y", "a", "d")]
+    graph = helper.make_graph(
+        nodes, "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 4])],
+        outputs, initializer=[w for _, w in convs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_two_calls_of_one_concat_kernel_are_two_refusals():
+    """Review: refusals were said to be keyed by kernel name (two calls of one kernel counted
+    once). They are counted per call site; this holds it."""
+    import tvm
+
+    from relax_memplan.frontend import import_onnx
+    from relax_memplan.pipeline import get_pipeline
+    from relax_memplan.transform.plan_static_memory import PlanStaticMemory
+
+    mod, _ = import_onnx(_twice_model(), {})
+    plan = PlanStaticMemory(concat_inplace=True, time_limit_s=0.1)
+    get_pipeline(tvm.target.Target("llvm"), plan_pass=plan)(mod)
+    fplan = plan.plans["main"]
+    assert [s.kernel for s in fplan.liveness.concat_sites] == ["concatenate", "concatenate"]
+    assert fplan.concat_inplace == 0 and fplan.concat_refusals == {"tensor not planned": 2}
