@@ -8,7 +8,7 @@ from unittest.mock import patch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relax_memplan.planner import Buffer, plan, portfolio, skyline, validate
+from relax_memplan.planner import Buffer, candidates, plan, portfolio, skyline, validate
 from relax_memplan.planner.algorithms import area_key, lifetime_key, size_key, start_key
 from relax_memplan.planner.placement import Problem
 from relax_memplan.planner.skyline import lowest_first_sweep
@@ -29,12 +29,13 @@ def _gravity_offsets(buffers, order):
 
 @settings(max_examples=150, deadline=None)
 @given(buffer_lists(max_buffers=40), st.sampled_from([0, 64]))
-def test_sweep_has_no_overlap_and_leaves_no_gap_under_a_buffer(buffers, python_scan_max):
-    # python_scan_max 0: every candidate slice goes through the numpy scan; start_key's
-    # ranks grow with the start, so its scans stop at the first buffer that fits.
+def test_sweep_has_no_overlap_and_leaves_no_gap_under_a_buffer(buffers, scan_max):
+    # scan_max 0: every candidate slice goes through the block minima and the numpy scan;
+    # start_key's ranks grow with the start, so its scans stop at the first buffer that fits.
     p = Problem(buffers)
     for key in (size_key, lifetime_key, area_key, start_key):
-        with patch.object(skyline, "PYTHON_SCAN_MAX", python_scan_max):
+        with patch.object(skyline, "INLINE_SCAN_MAX", scan_max), \
+                patch.object(candidates, "PYTHON_SCAN_MAX", scan_max):
             offsets, height, order, exact = lowest_first_sweep(p, key(p))
         assert exact and sorted(order) == list(range(len(buffers)))
         assert_no_overlap_brute_force(buffers, offsets)
@@ -142,7 +143,7 @@ def test_start_order_scan_stops_at_the_first_fit_with_the_same_plan():
     p = Problem(buffers)
     keys = start_key(p)
     fast = lowest_first_sweep(p, keys)
-    with patch.object(skyline._ByStart, "__setattr__", _no_monotone):
+    with patch.object(candidates.StartIndex, "__setattr__", _no_monotone):
         slow = lowest_first_sweep(p, keys)  # scans every slice for the smallest rank
     assert fast[:2] == slow[:2]
     validate(buffers, p.offsets_by_id(fast[0]))
