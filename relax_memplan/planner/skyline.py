@@ -193,7 +193,7 @@ def lowest_first_sweep(
                 seg_end[left] = b
                 if b < num_steps:
                     seg_prev[b] = left
-                a = left
+                continue  # the left segment's entry at new_h is in the heap already
             push(heap, new_h * width + a)
             continue
         u, s, e = cands.index[k], cands.lo[k], c_hi[k]
