@@ -235,3 +235,26 @@ def test_pass_does_not_judge_its_speed_on_its_slowest_first_placements():
     slow = dict(now=1.0, started=0.0, count=100_000, n=100_000, deadline=1.5)
     assert skyline._affordable(placed=2048, **slow) is None  # under an eighth placed
     assert skyline._affordable(placed=20_000, **slow) is not None
+
+
+def test_segment_raised_into_its_left_neighbour_is_not_queued_twice():
+    # The left neighbour's entry at that height is in the heap already: a second copy was
+    # popped as stale (random 3000 buffers: 14,212 pops with the copies, 11,402 without).
+    rnd = random.Random(7)
+    buffers = []
+    for i in range(3000):
+        start = rnd.randrange(3000)
+        buffers.append(Buffer(f"t{i}", start, start + rnd.randint(1, 100),
+                              rnd.randint(64, 1 << 20)))
+    p = Problem(buffers)
+    pops = [0]
+    real_pop = heapq.heappop
+
+    def counting_pop(heap):
+        pops[0] += 1
+        return real_pop(heap)
+
+    with patch.object(skyline.heapq, "heappop", counting_pop):
+        offsets, _, _, exact = lowest_first_sweep(p, area_key(p))
+    assert exact and pops[0] <= 4 * len(buffers)
+    validate(buffers, p.offsets_by_id(offsets))
