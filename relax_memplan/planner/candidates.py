@@ -12,12 +12,15 @@ random instances on a 10,000-step horizon have 10x more buffers starting in each
 the positions are cut into blocks of ``BLOCK`` and each block keeps the smallest end step
 of its unplaced buffers (a sqrt decomposition, as for range-minimum queries), so a query
 
-* fails after one ``min`` over the block minima of the slice when nothing ends by ``b``
-  (two thirds of the queries), without looking at a buffer;
+* fails after one ``min`` over the block minima of the slice when nothing ends by ``b``,
+  without looking at a buffer (91,846 of the 212,288 queries on slices over 16 buffers,
+  random 100k);
 * in start order (ranks growing with the position) scans only the first block whose
   minimum is ``<= b``, from its first position in the slice;
 * in any other order scans (in Python when short, else with numpy) only the positions from
-  the first to the last block whose minimum is ``<= b``.
+  the first to the last block whose minimum is ``<= b``. That is not sub-linear: the
+  buffers that fit are spread over the slice, and random 100k still reads 22.1 million
+  positions (36.7 million before).
 
 A placed buffer gets rank ``n`` and end step ``gone`` (past every segment, so it never
 fits again); its block's minimum is recomputed only when the buffer held it. Placed
@@ -85,7 +88,8 @@ class StartIndex:
         self.block_min = (np.minimum.reduceat(hi, np.arange(0, size, BLOCK)).tolist()
                           if size else [])
         # ``max((hi - b) << shift, rank)`` is the rank where hi <= b, else above every rank:
-        # one subtraction, one maximum and one argmin per numpy scan.
+        # one subtraction, one maximum and one argmin per numpy scan. ``hi << shift`` is
+        # below (2n + 2)**2, inside int64 up to a billion buffers.
         self.shift = (self.n + 1).bit_length()
         self.hi_shifted = hi << self.shift
         self.scratch = np.empty(size, dtype=np.int64)

@@ -64,8 +64,8 @@ MEASURE_SHARE = 0.125
 #: of the number it can afford (the speed varies on a shared machine).
 AFFORD_SHARE = 0.9
 #: Candidate slices up to this length are scanned inline; longer ones go through the
-#: block minima of :class:`~.candidates.StartIndex` (random 100k buffers, one pass by area:
-#: 1.02 / 0.97 / 1.00 s CPU at 8 / 16 / 32, whole slices scanned: 1.36 s).
+#: block minima of :class:`~.candidates.StartIndex` (random 100k buffers, one pass by area,
+#: one run each at load 3.5: 1.26 / 1.15 / 1.16 s CPU at 8 / 16 / 32; noisy).
 INLINE_SCAN_MAX = 16
 #: The sorted arrays are compacted when placed buffers exceed this share of them.
 COMPACT_SHARE = 0.25
