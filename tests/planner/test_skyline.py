@@ -111,6 +111,13 @@ def test_sweep_work_stays_linear_when_lowest_offsets_keep_rising():
         start = rnd.randrange(2300)
         buffers.append(Buffer(f"short{i}", start, start + rnd.randint(1, 20), rnd.randint(1, 50)))
     p = Problem(buffers)
+    offsets, exact, pops = _sweep_counting_pops(p, size_key(p))
+    assert exact and pops <= 6 * len(buffers)  # the buffer heap popped 23 per buffer here
+    validate(buffers, p.offsets_by_id(offsets))
+
+
+def _sweep_counting_pops(p, keys):
+    """(offsets, exact, heap pops) of one sweep."""
     pops = [0]
     real_pop = heapq.heappop
 
@@ -119,9 +126,8 @@ def test_sweep_work_stays_linear_when_lowest_offsets_keep_rising():
         return real_pop(heap)
 
     with patch.object(skyline.heapq, "heappop", counting_pop):
-        offsets, _, _, exact = lowest_first_sweep(p, size_key(p))
-    assert exact and pops[0] <= 6 * len(buffers)  # the buffer heap popped 23 per buffer here
-    validate(buffers, p.offsets_by_id(offsets))
+        offsets, _, _, exact = lowest_first_sweep(p, keys)
+    return offsets, exact, pops[0]
 
 
 def test_drop_estimate_follows_the_measured_speed():
@@ -247,14 +253,6 @@ def test_segment_raised_into_its_left_neighbour_is_not_queued_twice():
         buffers.append(Buffer(f"t{i}", start, start + rnd.randint(1, 100),
                               rnd.randint(64, 1 << 20)))
     p = Problem(buffers)
-    pops = [0]
-    real_pop = heapq.heappop
-
-    def counting_pop(heap):
-        pops[0] += 1
-        return real_pop(heap)
-
-    with patch.object(skyline.heapq, "heappop", counting_pop):
-        offsets, _, _, exact = lowest_first_sweep(p, area_key(p))
-    assert exact and pops[0] <= 4 * len(buffers)
+    offsets, exact, pops = _sweep_counting_pops(p, area_key(p))
+    assert exact and pops <= 4 * len(buffers)
     validate(buffers, p.offsets_by_id(offsets))
