@@ -81,6 +81,7 @@ def _old_query_plan(p, keys):
         return self.first_at, self.hi, self.rank, [-1] * (len(self.hi) // candidates.BLOCK + 1)
 
     with patch.object(skyline, "INLINE_SCAN_MAX", 0), \
+            patch.object(skyline, "INLINE_SCAN_LONG", 0), \
             patch.object(StartIndex, "views", views), \
             patch.object(StartIndex, "best_between",
                          lambda self, ia, ib, b: _whole_slice(self, ia, ib, b)):

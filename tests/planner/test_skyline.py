@@ -35,6 +35,7 @@ def test_sweep_has_no_overlap_and_leaves_no_gap_under_a_buffer(buffers, scan_max
     p = Problem(buffers)
     for key in (size_key, lifetime_key, area_key, start_key):
         with patch.object(skyline, "INLINE_SCAN_MAX", scan_max), \
+                patch.object(skyline, "INLINE_SCAN_LONG", scan_max), \
                 patch.object(candidates, "PYTHON_SCAN_MAX", scan_max):
             offsets, height, order, exact = lowest_first_sweep(p, key(p))
         assert exact and sorted(order) == list(range(len(buffers)))
