@@ -66,8 +66,15 @@ class Problem:
         self.end = [b.end for b in self.buffers]
         self.size = [b.size_bytes for b in self.buffers]
         self.align = [b.alignment_bytes for b in self.buffers]
-        if sum(self.size) < 1 << 62:
-            self.lower_bound = live_peak_of_arrays(self.start, self.end, self.size)
+        #: Sizes as int64 when their sum fits in 2**61 bytes (else None: Python ints).
+        self._size_np: Optional[np.ndarray] = None
+        #: Start and end steps as int64 arrays (built once, also for ``step_arrays``).
+        self._ends_np: Optional[tuple[np.ndarray, np.ndarray]] = None
+        if sum(self.size) < 1 << 61:
+            self._size_np = np.asarray(self.size, dtype=np.int64)
+            self._ends_np = (np.asarray(self.start, dtype=np.int64),
+                             np.asarray(self.end, dtype=np.int64))
+            self.lower_bound = live_peak_of_arrays(*self._ends_np, self._size_np)
         else:  # beyond int64
             self.lower_bound = peak_live_bytes(self.buffers)
         self._conflicts: Optional[list[list[int]]] = None
@@ -105,8 +112,8 @@ class Problem:
         steps ``[step_lo[i], step_hi[i])``.
         """
         if self._steps is None:
-            start = np.asarray(self.start, dtype=np.int64)
-            end = np.asarray(self.end, dtype=np.int64)
+            start, end = self._ends_np or (np.asarray(self.start, dtype=np.int64),
+                                           np.asarray(self.end, dtype=np.int64))
             steps = sorted_distinct(np.concatenate([start, end]))
             self._steps = (np.searchsorted(steps, start), np.searchsorted(steps, end),
                            max(len(steps) - 1, 0))
@@ -137,17 +144,17 @@ class Problem:
         """Number of time-overlapping buffer pairs, counted with numpy in ``O(n log n)``.
 
         The size of :attr:`conflicts` is twice this; :func:`~.portfolio.plan` uses it to
-        decide whether building the lists pays off.
+        decide whether building the lists pays off. Counted on the compressed steps of
+        :attr:`step_arrays` (which the skyline needs anyway): same order, same pairs.
         """
-        start = np.sort(np.asarray(self.start, dtype=np.int64))
-        end = np.asarray(self.end, dtype=np.int64)
+        lo, hi, num_steps = self.step_arrays
+        start = np.sort(lo)
         # For each buffer i: the buffers j that start in [start_i, end_i), minus i itself;
-        # a pair (i, j) with start_i <= start_j is counted exactly once this way... except
-        # equal starts, counted twice: subtract those.
-        counted = int((np.searchsorted(start, end, "left")
-                       - np.searchsorted(start, np.asarray(self.start), "left")).sum()) - self.n
-        firsts = np.flatnonzero(np.concatenate([[True], start[1:] != start[:-1]]))
-        same = np.diff(np.append(firsts, len(start)))  # buffers per distinct start
+        # a pair (i, j) with start_i < start_j is counted exactly once this way, a pair
+        # with equal starts twice: subtract those.
+        counted = int((np.searchsorted(start, hi, "left")
+                       - np.searchsorted(start, lo, "left")).sum()) - self.n
+        same = np.bincount(lo, minlength=num_steps + 1)  # buffers per start step
         return counted - int((same * (same - 1) // 2).sum())
 
     def offsets_by_id(self, offsets: Sequence[int]) -> dict[str, int]:
@@ -155,7 +162,12 @@ class Problem:
         return {b.id: off for b, off in zip(self.buffers, offsets)}
 
     def height(self, offsets: Sequence[int]) -> int:
-        """Max of ``offset + size`` over buffers (0 if none), in bytes."""
+        """Max of ``offset + size`` over buffers (0 if none), in bytes (numpy when the sums
+        fit in int64, exact Python ints otherwise)."""
+        if self.n and self._size_np is not None:
+            off = np.asarray(offsets, dtype=object if max(offsets) >= 1 << 61 else np.int64)
+            if off.dtype == np.int64:
+                return int((off + self._size_np).max())
         return max(map(int.__add__, offsets, self.size), default=0)
 
     def place(self, order: Sequence[int], fit: str = BEST_FIT) -> tuple[list[int], int]:

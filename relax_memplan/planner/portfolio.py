@@ -21,14 +21,18 @@ if, at the cost of the slowest pass so far, it ends before the deadline.
 The final check of the returned plan is the numpy skyline replay of
 :func:`~relax_memplan.planner.validate.no_overlap_on_steps` on the compiled problem; only a
 plan failing it goes through :func:`~relax_memplan.planner.validate.validate`, which
-raises the precise error. Its cost (``VALIDATE_SECONDS_PER_BUFFER``) is kept out of the
-budget of the passes.
+raises the precise error. Its cost (``VALIDATE_SECONDS_PER_BUFFER`` per buffer, times the
+wall/CPU slowdown measured again before every phase) is kept out of the budget of the
+passes. A budget below the fixed minimum (compiling, the lanes, the final check: about
+2.5-3 us CPU per buffer) is overrun.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Optional, Sequence
+
+import numpy as np
 
 from .algorithms import DETERMINISTIC, PROBLEM_ALGORITHMS, lowest_first_keys
 from .buffer import Buffer, Plan
@@ -65,7 +69,8 @@ MAX_CONFLICT_PAIRS = 2_000_000
 #: Rough cost of building the conflict lists and one lowest-first pass on them, seconds per
 #: overlapping pair (random 20k buffers, 2.0M pairs: 1.2 s CPU, 2.7 s wall on a loaded machine).
 SECONDS_PER_PAIR = 5e-7
-#: Rough cost of the final check and result dict, seconds per buffer (kept from the budget).
+#: Rough cost of the final check and result dict, seconds per buffer (kept from the budget;
+#: measured 1.2 / 1.35 us CPU on random 20k / 100k buffers, load 4 on 2 cores).
 VALIDATE_SECONDS_PER_BUFFER = 1.5e-6
 #: Lowest-first orders tried on the skyline, in this order (measured best on large graphs:
 #: by area reaches 1.0076 / 1.0018 / 1.0000 x LB on pangu_2.6B / S_1 / Y_1; by peak 1.037 /
@@ -76,8 +81,9 @@ SWEEP_ORDER = ("lowest_first_by_area", "lowest_first_by_peak", "lowest_first_by_
 #: developers on 2 cores: load 14, about 7 times slower than an idle machine).
 MAX_SLOWDOWN = 8.0
 #: Cost of one lowest-first pass on the skyline, seconds per buffer on an idle machine
-#: (random 100k buffers: 1.0-1.4 s CPU, 10k: 0.08-0.1 s; pangu_2.6B 18,692: 0.15 s).
-SWEEP_SECONDS_PER_BUFFER = 14e-6
+#: (block minima of :mod:`.candidates`: random 100k buffers 1.1-1.2 s CPU, 10k 0.08 s;
+#: pangu_2.6B 18,692: 0.18 s; best of 5, load 4 on 2 cores).
+SWEEP_SECONDS_PER_BUFFER = 12e-6
 #: The exact search runs on problems of at most this many buffers, with this share of the
 #: time left after the greedy orders. MiniMalloc A-K at 2 s, one run on a shared machine
 #: (load 10.5 on 2 cores): share 0.2 mean 1.0714 x LB (2 at LB), 0.6 mean 1.0673 (3).
@@ -145,11 +151,7 @@ def plan(
     lb = p.lower_bound
     if p.n == 0:
         return Plan({}, 0, 0, names[0] if names else SEARCH_NAME)
-    # On a busy machine the final check is slower too: scale its reserve by how much
-    # slower than CPU time the wall clock ran while compiling the problem.
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    slowdown = min(max(wall / cpu, 1.0), MAX_SLOWDOWN) if cpu > 0.01 else 1.0
-    deadline = t0 + time_limit_s - VALIDATE_SECONDS_PER_BUFFER * p.n * slowdown
+    slowdown, deadline = _deadline(p.n, t0, cpu0, time_limit_s)
     pairs = p.count_overlapping_pairs()
     p.sweep = use_skyline(pairs, time_limit_s)
     if p.sweep:
@@ -161,6 +163,7 @@ def plan(
     # Large graphs keep a share of the budget for the window repair after the passes.
     reserve = REPAIR_SHARE * time_limit_s if search and p.sweep else 0.0
     for name in names:
+        slowdown, deadline = _deadline(p.n, t0, cpu0, time_limit_s)
         started = time.perf_counter()
         if best_offsets is not None and started + 1.1 * slowest > deadline - reserve:
             break
@@ -173,24 +176,27 @@ def plan(
                 # measures itself too slow keeps fewer buffers lowest-first).
                 best_offsets = size_class_lanes(p)
                 best_height, best_name = p.height(best_offsets), LANES_NAME
+                slowdown, deadline = _deadline(p.n, t0, cpu0, time_limit_s)
                 started = time.perf_counter()
                 count = first_pass_count(p.n, deadline - started)
                 if count is not None and count < MIN_COUNT_SHARE * p.n:
                     break
-            offsets = lowest_first_sweep(p, lowest_first_keys[name](p), deadline, count)[0]
+            offsets, height = lowest_first_sweep(
+                p, lowest_first_keys[name](p), deadline, count)[:2]
         else:
             offsets = PROBLEM_ALGORITHMS[name](p)
+            height = p.height(offsets)
         slowest = max(slowest, time.perf_counter() - started)
         if name in lowest_first_keys:
             took = time.perf_counter() - started
             decode = took if decode is None else min(decode, took)
-        height = p.height(offsets)
         if best_height is None or height < best_height:
             best_offsets, best_height, best_name = offsets, height, name
         if best_height == lb:
             break
 
     if search and best_height != lb:
+        deadline = _deadline(p.n, t0, cpu0, time_limit_s)[1]
         best_offsets, best_height, best_name = _improve(
             p, (best_offsets, best_height, best_name), deadline, seed, (slowest, decode))
 
@@ -240,11 +246,32 @@ def _repaired(p: Problem, offsets, height: int, name: str, deadline: float, seed
     return found, p.height(found), REPAIR_NAME
 
 
+def _deadline(n: int, t0: float, cpu0: float, time_limit_s: float) -> tuple[float, float]:
+    """``(slowdown, deadline)`` of the work before the final check of ``n`` buffers.
+
+    ``slowdown`` is how much slower than CPU time the wall clock has run since the call
+    started at ``t0`` / ``cpu0`` (``perf_counter`` / ``process_time``), 1 to ``MAX_SLOWDOWN``;
+    measured again before every phase, so the final check's reserve
+    (``VALIDATE_SECONDS_PER_BUFFER`` per buffer, times ``slowdown``) follows the load while
+    the call runs (a reserve measured once, over the first 15 ms, let random 20k buffers
+    end 22 % past a 0.1 s budget at load 6).
+    """
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    slowdown = min(max(wall / cpu, 1.0), MAX_SLOWDOWN) if cpu > 0.01 else 1.0
+    return slowdown, t0 + time_limit_s - VALIDATE_SECONDS_PER_BUFFER * n * slowdown
+
+
 def _checked(p: Problem, offsets: Sequence[int]) -> bool:
     """True if ``offsets`` is a valid plan of ``p`` (aligned, non-negative, no overlap)."""
-    if any(off < 0 or off % a for off, a in zip(offsets, p.align)):
+    try:
+        off = np.asarray(offsets, dtype=np.int64)
+        aligned = not ((off < 0).any() or (off % np.asarray(p.align, dtype=np.int64)).any())
+    except OverflowError:  # beyond int64
+        aligned = not any(off < 0 or off % a for off, a in zip(offsets, p.align))
+    if not aligned:
         return False
-    return no_overlap_on_steps(p.step_lo, p.step_hi, offsets, p.size, p.num_steps)
+    lo, hi, num_steps = p.step_arrays
+    return no_overlap_on_steps(lo, hi, offsets, p.size, num_steps)
 
 
 def first_pass_count(n: int, left_s: float, slowdown: float = 1.0) -> Optional[int]:

@@ -198,21 +198,33 @@ def no_overlap_on_steps(step_lo, step_hi, offsets, sizes, num_steps) -> bool:
     Tops of ``2**62`` bytes or more (beyond int64) give False.
     """
     n = len(offsets)
-    if max(map(int.__add__, offsets, sizes), default=0) >= 1 << 62:
+    if n == 0:
+        return True
+    try:
+        off_all = np.asarray(offsets, dtype=np.int64)
+        size_all = np.asarray(sizes, dtype=np.int64)
+    except OverflowError:  # beyond int64
+        return False
+    if off_all.max() >= 1 << 62 or size_all.max() >= 1 << 62:
+        return False
+    top_all = off_all + size_all
+    if top_all.max() >= 1 << 62:
         return False
     lo_all = np.asarray(step_lo, dtype=np.int64)
     hi_all = np.asarray(step_hi, dtype=np.int64)
-    off_all = np.asarray(offsets, dtype=np.int64)
-    top_all = off_all + np.asarray(sizes, dtype=np.int64)
     sky = np.zeros(max(num_steps, 1) + 1, dtype=np.int64)  # one more: reduceat's last end
     later = np.triu(np.ones((CHECK_CHUNK, CHECK_CHUNK), dtype=bool), k=1)
     order = np.argsort(off_all, kind="stable")
     for c in range(0, n, CHECK_CHUNK):
         idx = order[c:c + CHECK_CHUNK]
         lo, hi, off, top = lo_all[idx], hi_all[idx], off_all[idx], top_all[idx]
+        # Ranges by decreasing start: reduceat then reads each live range, and the pairs
+        # (end, next start) in between go backwards, a single element each (in offset
+        # order they spanned half the steps: a third of the check's time on 100k buffers).
+        back = np.argsort(-lo, kind="stable")
         ends = np.empty(2 * len(idx), dtype=np.int64)
-        ends[0::2], ends[1::2] = lo, hi
-        if (np.maximum.reduceat(sky, ends)[0::2] > off).any():
+        ends[0::2], ends[1::2] = lo[back], hi[back]
+        if (np.maximum.reduceat(sky, ends)[0::2] > off[back]).any():
             return False
         # j after i in offset order, live at a common step, starting below i's top.
         clash = (lo[:, None] < hi[None, :]) & (lo[None, :] < hi[:, None]) & (
