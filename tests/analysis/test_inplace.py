@@ -263,3 +263,44 @@ def test_scheduled_matmul_residual_kernel_is_in_place_and_correct():
     x, w, bias, r = (rng.normal(size=shapes[n]).astype("float32") for n in shapes)
     *_, got = _run(inplace_kernel(func, InplacePair(4, 3)), x, w, bias, r.copy())
     np.testing.assert_allclose(got, x @ w + bias + r, rtol=1e-5, atol=1e-5)
+
+
+def _random_like(param, rng):
+    shape, dtype = [int(d) for d in param.ty.shape], str(param.ty.dtype)
+    if dtype.startswith("float"):
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(0, 2 if dtype == "bool" else 3, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("model,shapes", [
+    ("bert-tiny-randw.onnx", {"input_ids": (1, 128)}),  # ~2-4 s
+    pytest.param("mobilenetv2-tiny.onnx", {"x": (1, 3, 96, 96)}, marks=pytest.mark.slow),  # ~6 s
+], ids=["bert-tiny", "mobilenetv2"])
+def test_every_scheduled_in_place_pair_of_a_model_computes_what_the_kernel_does(model, shapes):
+    """Each pair the table accepts in a model's scheduled kernels (our pipeline's phases before
+    planning, ``schedule=True``): the in-place variant on random inputs gives the original
+    kernel's output bit for bit (a model's output can hide a wrong kernel: mobilenetv2-tiny's
+    barely depends on its input). The models whose scheduled pairs the extent-1 rule added."""
+    from relax_memplan.frontend import import_onnx
+    from relax_memplan.pipeline import backend_phases, fusion_passes
+    from relax_memplan.transform import PlanStaticMemory
+    from tests.conftest import shared_model
+
+    mod, _ = import_onnx(shared_model(model), shapes)
+    target = tvm.target.Target("llvm")
+    with target:
+        for _, passes in backend_phases(target, PlanStaticMemory(inplace=True), schedule=True,
+                                        fusion_pass_list=fusion_passes(target, "auto", True))[:3]:
+            mod = tvm.transform.Sequential(passes)(mod)
+    rng = np.random.default_rng(0)
+    checked = 0
+    for name, pairs in kernel_table(mod).items():
+        for pair in pairs:
+            args = [_random_like(p, rng) for p in mod[name].params]
+            expect = _run(mod[name], *[a.copy() for a in args])[pair.out_index]
+            rest = [a.copy() for k, a in enumerate(args) if k != pair.out_index]
+            got = _run(inplace_kernel(mod[name], pair), *rest)[
+                pair.in_index - (pair.in_index > pair.out_index)]
+            np.testing.assert_array_equal(got, expect, err_msg=f"{name} {pair}")
+            checked += 1
+    assert checked >= 5
