@@ -309,12 +309,23 @@ def _fusion_line(report: CompileReport) -> str:
                  f"{_fmt_bytes(summary['intermediate_bytes_removed'])} removed; lower bound "
                  f"{_fmt_bytes(summary['lower_bound_bytes_tvm'])} without our fusion -> "
                  f"{_fmt_bytes(summary['lower_bound_bytes_ours'])}"
-                 + (f" (both with this build's planner: {same})" if same else ""))
+                 + (f" (both with this build's planner: {same})" if same else "")
+                 + _build_bound_words(summary))
         if summary.get("conv_chain_scratch_bytes"):
             line += (f"\n    conv chain kernels: scratch "
                      f"{_fmt_bytes(summary['conv_chain_scratch_bytes'])} per running thread "
                      f"(TVM workspace, not in the lower bound)")
     return line
+
+
+def _build_bound_words(summary) -> str:
+    """Empty when the fusion comparison's fused bound is this build's lower bound, else words
+    saying both (the "-> X B" would otherwise read as this build's figure)."""
+    build = summary.get("lower_bound_bytes_build")
+    if build is None or build == summary["lower_bound_bytes_ours"]:
+        return ""
+    return (f"; NOT this build's lower bound, {_fmt_bytes(build)}: the comparison's rebuild "
+            f"planned differently")
 
 
 def _error(s: ShapeMeasurement) -> str:

@@ -230,3 +230,19 @@ def test_side_by_side_widens_byte_columns_to_the_longest_number():
     assert lines[4].split() == ["batch=1000000", "393,216,000,000", "1.000", "393,216,000,064",
                                 "1.000", "393,216,000,064", "786,432,000,000", "-"]
     assert lines[2].index("upper_bound") + len("upper_bound") == len(lines[4]) - 10 - 17
+
+
+def test_fusion_line_says_when_its_bound_is_not_this_builds():
+    """Newcomer trial (bert-tiny --schedule): "-> 393,216 B" beside a report bound of
+    458,752 B. The summary carries the build's bound; the line names it when they differ."""
+    report = _report(lower_bound_bytes=130)
+    report.fusion = {"attention": 2}
+    report.fusion_summary = {"kernels_ours": 9, "kernels_tvm": 9, "ort_nodes": None,
+                             "intermediate_bytes_ours": 10, "intermediate_bytes_removed": 0,
+                             "lower_bound_bytes_tvm": 120, "lower_bound_bytes_ours": 100,
+                             "planner_settings": "in-place", "lower_bound_bytes_build": 130}
+    assert ("-> 100 B (both with this build's planner: in-place); NOT this build's lower bound, "
+            "130 B: the comparison's rebuild planned differently") in report.format_text()
+    report.fusion_summary["lower_bound_bytes_build"] = 100
+    assert "NOT this build's" not in report.format_text()
+    assert report.to_dict()["fusion"]["lower_bound_bytes_build"] == 100

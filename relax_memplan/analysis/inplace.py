@@ -24,6 +24,11 @@ An output parameter ``out`` may share storage with an input parameter ``in`` whe
    ``in[v]`` before writing ``out[v]`` in the same block instance;
 5. no block writes ``in`` and no block reads ``out``.
 
+"At its own iter var" includes an iter var of extent 1 written as its one value: our scheduled
+matmul epilogues (:mod:`relax_memplan.schedules.cpu_matmul`) index the unit batch axis by the
+constant 0 (bert-tiny under ``--schedule`` lost 4 of its 5 in-place calls before this was
+accepted); a constant for an iter var of extent above 1 is a broadcast and refused.
+
 Then each element of ``out`` is written only after the element of ``in`` at the same
 index has been read for the last time, so writing ``out`` over ``in`` gives the same
 result. Views (``R.reshape``, ``ensure_zero_offset``) are not kernels and stay views
@@ -88,9 +93,21 @@ def _same_shape(a, b) -> bool:
                for x, y in zip(sa, sb))
 
 
+def _at_iter_var(index, iv) -> bool:
+    """``index`` is the value of iter var ``iv``: the var itself, or, for an iter var of
+    extent 1, the constant its domain starts at (its only value)."""
+    if index.same_as(iv.var):
+        return True
+    dom = iv.dom
+    return (isinstance(dom.extent, tirx.IntImm) and dom.extent.value == 1
+            and isinstance(dom.min, tirx.IntImm) and isinstance(index, tirx.IntImm)
+            and index.value == dom.min.value)
+
+
 def _identity_point(region, block) -> bool:
     """The region is the single point ``[v0, ..., vn]`` of the block's iter vars, in order,
-    and every iter var is spatial."""
+    and every iter var is spatial (an iter var of extent 1 may appear as its one value:
+    scheduled matmul epilogues index the unit batch axis by the constant 0)."""
     ivs = list(block.iter_vars)
     if len(ivs) != len(region.region) or not all(iv.iter_type == tirx.IterVar.DataPar
                                                   for iv in ivs):
@@ -98,7 +115,7 @@ def _identity_point(region, block) -> bool:
     for rng, iv in zip(region.region, ivs):
         if not (isinstance(rng.extent, tirx.IntImm) and rng.extent.value == 1):
             return False
-        if not rng.min.same_as(iv.var):
+        if not _at_iter_var(rng.min, iv):
             return False
     return True
 

@@ -13,7 +13,11 @@ FuseOps/FuseTIR alone) and ``fusion=True`` (our passes first), both with our pla
   baseline as the report's lower bound, so ``lower_bound_bytes_ours`` is that bound and the
   difference is fusion's effect alone; newcomer trial on yolov8n: the summary's bound, computed
   without concat in place, said fusion changed nothing while turning conv chains off raised
-  the report's bound);
+  the report's bound), and the build's kernels: with ``schedule`` both runs apply our CPU
+  schedules (newcomer trial on bert-tiny ``--schedule``: the runs had unscheduled kernels, so
+  "-> 393,216 B" was the unscheduled build's bound beside a report bound of 458,752 B). The
+  build's own bound is kept beside it (``lower_bound_bytes_build``); the text says so when
+  they differ;
 * onnxruntime's reference: the node count of its optimized graph for the same ONNX model
   (``SessionOptions.optimized_model_filepath`` with ``ORT_ENABLE_ALL``, CPU provider).
 """
@@ -60,6 +64,9 @@ class FusionSummary:
     kernel (TVM's CPU workspace pool, once per running thread; not in the lower bound).
     ``planner_settings``: the planner features both lower bounds were computed with
     (``"in-place, concat in place, reordering"``; ``"none"``), the build's.
+    ``lower_bound_bytes_build``: the lower bound of ``main`` in the build the report describes
+    (``None`` when not given); equal to ``lower_bound_bytes_ours`` unless the runs here planned
+    differently from the build.
     """
 
     kernels_tvm: int
@@ -71,6 +78,7 @@ class FusionSummary:
     ort_nodes: Optional[int] = None
     conv_chain_scratch_bytes: int = 0
     planner_settings: str = ""
+    lower_bound_bytes_build: Optional[int] = None
 
     @property
     def intermediate_bytes_removed(self) -> int:
@@ -107,7 +115,9 @@ def _relax_phases(mod, target, fusion: bool, conv_chain: str = "auto", schedule:
     inplace, concat_inplace, reorder = planner
     plan = PlanStaticMemory(time_limit_s=0.1, inplace=inplace, concat_inplace=concat_inplace)
     passes = fusion_passes(target, conv_chain, schedule) if fusion else None
+    # the build's kernels: scheduled kernels decide in-place reuse (analysis/inplace.py)
     lowered = get_pipeline(target, plan_pass=plan, fusion=fusion, fusion_pass_list=passes,
+                           schedule=schedule,
                            reorder_pass=ReorderForMemory() if reorder else None)(mod)
     fplan = plan.plans.get("main")
     total = sum(t.size_bytes or 0 for t in fplan.liveness.tensors) if fplan else 0
@@ -182,11 +192,13 @@ def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None, conv_chain: str
     conv_chain : {"auto", "memory", "off"}
         The build's conv chain mode (:data:`~relax_memplan.pipeline.CONV_CHAIN_MODES`).
     schedule : bool
-        Whether the build applies our CPU schedules (``auto`` depends on it).
+        Whether the build applies our CPU schedules: both runs then do (``get_pipeline(
+        schedule=...)``), and the conv chain mode ``auto`` depends on it.
     plan_pass : PlanStaticMemory, optional
-        The build's planner: both runs use its ``inplace`` and ``concat_inplace`` (default:
-        neither), so the two bounds differ by fusion alone and the fused one equals the
-        report's lower bound.
+        The build's planner, after the build: both runs use its ``inplace`` and
+        ``concat_inplace`` (default: neither), so the two bounds differ by fusion alone and
+        the fused one equals the report's lower bound; its plan of ``main`` gives
+        ``lower_bound_bytes_build``.
     reorder : bool
         Whether the build runs :class:`~relax_memplan.transform.ReorderForMemory` (both runs
         then do).
@@ -201,5 +213,7 @@ def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None, conv_chain: str
     k_ours, b_ours, lb_ours, scratch = _relax_phases(mod, target, True, conv_chain, schedule,
                                                      planner)
     ort = ort_optimized_nodes(onnx_model) if onnx_model is not None else None
+    build = plan_pass.plans.get("main") if plan_pass is not None else None
     return FusionSummary(k_tvm, k_ours, b_tvm, b_ours, lb_tvm, lb_ours, ort, scratch,
-                         _settings_words(planner))
+                         _settings_words(planner),
+                         build.lower_bound_bytes if build is not None else None)
