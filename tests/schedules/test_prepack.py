@@ -149,6 +149,35 @@ def test_each_packing_function_is_built_once_and_run_per_weight(monkeypatch):
         np.testing.assert_array_equal(got, w.reshape(k, panels, nr).transpose(1, 0, 2))
 
 
+def test_all_packing_functions_are_built_in_one_module(monkeypatch):
+    """Compile time: one LLVM module (one code generation, one JIT) for the packers of
+    different kernels, each packed constant its own weight's panels."""
+    import relax_memplan.schedules.prepack as prepack
+
+    builds = []
+    real_compile = tvm.compile
+    monkeypatch.setattr(prepack.tvm, "compile",
+                        lambda *a, **k: builds.append(a[0]) or real_compile(*a, **k))
+    w1 = RNG.standard_normal((32, 96)).astype("float32")
+    w2 = RNG.standard_normal((48, 64)).astype("float32")
+    x1 = relax.Var("x1", relax.TensorType([7, 32], "float32"))
+    x2 = relax.Var("x2", relax.TensorType([7, 48], "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x1, x2]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.matmul(x1, relax.const(w1)))
+            b = bb.emit(relax.op.matmul(x2, relax.const(w2)))
+            out = bb.emit_output(relax.Tuple([a, b]))
+        bb.emit_func_output(out)
+    out = _scheduled(bb.get())
+    assert len(builds) == 1 and len(builds[0].functions_items()) == 2
+    packed = sorted((c for c in _main_constants(out) if c.ndim == 3), key=lambda c: c.shape[1])
+    assert len(packed) == 2
+    for got, w in zip(packed, (w1, w2)):
+        panels, k, nr = got.shape
+        np.testing.assert_array_equal(got, w.reshape(k, panels, nr).transpose(1, 0, 2))
+
+
 def test_no_prim_func_left_uncalled_after_the_split():
     # the folded packer and the kernel its split version replaces stayed in the module and
     # were compiled by LLVM for nothing (bert-tiny: 9 of 25 PrimFuncs, ~0.2 CPU s of build)
