@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import ModelLoadError, RelaxMemplanError, ShapeSpecError, summarize_error
 from ..vm_errors import describe_loader_error
+from .library_file import check_elf_complete
 
 __all__ = ["RunOutputs", "function_params", "npz_path", "refuse_compiled_library", "run_command",
            "run_library", "save_outputs"]
@@ -151,6 +152,7 @@ def _load(path):
     if not os.path.isfile(path):
         raise ModelLoadError(f"{path}: no such library file")
     _check_content(path)
+    check_elf_complete(path)
     try:
         lib = tvm.runtime.load_module(os.fspath(path))
         return lib, relax.VirtualMachine(lib, tvm.cpu())
