@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from .errors import ModelLoadError, ShapeSpecError
+from .tools.flags import shape_flag
 
 __all__ = ["MAX_DIM", "parse_shape_spec", "InputPlan", "graph_inputs", "input_dim_symbols",
            "plan_inputs", "named_dims_from_shapes", "with_input_dims", "check_user_shape"]
@@ -172,12 +173,12 @@ def plan_inputs(model, shapes: dict, keep_dynamic: bool) -> InputPlan:
             plan.input_dims[name] = list(plan.run_shapes[name])
         if defaulted:
             plan.defaulted[name] = defaulted
-            template = ",".join("1" if isinstance(d, str) else str(d) for d in model_dims)
+            template = shape_flag(name, [1 if isinstance(d, str) else d for d in model_dims])
             action = "kept symbolic; test inputs use 1" if keep_dynamic else "using 1"
             for axis, symbol in defaulted:
                 plan.notes.append(
                     f"input '{name}' dim {axis} '{symbol}' not fixed; {action} "
-                    f"(fix it with e.g. --shape {name}={template})"
+                    f"(fix it with e.g. {template})"
                 )
     if plan.defaulted and not keep_dynamic:
         symbols = dict.fromkeys(s for pairs in plan.defaulted.values() for _, s in pairs)

@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
+from .flags import dim_flag
+
 __all__ = ["InputSummary", "ModelSummary", "inspect_onnx", "suggest_dim_range",
            "suggest_dim_ranges", "dim_locations", "missing_dims_advice", "loop_forms",
            "downsampling_factor"]
@@ -89,7 +91,7 @@ class ModelSummary:
 
     def dim_flags(self) -> str:
         """The suggested ``--dim`` flags on one line (empty when every dim is static)."""
-        return " ".join(f"--dim {n}={r}" for n, r in self.suggested_dims.items())
+        return " ".join(dim_flag(n, r) for n, r in self.suggested_dims.items())
 
     def format_text(self) -> str:
         """The summary as text, for the terminal."""
@@ -292,10 +294,10 @@ def missing_dims_advice(missing: Sequence[str], input_dims: Mapping[str, Optiona
     ranges = suggest_dim_ranges(input_dims, graph) if graph is not None else {}
     ranges = {n: ranges.get(n) or suggest_dim_range(n) for n in missing}
     them = "it" if len(missing) == 1 else "them"
-    keep = " ".join(f"--dim {n}={r.split('..')[0]}..{r.split('..')[0]}" for n, r in ranges.items())
+    keep = " ".join(dim_flag(n, f"{r.split('..')[0]}..{r.split('..')[0]}") for n, r in ranges.items())
     return ("missing --dim for "
             + ", ".join(f"{n} ({where[n]})" if n in where else n for n in missing)
-            + f"; add {' '.join(f'--dim {n}={r}' for n, r in ranges.items())} (placeholder "
+            + f"; add {' '.join(dim_flag(n, r) for n, r in ranges.items())} (placeholder "
             f"range{'s' if len(missing) > 1 else ''}: set {them} to the values you will run), "
             f"or {keep} to keep {them} fixed")
 
