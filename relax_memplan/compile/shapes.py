@@ -135,7 +135,7 @@ def symbolic_dims(mod, info, dim_ranges: Mapping[str, Tuple]) -> List[str]:
 
 
 def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
-                        dim_ranges: Mapping[str, Tuple], input_dims=None, graph=None) -> None:
+                        dim_ranges: Mapping[str, Tuple], input_dims=None, model=None) -> None:
     """Every dim in ``symbolic`` (the model's symbolic dims not fixed by ``--shape``) has a
     range in ``dim_ranges``, and every range names such a dim.
 
@@ -147,9 +147,10 @@ def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
 
     Notes
     -----
-    With the model's ``input_dims`` (input name -> dims) and ``graph``, the flags suggested
-    for a missing dim name the input and axis it is and use the model's downsampling grid
-    (:func:`relax_memplan.tools.inspect.suggest_dim_ranges`); else they go by the dim's name.
+    With the model's ``input_dims`` (input name -> dims) and the ONNX ``model``, the flags
+    suggested for a missing dim name the input and axis it is and are inspect's
+    (:func:`relax_memplan.compile.dim_suggestions.checked_dim_ranges`); else they go by the
+    dim's name.
     """
     both = sorted(set(dim_ranges) & set(fixed))
     if both:
@@ -164,7 +165,7 @@ def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
         from ..tools.inspect import missing_dims_advice
 
         raise ShapeSpecError("give a range for every symbolic dim of the model: "
-                             + missing_dims_advice(missing, input_dims or {}, graph))
+                             + missing_dims_advice(missing, input_dims or {}, model=model))
 
 
 def flag_spelling(symbolic: Sequence[str], given: Sequence[str]) -> Dict[str, str]:
@@ -216,11 +217,11 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
     if dim_ranges:
         check_declared_dims(symbolic, plan.fixed, {onnx_names[n]: r
                                                    for n, r in dim_ranges.items()},
-                            plan.input_dims, onnx_model.graph)
+                            plan.input_dims, onnx_model)
     elif symbolic:
-        from ..tools.inspect import suggest_dim_ranges
+        from .dim_suggestions import checked_dim_ranges
 
-        ranges = suggest_dim_ranges(plan.input_dims, onnx_model.graph)
+        ranges = checked_dim_ranges(onnx_model, plan.input_dims)
         low = {n: r.split("..")[0] for n, r in ranges.items()}
         fix = " ".join(shape_flag(name, [low[d] if isinstance(d, str) else d for d in dims])
                        for name, dims in plan.input_dims.items()

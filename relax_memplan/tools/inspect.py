@@ -285,13 +285,20 @@ def dim_locations(input_dims: Mapping[str, Optional[Sequence]]) -> Dict[str, str
 
 
 def missing_dims_advice(missing: Sequence[str], input_dims: Mapping[str, Optional[Sequence]],
-                        graph=None) -> str:
+                        graph=None, model=None) -> str:
     """What to type for symbolic dims given no ``--dim`` range: ``"missing --dim for s27 (axis 1
     of input_ids); add --dim s27=1..64 (placeholder range: ...), or --dim s27=1..1 to keep it
-    fixed"``. Ranges from :func:`suggest_dim_ranges` (the model's grid) with ``graph``, else by
-    name; the fixed value is the range's lower end (an image side on a stride-32 grid: 32)."""
+    fixed"``. Ranges as ``inspect`` suggests them with the ONNX ``model``
+    (:func:`~relax_memplan.compile.dim_suggestions.checked_dim_ranges`), else from
+    :func:`suggest_dim_ranges` (the model's grid) with ``graph``, else by name; the fixed value
+    is the range's lower end (an image side on a stride-32 grid: 32)."""
     where = dim_locations(input_dims)
-    ranges = suggest_dim_ranges(input_dims, graph) if graph is not None else {}
+    if model is not None:
+        from ..compile.dim_suggestions import checked_dim_ranges
+
+        ranges = checked_dim_ranges(model, input_dims, missing)
+    else:
+        ranges = suggest_dim_ranges(input_dims, graph) if graph is not None else {}
     ranges = {n: ranges.get(n) or suggest_dim_range(n) for n in missing}
     them = "it" if len(missing) == 1 else "them"
     keep = " ".join(dim_flag(n, f"{r.split('..')[0]}..{r.split('..')[0]}") for n, r in ranges.items())
@@ -322,6 +329,7 @@ def inspect_onnx(model) -> ModelSummary:
     import onnx
 
     from .. import frontend
+    from ..compile.dim_suggestions import checked_dim_ranges
     from ..input_shapes import graph_inputs, input_dim_symbols
     from ..onnx_prepare import CONVERTER_STEP_NAMES
 
@@ -351,5 +359,6 @@ def inspect_onnx(model) -> ModelSummary:
         unsupported_ops=frontend.unsupported_ops(onnx_model, CONVERTER_STEP_NAMES),
         converted_ops=converted,
         symbolic_dims=symbolic,
-        suggested_dims=suggest_dim_ranges({i.name: i.dims for i in inputs}, onnx_model.graph),
+        suggested_dims=checked_dim_ranges(onnx_model, {i.name: i.dims for i in inputs})
+        if symbolic else {},
     )
