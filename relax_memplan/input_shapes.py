@@ -146,6 +146,7 @@ def plan_inputs(model, shapes: dict, keep_dynamic: bool) -> InputPlan:
     plan = InputPlan()
     symbols = input_dim_symbols(inputs)
     plan.fixed = named_dims_from_shapes(symbols, shapes)
+    fixes = []
     for value in inputs:
         name = value.name
         if not value.type.HasField("tensor_type"):
@@ -173,7 +174,10 @@ def plan_inputs(model, shapes: dict, keep_dynamic: bool) -> InputPlan:
             plan.input_dims[name] = list(plan.run_shapes[name])
         if defaulted:
             plan.defaulted[name] = defaulted
-            template = shape_flag(name, [1 if isinstance(d, str) else d for d in model_dims])
+            template = shape_flag(name, [_grid_low(model, symbols).get(d, 1) if isinstance(d, str)
+                                         else d for d in model_dims])
+            if template != shape_flag(name, plan.run_shapes[name]):
+                fixes.append(template)
             action = "kept symbolic; test inputs use 1" if keep_dynamic else "using 1"
             for axis, symbol in defaulted:
                 plan.notes.append(
@@ -182,7 +186,8 @@ def plan_inputs(model, shapes: dict, keep_dynamic: bool) -> InputPlan:
                 )
     if plan.defaulted and not keep_dynamic:
         symbols = dict.fromkeys(s for pairs in plan.defaulted.values() for _, s in pairs)
-        plan.hint = f"dynamic dims {', '.join(symbols)} were set to 1"
+        plan.hint = (f"dynamic dims {', '.join(symbols)} were set to 1"
+                     + (f"; try {' '.join(fixes)} (the model's grid)" if fixes else ""))
     return plan
 
 
@@ -256,3 +261,12 @@ def check_user_shape(name: str, shape, model_dims: list | None) -> tuple[int, ..
                 f"input '{name}' dim {axis} is static {expected} in the model, got {given}"
             )
     return dims
+
+
+def _grid_low(model, symbols) -> dict:
+    """Each symbolic dim's smallest value on the model's grid (image sides of a stride-32
+    model: 32), as ``inspect`` suggests it from the graph; the value hints suggest."""
+    from .tools.inspect import suggest_dim_ranges
+
+    ranges = suggest_dim_ranges(symbols, model.graph)
+    return {d: int(r.split("..")[0] or 1) for d, r in ranges.items()}

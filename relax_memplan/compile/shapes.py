@@ -22,7 +22,7 @@ from ..transform._dynamic_plan import sample_points
 
 __all__ = ["parse_dim_spec", "parse_values_spec", "sample_dims", "symbolic_dims", "shapes_at",
            "with_shapes", "fit_values", "check_declared_dims", "check_dims_up_front",
-           "flag_spelling"]
+           "flag_spelling", "undeclared_dims_fix"]
 
 
 def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
@@ -190,6 +190,21 @@ def _identifier(name: str) -> str:
     return re.sub(r"\W", "_", name)
 
 
+def undeclared_dims_fix(onnx_model, input_dims) -> Tuple[str, str]:
+    """What to type for symbolic dims left undeclared: (``--dim`` flags, ``--shape`` flags at
+    each range's lower end), from ``inspect``'s checked suggestions
+    (:func:`~relax_memplan.compile.dim_suggestions.checked_dim_ranges`); ``input_dims``: each
+    input's dims (a name per symbolic dim, an int per fixed one)."""
+    from .dim_suggestions import checked_dim_ranges
+
+    ranges = checked_dim_ranges(onnx_model, input_dims)
+    low = {n: r.split("..")[0] for n, r in ranges.items()}
+    shape_flags = " ".join(shape_flag(name, [low[d] if isinstance(d, str) else d for d in dims])
+                           for name, dims in input_dims.items()
+                           if any(isinstance(d, str) for d in dims or ()))
+    return " ".join(dim_flag(n, r) for n, r in ranges.items()), shape_flags
+
+
 def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> Dict[str, str]:
     """Before importing: the ONNX model's symbolic dims against ``--shape`` and ``--dim``.
 
@@ -219,14 +234,7 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
                                                    for n, r in dim_ranges.items()},
                             plan.input_dims, onnx_model)
     elif symbolic:
-        from .dim_suggestions import checked_dim_ranges
-
-        ranges = checked_dim_ranges(onnx_model, plan.input_dims)
-        low = {n: r.split("..")[0] for n, r in ranges.items()}
-        fix = " ".join(shape_flag(name, [low[d] if isinstance(d, str) else d for d in dims])
-                       for name, dims in plan.input_dims.items()
-                       if any(isinstance(d, str) for d in dims))
-        flags = " ".join(dim_flag(n, ranges[n]) for n in symbolic)
+        flags, fix = undeclared_dims_fix(onnx_model, plan.input_dims)
         warnings.warn(UndeclaredDimWarning(
             f"symbolic dim(s) {', '.join(symbolic)} not declared: compiled at 1 (compile once "
             f"for a range with {flags}, or fix them with {fix})"), stacklevel=3)

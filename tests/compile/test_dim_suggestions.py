@@ -45,3 +45,27 @@ def test_silero_suggestion_starts_at_the_smallest_sequence_that_works():
     assert inspect_onnx(path).suggested_dims["sequence"].startswith("192..")
     with pytest.raises(IndexBoundsError, match="smallest allowed sequence is 192"):
         _accepted(onnx.load(path), {"batch": (1, 8), "sequence": (1, 128)})
+
+
+def test_import_failure_at_defaulted_dims_suggests_the_models_grid():
+    """Newcomer trial: yolov8n without --shape failed at a Concat and the hint said only that
+    dims were set to 1 (the notes suggested images=1,3,1,1); the hint now gives the grid."""
+    from relax_memplan.errors import UnsupportedOperatorError
+
+    with pytest.raises(UnsupportedOperatorError) as info:
+        frontend.import_onnx(shared_model("yolov8n-nudenet-320n.onnx"))
+    assert info.value.hint == ("dynamic dims batch, height, width were set to 1; try "
+                               "--shape images=1,3,32,32 (the model's grid)")
+
+
+def test_index_refusal_at_defaulted_dims_names_the_smallest_shapes(capsys):
+    """Newcomer trial: silero without --dim said "... (size 0), whatever the input shape",
+    which is false: sequence >= 192 works."""
+    from relax_memplan.cli import EXIT_ERROR, main
+
+    path = shared_model("silero-vad-op18-ifless.onnx")
+    assert main(["compile", str(path), "--no-measure", "-q"]) == EXIT_ERROR
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == ("relax-memplan: error: Gather node 'node_select' reads index 0 of axis 2 "
+                   "(size 0) at the input shapes compiled (undeclared dims compiled at 1; the "
+                   "smallest shapes that work: --shape input=1,192 --shape state=2,1,128)")
