@@ -117,7 +117,8 @@ def _build_options(args, config):
                   prepare=not args.no_prepare, schedule=args.schedule or config.schedule,
                   check_indices=config.check_indices and not args.no_index_checks,
                   fusion=config.fusion if args.fusion is None else args.fusion,
-                  fusion_conv_chain=config.fusion_conv_chain, library_path=args.output)
+                  fusion_conv_chain=config.fusion_conv_chain, library_path=args.output,
+                  compare_with_tvm=not args.no_compare)
     if not (args.dim or config.dims):
         if args.bucket or args.dispatch or args.size_classes or config.dispatch:
             raise RelaxMemplanError("--bucket, --dispatch and --size-classes (or config "

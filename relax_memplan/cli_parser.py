@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare outputs with onnxruntime on the same random inputs")
     c.add_argument("--no-measure", action="store_true",
                    help="do not run the builds (no run-time bytes)")
+    c.add_argument("--no-compare", action="store_true",
+                   help="do not build TVM's default plan (StaticPlanBlockMemory) for comparison "
+                   "(its build takes 2-3x ours, also with --no-measure); the report then has "
+                   "no TVM column")
     c.add_argument("-o", "--output", metavar="LIB.so", help="write the compiled library")
     c.add_argument("--report", metavar="JSON", help="write the report as JSON")
     c.add_argument("--plot", metavar="PNG", help="draw the arena plan (needs matplotlib)")

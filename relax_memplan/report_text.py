@@ -90,7 +90,10 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
     if f.loop_storage_bytes:
         lines.append(row("loop bodies' storage, per call", f.loop_storage_bytes))
     lines.append(row("our build, per call", f.expected_runtime_alloc_bytes))
-    lines.append(row("TVM default build, per call", f.tvm_default_bytes))
+    if f.tvm_default_bytes is None:
+        lines.append(f"  {'TVM default build, per call':<38}{'not built (--no-compare)':>30}")
+    else:
+        lines.append(row("TVM default build, per call", f.tvm_default_bytes))
     if f.saved_percent is not None:
         label = "saved vs TVM default" if f.saved_bytes >= 0 else "MORE than TVM default"
         lines.append(f"  {label:<38}{_fmt_bytes(abs(f.saved_bytes)):>30}  "
@@ -142,9 +145,10 @@ def _bound_steps(f: FunctionMemoryReport) -> List[str]:
         return []
     last = " + ".join(w for w, on in (("in-place", f.inplace_capable_kernels is not None),
                                       ("concat in place", f.concat_inplace is not None)) if on)
+    tvm = ("not built" if f.tvm_default_bytes is None else f"{f.tvm_default_bytes:,} B per call")
     return [f"  lower bound: importer's order {steps[0]:,} B -> reordered {steps[1]:,} B -> "
             f"{last or 'as built'} {steps[2]:,} B; our arena {f.arena_bytes:,} B; TVM default "
-            f"{f.tvm_default_bytes:,} B per call"]
+            f"{tvm}"]
 
 
 def _num(value: Optional[int]) -> str:

@@ -648,3 +648,19 @@ def test_run_hint_after_o_pastes_as_one_command_with_spaces_and_quotes(capsys, t
     hint = capsys.readouterr().err.split("`")[1]
     assert shlex.split(hint) == ["relax-memplan", "compile", str(quoted_model), "-o",
                                  str(lib.parent / "mlp.so")]
+
+
+def test_no_compare_skips_tvms_build_and_says_so(tmp_path, capsys):
+    """Newcomer trial: TVM's comparison build (2-3x ours) could not be skipped."""
+    import json
+
+    report = tmp_path / "m.json"
+    assert main(["compile", str(shared_model("mnist-8/model.onnx")), "--no-compare",
+                 "--no-measure", "--report", str(report)]) == 0
+    captured = capsys.readouterr()
+    assert "StaticPlanBlockMemory" not in captured.err
+    assert "  TVM default build, per call                 not built (--no-compare)" in \
+        captured.out.splitlines()
+    data = json.loads(report.read_text())
+    assert data["tvm_default_bytes"] is None and data["saved_bytes"] is None
+    assert data["arena_bytes"] > 0

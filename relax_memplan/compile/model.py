@@ -339,7 +339,9 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                              loops=with_body_plans(loops_of(source.mod),
                                                    b.plan_pass.plans))
     if not dims:
-        b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec,
+        b.report.functions, fallbacks = static_functions(b.plan_pass, b.record,
+                                                         tvm_rec if options.compare_with_tvm
+                                                         else None,
                                                          b.hoist, options.reorder_pass,
                                                          options.tvm_target)
         b.report.notes += fallbacks
