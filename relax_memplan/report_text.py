@@ -449,15 +449,23 @@ def _peak_lines(tensors: List[Dict], peak_step: Optional[int], live_at_peak: Lis
     by_name = {t["name"]: t for t in storage_rows(tensors)}
     live = [by_name[n] for n in live_at_peak]
     total = live_storage_bytes(live)  # tensors placed inside one another count once
-    lines = [f"  live at the peak{where} (step {peak_step}): {len(live)} tensors, {total:,} B"
-             + (f"; the {top} largest:" if len(live) > top else ":"),
-             f"    {'tensor':<16}{'kernel':<36}{'shape':<22}{'bytes':>12}{'offset':>12}  live"]
+    rows = []
     for t in live[:top]:
         shape = "x".join(f"({d})" if " " in str(d) else str(d) for d in t["shape"]) + f" {t['dtype']}"
         kernel = t["producer"] or "-"
         kernel = kernel if len(kernel) <= 34 else kernel[:31] + "..."
-        lines.append(f"    {t['name']:<16}{kernel:<36}{shape:<22}{t['size_bytes']:>12,}"
-                     f"{t['offset_bytes']:>12,}  [{t['live_range'][0]}, {t['live_range'][1]})")
+        rows.append((t, (t["name"], kernel, shape, f"{t['size_bytes']:,}", f"{t['offset_bytes']:,}")))
+    # each column widened to its content plus a space (newcomer trial: a long shape ran into
+    # the bytes, 'float328,847,360,000,000')
+    w = [max([width] + [len(cells[i]) + 1 for _, cells in rows])
+         for i, width in enumerate((16, 36, 22, 12, 12))]
+    lines = [f"  live at the peak{where} (step {peak_step}): {len(live)} tensors, {total:,} B"
+             + (f"; the {top} largest:" if len(live) > top else ":"),
+             f"    {'tensor':<{w[0]}}{'kernel':<{w[1]}}{'shape':<{w[2]}}{'bytes':>{w[3]}}"
+             f"{'offset':>{w[4]}}  live"]
+    for t, (name, kernel, shape, size, offset) in rows:
+        lines.append(f"    {name:<{w[0]}}{kernel:<{w[1]}}{shape:<{w[2]}}{size:>{w[3]}}"
+                     f"{offset:>{w[4]}}  [{t['live_range'][0]}, {t['live_range'][1]})")
         lines += _group_line(t, tensors)
     return lines
 
