@@ -664,3 +664,40 @@ def test_no_compare_skips_tvms_build_and_says_so(tmp_path, capsys):
     data = json.loads(report.read_text())
     assert data["tvm_default_bytes"] is None and data["saved_bytes"] is None
     assert data["arena_bytes"] > 0
+
+
+@pytest.mark.parametrize("argv", [["compile", "--fusion", "--no-fusion"],
+                                  ["compile", "--no-inplace", "--inplace"],
+                                  ["bench", "m.onnx", "--schedule", "--no-schedule"]])
+def test_on_and_off_flags_are_mutually_exclusive(argv, capsys):
+    """Newcomer trial: --fusion --no-fusion was accepted, the last one winning."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_on_off_flag_alone_sets_its_value():
+    from relax_memplan.cli_parser import build_parser
+
+    parse = build_parser().parse_args
+    assert [parse(["compile", *a]).fusion for a in ([], ["--fusion"], ["--no-fusion"])] == [
+        None, True, False]
+
+
+def test_strategy_without_dims_is_refused(capsys):
+    """Newcomer trial: --strategy all without --dim was silently ignored."""
+    assert main(["compile", "--strategy", "all", "--no-measure"]) == EXIT_ERROR
+    assert capsys.readouterr().err.strip() == (
+        "relax-memplan: error: --strategy all plans symbolic dims: give --dim NAME=LO..HI "
+        "(a fixed-shape build has one plan)")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_non_positive_tvm_num_threads_is_refused(value, monkeypatch, capsys):
+    """Newcomer trial: TVM_NUM_THREADS=0 or -1 ran on one thread without a word."""
+    monkeypatch.setenv("TVM_NUM_THREADS", value)
+    assert main(["compile", "--no-measure"]) == EXIT_ERROR
+    assert capsys.readouterr().err.strip() == (
+        f"relax-memplan: error: TVM_NUM_THREADS='{value}': must be a positive integer (TVM "
+        f"would use 1 thread); unset it to use every core")
