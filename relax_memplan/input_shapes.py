@@ -101,7 +101,8 @@ _UNNAMED_DIMS = frozenset({"", "?"})
 def input_dim_symbols(inputs) -> dict[str, list[int | str] | None]:
     """Each input's dims: an int for a static dim, the ``dim_param`` for a named dynamic
     dim, and a fresh unique name ``<input>_dim<axis>`` for an unnamed one (``dim_param``
-    empty or ``?``), so that only a name shared in the model ties two dims together.
+    empty or ``?``), so that only a name shared in the model ties two dims together. A
+    ``dim_value`` of 0 set in the model is the static size 0, not an unknown dim.
     None for an input of unknown rank."""
     taken = {
         dim.dim_param
@@ -117,8 +118,8 @@ def input_dim_symbols(inputs) -> dict[str, list[int | str] | None]:
             continue
         dims = []
         for axis, dim in enumerate(tensor_type.shape.dim):
-            if dim.dim_value > 0:
-                dims.append(dim.dim_value)
+            if dim.dim_value > 0 or dim.WhichOneof("value") == "dim_value":
+                dims.append(dim.dim_value)  # 0 set explicitly: a static empty dim
             elif dim.dim_param not in _UNNAMED_DIMS:
                 dims.append(dim.dim_param)
             else:  # a name TVM's shape parser reads as one symbol, unique in the model
@@ -158,6 +159,10 @@ def plan_inputs(model, shapes: dict, keep_dynamic: bool) -> InputPlan:
         model_dims = symbols[name]
         if model_dims is None and name not in shapes:
             raise ShapeSpecError(f"input '{name}' has unknown rank; pass --shape {name}=...")
+        if model_dims is not None and 0 in model_dims:
+            raise ShapeSpecError(f"input '{name}' has size 0 at axis {model_dims.index(0)} in "
+                                 f"the model ({model_dims}): an empty input cannot be compiled "
+                                 f"or planned; fix the model's input shape")
         if name in shapes:
             shape = check_user_shape(name, shapes[name], model_dims)
             plan.tvm_shapes[name] = list(shape)
