@@ -253,7 +253,7 @@ def _check_dynamic_tensors(data):
     [("batch", "NAME=LO..HI"), ("batch=a..4", "integers"), ("batch=5..4", "LO <= HI"),
      ("seq=1..4", "not a symbolic dim"), ("batch=1..4:0", "step must be >= 1"),
      ("batch=1..:2", "needs HI"), ("batch=1..4:", "NAME=LO..HI:STEP"),
-     ("batch=1..8:3", "HI must be LO + k * STEP (e.g. 1..7:3)")],
+     ("batch=1..8:3", "HI must be LO + k * STEP (e.g. 1..7:3 or 1..10:3)")],
 )
 def test_bad_dim_spec_is_one_line(capsys, dim, words):
     line = _one_line_error(capsys, ["compile", str(shared_model("mobilenetv2-tiny.onnx")),

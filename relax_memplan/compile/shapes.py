@@ -53,8 +53,11 @@ def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
     if step < 1 or (step > 1 and upper is None):
         raise ShapeSpecError(f"bad dim spec {text!r}: a step must be >= 1 and needs HI")
     if (upper - lower) % step if step > 1 else False:
+        below = lower + (upper - lower) // step * step
+        # newcomer trial: 1..64:100 suggested "e.g. 1..1:100", a range of one value
+        near = [f"{lower}..{v}:{step}" for v in (below, below + step) if v > lower]
         raise ShapeSpecError(f"bad dim spec {text!r}: HI must be LO + k * STEP (e.g. "
-                             f"{lower}..{lower + (upper - lower) // step * step}:{step})")
+                             f"{' or '.join(near)})")
     return name.strip(), ((lower, upper, step) if step > 1 else (lower, upper))
 
 
