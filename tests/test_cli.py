@@ -264,7 +264,7 @@ def test_bad_dim_spec_is_one_line(capsys, dim, words):
 def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, capsys):
     report = tmp_path / "all.json"
     status = main(["compile", str(shared_model("mobilenetv2-tiny.onnx")), "--dim", "batch=1..4",
-                   "--strategy", "all", "--bucket", "batch=2", "--size-classes", "--sample-shapes", "3",
+                   "--strategy", "all", "--bucket", "batch=2,9", "--size-classes", "--sample-shapes", "3",
                    "-q", "--report", str(report), "--time-limit", "0.2", "-o", str(tmp_path / "m.so"),
                    "--plot", str(tmp_path / "shapes.png")])
     assert status == 0
@@ -273,7 +273,9 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
     assert (tmp_path / "shapes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # one table, a column group per strategy, the bucket values in its header
     assert out.count("relax-memplan dynamic report") == 1 and "strategies side by side" in out
-    assert "batch in [1, 4]; buckets batch=2" in out
+    # 9 is outside batch's range: skipped with a note, not in the header (newcomer trial)
+    assert "batch in [1, 4]; buckets batch=2;" in out
+    assert "bucket values [9] of 'batch' are outside its declared range" in out
     assert [line.split() for line in out.splitlines() if line.strip().startswith("upper_bound")
             and "not applied" not in line] == [["upper_bound", "exact", "buckets"]]
     # what a strategy does not apply is said under the table: once for all (conv chains),

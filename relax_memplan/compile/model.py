@@ -17,6 +17,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import tvm
 
+from ..analysis.dims import DimRange
 from ..errors import IndexBoundsError, RelaxMemplanError, RunError, ShapeSpecError
 from ..onnx_prepare.loop_facts import loops_of, with_body_plans
 from ..pipeline import fusion_counts, fusion_passes
@@ -352,7 +353,10 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                 conv_chain=options.fusion_conv_chain, schedule=options.schedule,
                 plan_pass=b.plan_pass, reorder=options.reorder_pass is not None).to_dict()
         return
-    b.report.buckets = {n: list(v) for n, v in (b.dyn.buckets or {}).items()} \
+    # the values planned: those outside the dim's range are skipped, with a note (newcomer
+    # trial: the header listed a skipped value)
+    b.report.buckets = {n: [x for x in v if n not in dims or x in DimRange(*dims[n])]
+                        for n, v in (b.dyn.buckets or {}).items()} \
         if b.strategy == "buckets" else {}
     summarize_dynamic(b.report, b.dyn, b.kernels)
     b.report.not_applied = features_not_applied(
