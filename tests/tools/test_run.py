@@ -137,6 +137,22 @@ def test_cli_run_onnx_model_says_compile_it_first(tmp_path, capsys):
                         f"with `relax-memplan compile {model} -o {tmp_path / 'model.so'}`"), err
 
 
+def test_cli_run_onnx_model_in_a_read_only_folder_suggests_a_library_here(tmp_path, capsys,
+                                                                          monkeypatch):
+    """Newcomer trial: for ../shared/models/x.onnx (read-only) the hint wrote -o there."""
+    import os
+
+    import onnx
+
+    model = tmp_path / "model.onnx"
+    onnx.save(_two_input_model(), model)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if os.fspath(p) == str(tmp_path)
+                        and mode == os.W_OK else real_access(p, mode))
+    err = _one_line_error(capsys, ["run", str(model)])
+    assert err.endswith(f"compile it first with `relax-memplan compile {model} -o model.so`"), err
+
+
 @pytest.mark.skipif(tvm.cuda(0).exist, reason="the message is for a machine without a CUDA GPU")
 def test_cli_run_cuda_library_without_gpu_says_it_needs_cuda(tmp_path, capsys):
     import onnx
