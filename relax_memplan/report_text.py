@@ -308,7 +308,9 @@ def _fusion_line(report: CompileReport) -> str:
         same = summary.get("planner_settings")
         line += (f"\n    kernels per call: {summary['kernels_ours']} (TVM FuseOps alone "
                  f"{summary['kernels_tvm']}; onnxruntime optimized graph: "
-                 f"{'-' if ort is None else ort} nodes)\n"
+                 f"{'-' if ort is None else ort} nodes"
+                 + (f", {summary['ort_subgraph_nodes']} of them in If/Loop bodies"
+                    if summary.get("ort_subgraph_nodes") else "") + ")\n"
                  f"    intermediates: {_fmt_bytes(summary['intermediate_bytes_ours'])} per call, "
                  f"{_fmt_bytes(summary['intermediate_bytes_removed'])} removed; lower bound "
                  f"{_fmt_bytes(summary['lower_bound_bytes_tvm'])} without our fusion -> "
