@@ -23,8 +23,8 @@ import warnings
 from pathlib import Path
 from typing import List, Optional
 
-from .cli_args import (check_distinct_paths, check_environment, check_output_path,
-                       input_files, parse_inputs, parse_repeated)
+from .cli_args import (check_distinct_paths, check_environment, check_num_threads_env,
+                       check_output_path, input_files, parse_inputs, parse_repeated)
 from .cli_parser import build_parser
 from .errors import RelaxMemplanError, summarize_error
 from .tools.console import native_log
@@ -117,8 +117,12 @@ def _build_options(args, config):
                   prepare=not args.no_prepare, schedule=args.schedule or config.schedule,
                   check_indices=config.check_indices and not args.no_index_checks,
                   fusion=config.fusion if args.fusion is None else args.fusion,
-                  fusion_conv_chain=config.fusion_conv_chain, library_path=args.output)
+                  fusion_conv_chain=config.fusion_conv_chain, library_path=args.output,
+                  compare_with_tvm=not args.no_compare)
     if not (args.dim or config.dims):
+        if args.strategy:
+            raise RelaxMemplanError(f"--strategy {args.strategy} plans symbolic dims: give --dim "
+                                    f"NAME=LO..HI (a fixed-shape build has one plan)")
         if args.bucket or args.dispatch or args.size_classes or config.dispatch:
             raise RelaxMemplanError("--bucket, --dispatch and --size-classes (or config "
                                     "dispatch) need symbolic dims: give --dim NAME=LO..HI")
@@ -398,6 +402,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             try:
                 guard = OutputGuard(_output_files(args))
+                if args.command != "inspect":  # compile, run, bench run TVM's thread pool
+                    check_num_threads_env(os.environ)
                 with exit_on_interrupt(guard):  # also while TVM's C++ code runs
                     status = _COMMANDS[args.command](args)
                 if interrupted:  # a Ctrl-C that a fallback inside TVM's build swallowed

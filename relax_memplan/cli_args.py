@@ -232,3 +232,26 @@ def check_environment(args) -> None:
             check_output_path(option, path)
     if args.dump_ir:
         check_output_path("--dump-ir", args.dump_ir, directory=True)
+
+
+def check_num_threads_env(environ) -> None:
+    """Refuse a ``TVM_NUM_THREADS`` that is not a positive integer.
+
+    TVM 0.27 reads ``0``, ``-1`` or ``abc`` as one thread, without a word (newcomer trial:
+    ``TVM_NUM_THREADS=0`` ran single-threaded silently).
+
+    Raises
+    ------
+    RelaxMemplanError
+        Naming the value and what to give instead.
+    """
+    text = environ.get("TVM_NUM_THREADS")
+    if text is None:
+        return
+    try:
+        ok = int(text) >= 1
+    except ValueError:
+        ok = False
+    if not ok:
+        raise RelaxMemplanError(f"TVM_NUM_THREADS={text!r}: must be a positive integer (TVM "
+                                f"would use 1 thread); unset it to use every core")

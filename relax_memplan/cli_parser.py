@@ -13,14 +13,14 @@ __all__ = ["build_parser"]
 
 def _add_lower_bound_flags(c) -> None:
     """--inplace/--no-inplace and --reorder/--no-reorder (override the config's planner keys)."""
-    c.add_argument("--inplace", action=argparse.BooleanOptionalAction, default=None,
-                   help="a kernel writes its output over an input that dies there when its TIR "
-                   "reads that input at the output's indices only (static and exact dynamic "
-                   "plans; default from config planner.inplace: on)")
-    c.add_argument("--reorder", action=argparse.BooleanOptionalAction, default=None,
-                   help="ReorderForMemory: per dataflow block, the binding order of least peak "
-                   "live bytes, kept only where it lowers the peak (default from config "
-                   "planner.reorder: on)")
+    _on_off(c, "inplace",
+            help="a kernel writes its output over an input that dies there when its TIR "
+            "reads that input at the output's indices only (static and exact dynamic "
+            "plans; default from config planner.inplace: on)")
+    _on_off(c, "reorder",
+            help="ReorderForMemory: per dataflow block, the binding order of least peak "
+            "live bytes, kept only where it lowers the peak (default from config "
+            "planner.reorder: on)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare outputs with onnxruntime on the same random inputs")
     c.add_argument("--no-measure", action="store_true",
                    help="do not run the builds (no run-time bytes)")
+    c.add_argument("--no-compare", action="store_true",
+                   help="do not build TVM's default plan (StaticPlanBlockMemory) for comparison "
+                   "(its build takes 2-3x ours, also with --no-measure); the report then has "
+                   "no TVM column")
     c.add_argument("-o", "--output", metavar="LIB.so", help="write the compiled library")
     c.add_argument("--report", metavar="JSON", help="write the report as JSON")
     c.add_argument("--plot", metavar="PNG", help="draw the arena plan (needs matplotlib)")
@@ -80,11 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --dim: specialize kernels using this dim at these values (plus "
                    "the generic kernel), chosen at run time (repeatable)")
     c.add_argument("--schedule", action="store_true",
-                   help="apply relax_memplan's CPU matmul schedules (llvm)")
-    c.add_argument("--fusion", action=argparse.BooleanOptionalAction, default=None,
-                   help="our graph-level fusion before TVM's FuseOps: attention as one kernel "
-                   "(llvm and cuda), dropout removed; in both builds, like --schedule (default "
-                   "from config: on)")
+                   help="apply relax_memplan's CPU schedules (llvm): matmuls, convolutions, "
+                   "reductions and the other kernels its rules match")
+    _on_off(c, "fusion",
+            help="our graph-level fusion before TVM's FuseOps: attention as one kernel "
+            "(llvm and cuda), dropout removed; in both builds, like --schedule (default "
+            "from config: on)")
     _add_lower_bound_flags(c)
     c.add_argument("--no-index-checks", action="store_true",
                    help="do not check index values (Gather ids, ...) at run time; an index "
@@ -128,16 +133,27 @@ def _add_tool_parsers(sub) -> None:
     b.add_argument("--warmup", type=int_at_least(0), default=3, metavar="K",
                    help="untimed calls per build first (default 3)")
     b.add_argument("--no-onnxruntime", action="store_true", help="time the two TVM builds only")
-    b.add_argument("--schedule", action=argparse.BooleanOptionalAction, default=None,
-                   help="both TVM builds with our CPU schedules, for the host CPU (default "
-                   "from config; without: TVM's unscheduled kernels, plain llvm)")
-    b.add_argument("--fusion", action=argparse.BooleanOptionalAction, default=None,
-                   help="our graph-level fusion in both TVM builds (default from config: on)")
+    _on_off(b, "schedule",
+            help="both TVM builds with our CPU schedules, for the host CPU (default "
+            "from config; without: TVM's unscheduled kernels, plain llvm)")
+    _on_off(b, "fusion",
+            help="our graph-level fusion in both TVM builds (default from config: on)")
     b.add_argument("--config", metavar="YAML",
                    help="configuration file (see configs/default.yaml): planner settings, "
                    "schedule, fusion, check_indices")
     b.add_argument("--json", metavar="JSON", help="also write the times as JSON")
     _add_verbosity(b)
+
+
+def _on_off(parser, name: str, help: str) -> None:
+    """``--NAME`` / ``--no-NAME``, mutually exclusive (newcomer trial: ``--fusion --no-fusion``
+    was accepted, the last one winning), both setting ``NAME`` (None when neither is given)."""
+    group = parser.add_mutually_exclusive_group()
+    dest = name.replace("-", "_")
+    group.add_argument(f"--{name}", dest=dest, action="store_const", const=True, default=None,
+                       help=help)
+    group.add_argument(f"--no-{name}", dest=dest, action="store_const", const=False,
+                       help=f"turn --{name} off")
 
 
 def _add_verbosity(p) -> None:

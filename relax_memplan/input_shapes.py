@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from .errors import ModelLoadError, ShapeSpecError
+from .tools.flags import shape_flag
 
 __all__ = ["MAX_DIM", "parse_shape_spec", "InputPlan", "graph_inputs", "input_dim_symbols",
            "plan_inputs", "named_dims_from_shapes", "with_input_dims", "check_user_shape"]
@@ -100,7 +101,8 @@ _UNNAMED_DIMS = frozenset({"", "?"})
 def input_dim_symbols(inputs) -> dict[str, list[int | str] | None]:
     """Each input's dims: an int for a static dim, the ``dim_param`` for a named dynamic
     dim, and a fresh unique name ``<input>_dim<axis>`` for an unnamed one (``dim_param``
-    empty or ``?``), so that only a name shared in the model ties two dims together.
+    empty or ``?``), so that only a name shared in the model ties two dims together. A
+    ``dim_value`` of 0 set in the model is the static size 0, not an unknown dim.
     None for an input of unknown rank."""
     taken = {
         dim.dim_param
@@ -116,8 +118,8 @@ def input_dim_symbols(inputs) -> dict[str, list[int | str] | None]:
             continue
         dims = []
         for axis, dim in enumerate(tensor_type.shape.dim):
-            if dim.dim_value > 0:
-                dims.append(dim.dim_value)
+            if dim.dim_value > 0 or dim.WhichOneof("value") == "dim_value":
+                dims.append(dim.dim_value)  # 0 set explicitly: a static empty dim
             elif dim.dim_param not in _UNNAMED_DIMS:
                 dims.append(dim.dim_param)
             else:  # a name TVM's shape parser reads as one symbol, unique in the model
@@ -145,6 +147,7 @@ def plan_inputs(model, shapes: dict, keep_dynamic: bool) -> InputPlan:
     plan = InputPlan()
     symbols = input_dim_symbols(inputs)
     plan.fixed = named_dims_from_shapes(symbols, shapes)
+    fixes = []
     for value in inputs:
         name = value.name
         if not value.type.HasField("tensor_type"):
@@ -156,6 +159,10 @@ def plan_inputs(model, shapes: dict, keep_dynamic: bool) -> InputPlan:
         model_dims = symbols[name]
         if model_dims is None and name not in shapes:
             raise ShapeSpecError(f"input '{name}' has unknown rank; pass --shape {name}=...")
+        if model_dims is not None and 0 in model_dims:
+            raise ShapeSpecError(f"input '{name}' has size 0 at axis {model_dims.index(0)} in "
+                                 f"the model ({model_dims}): an empty input cannot be compiled "
+                                 f"or planned; fix the model's input shape")
         if name in shapes:
             shape = check_user_shape(name, shapes[name], model_dims)
             plan.tvm_shapes[name] = list(shape)
@@ -172,16 +179,20 @@ def plan_inputs(model, shapes: dict, keep_dynamic: bool) -> InputPlan:
             plan.input_dims[name] = list(plan.run_shapes[name])
         if defaulted:
             plan.defaulted[name] = defaulted
-            template = ",".join("1" if isinstance(d, str) else str(d) for d in model_dims)
+            template = shape_flag(name, [_grid_low(model, symbols).get(d, 1) if isinstance(d, str)
+                                         else d for d in model_dims])
+            if template != shape_flag(name, plan.run_shapes[name]):
+                fixes.append(template)
             action = "kept symbolic; test inputs use 1" if keep_dynamic else "using 1"
             for axis, symbol in defaulted:
                 plan.notes.append(
                     f"input '{name}' dim {axis} '{symbol}' not fixed; {action} "
-                    f"(fix it with e.g. --shape {name}={template})"
+                    f"(fix it with e.g. {template})"
                 )
     if plan.defaulted and not keep_dynamic:
         symbols = dict.fromkeys(s for pairs in plan.defaulted.values() for _, s in pairs)
-        plan.hint = f"dynamic dims {', '.join(symbols)} were set to 1"
+        plan.hint = (f"dynamic dims {', '.join(symbols)} were set to 1"
+                     + (f"; try {' '.join(fixes)} (the model's grid)" if fixes else ""))
     return plan
 
 
@@ -255,3 +266,12 @@ def check_user_shape(name: str, shape, model_dims: list | None) -> tuple[int, ..
                 f"input '{name}' dim {axis} is static {expected} in the model, got {given}"
             )
     return dims
+
+
+def _grid_low(model, symbols) -> dict:
+    """Each symbolic dim's smallest value on the model's grid (image sides of a stride-32
+    model: 32), as ``inspect`` suggests it from the graph; the value hints suggest."""
+    from .tools.inspect import suggest_dim_ranges
+
+    ranges = suggest_dim_ranges(symbols, model.graph)
+    return {d: int(r.split("..")[0] or 1) for d, r in ranges.items()}

@@ -66,6 +66,7 @@ class FunctionMemoryReport:
         its planned storage plus the tensors it leaves unplanned (outputs,
         ``R.If`` results, values crossing blocks), the larger ``R.If`` branch;
         compare with :attr:`expected_runtime_alloc_bytes`.
+        None when TVM's default build was not built (``compile --no-compare``).
     tvm_default_unplanned_bytes : int
         The part of ``tvm_default_bytes`` in tensors TVM's planner leaves.
     loop_storage_bytes : int
@@ -147,8 +148,8 @@ class FunctionMemoryReport:
     arena_bytes: int = 0
     planned_bytes: int = 0
     unplanned_bytes: int = 0
-    tvm_default_bytes: int = 0
-    tvm_default_unplanned_bytes: int = 0
+    tvm_default_bytes: Optional[int] = 0
+    tvm_default_unplanned_bytes: Optional[int] = 0
     loop_storage_bytes: int = 0
     num_runtime_sized_allocs: int = 0
     algorithm: str = ""
@@ -190,7 +191,7 @@ class FunctionMemoryReport:
         figure leaves out what they allocate on every iteration, so only the run-time bytes
         compare (newcomer trial: a 20-iteration Loop read "saved -49,152 B" while TVM's build
         allocated 655,360 B at run time against our 49,152 B)."""
-        if self.loop_storage_bytes:
+        if self.loop_storage_bytes or self.tvm_default_bytes is None:
             return None
         return self.tvm_default_bytes - self.expected_runtime_alloc_bytes
 

@@ -90,7 +90,10 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
     if f.loop_storage_bytes:
         lines.append(row("loop bodies' storage, per call", f.loop_storage_bytes))
     lines.append(row("our build, per call", f.expected_runtime_alloc_bytes))
-    lines.append(row("TVM default build, per call", f.tvm_default_bytes))
+    if f.tvm_default_bytes is None:
+        lines.append(f"  {'TVM default build, per call':<38}{'not built (--no-compare)':>30}")
+    else:
+        lines.append(row("TVM default build, per call", f.tvm_default_bytes))
     if f.saved_percent is not None:
         label = "saved vs TVM default" if f.saved_bytes >= 0 else "MORE than TVM default"
         lines.append(f"  {label:<38}{_fmt_bytes(abs(f.saved_bytes)):>30}  "
@@ -142,9 +145,10 @@ def _bound_steps(f: FunctionMemoryReport) -> List[str]:
         return []
     last = " + ".join(w for w, on in (("in-place", f.inplace_capable_kernels is not None),
                                       ("concat in place", f.concat_inplace is not None)) if on)
+    tvm = ("not built" if f.tvm_default_bytes is None else f"{f.tvm_default_bytes:,} B per call")
     return [f"  lower bound: importer's order {steps[0]:,} B -> reordered {steps[1]:,} B -> "
             f"{last or 'as built'} {steps[2]:,} B; our arena {f.arena_bytes:,} B; TVM default "
-            f"{f.tvm_default_bytes:,} B per call"]
+            f"{tvm}"]
 
 
 def _num(value: Optional[int]) -> str:
@@ -304,7 +308,9 @@ def _fusion_line(report: CompileReport) -> str:
         same = summary.get("planner_settings")
         line += (f"\n    kernels per call: {summary['kernels_ours']} (TVM FuseOps alone "
                  f"{summary['kernels_tvm']}; onnxruntime optimized graph: "
-                 f"{'-' if ort is None else ort} nodes)\n"
+                 f"{'-' if ort is None else ort} nodes"
+                 + (f", {summary['ort_subgraph_nodes']} of them in If/Loop bodies"
+                    if summary.get("ort_subgraph_nodes") else "") + ")\n"
                  f"    intermediates: {_fmt_bytes(summary['intermediate_bytes_ours'])} per call, "
                  f"{_fmt_bytes(summary['intermediate_bytes_removed'])} removed; lower bound "
                  f"{_fmt_bytes(summary['lower_bound_bytes_tvm'])} without our fusion -> "
@@ -456,15 +462,23 @@ def _peak_lines(tensors: List[Dict], peak_step: Optional[int], live_at_peak: Lis
     by_name = {t["name"]: t for t in storage_rows(tensors)}
     live = [by_name[n] for n in live_at_peak]
     total = live_storage_bytes(live)  # tensors placed inside one another count once
-    lines = [f"  live at the peak{where} (step {peak_step}): {len(live)} tensors, {total:,} B"
-             + (f"; the {top} largest:" if len(live) > top else ":"),
-             f"    {'tensor':<16}{'kernel':<36}{'shape':<22}{'bytes':>12}{'offset':>12}  live"]
+    rows = []
     for t in live[:top]:
         shape = "x".join(f"({d})" if " " in str(d) else str(d) for d in t["shape"]) + f" {t['dtype']}"
         kernel = t["producer"] or "-"
         kernel = kernel if len(kernel) <= 34 else kernel[:31] + "..."
-        lines.append(f"    {t['name']:<16}{kernel:<36}{shape:<22}{t['size_bytes']:>12,}"
-                     f"{t['offset_bytes']:>12,}  [{t['live_range'][0]}, {t['live_range'][1]})")
+        rows.append((t, (t["name"], kernel, shape, f"{t['size_bytes']:,}", f"{t['offset_bytes']:,}")))
+    # each column widened to its content plus a space (newcomer trial: a long shape ran into
+    # the bytes, 'float328,847,360,000,000')
+    w = [max([width] + [len(cells[i]) + 1 for _, cells in rows])
+         for i, width in enumerate((16, 36, 22, 12, 12))]
+    lines = [f"  live at the peak{where} (step {peak_step}): {len(live)} tensors, {total:,} B"
+             + (f"; the {top} largest:" if len(live) > top else ":"),
+             f"    {'tensor':<{w[0]}}{'kernel':<{w[1]}}{'shape':<{w[2]}}{'bytes':>{w[3]}}"
+             f"{'offset':>{w[4]}}  live"]
+    for t, (name, kernel, shape, size, offset) in rows:
+        lines.append(f"    {name:<{w[0]}}{kernel:<{w[1]}}{shape:<{w[2]}}{size:>{w[3]}}"
+                     f"{offset:>{w[4]}}  [{t['live_range'][0]}, {t['live_range'][1]})")
         lines += _group_line(t, tensors)
     return lines
 

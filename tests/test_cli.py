@@ -253,7 +253,7 @@ def _check_dynamic_tensors(data):
     [("batch", "NAME=LO..HI"), ("batch=a..4", "integers"), ("batch=5..4", "LO <= HI"),
      ("seq=1..4", "not a symbolic dim"), ("batch=1..4:0", "step must be >= 1"),
      ("batch=1..:2", "needs HI"), ("batch=1..4:", "NAME=LO..HI:STEP"),
-     ("batch=1..8:3", "HI must be LO + k * STEP (e.g. 1..7:3)")],
+     ("batch=1..8:3", "HI must be LO + k * STEP (e.g. 1..7:3 or 1..10:3)")],
 )
 def test_bad_dim_spec_is_one_line(capsys, dim, words):
     line = _one_line_error(capsys, ["compile", str(shared_model("mobilenetv2-tiny.onnx")),
@@ -264,7 +264,7 @@ def test_bad_dim_spec_is_one_line(capsys, dim, words):
 def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, capsys):
     report = tmp_path / "all.json"
     status = main(["compile", str(shared_model("mobilenetv2-tiny.onnx")), "--dim", "batch=1..4",
-                   "--strategy", "all", "--bucket", "batch=2", "--size-classes", "--sample-shapes", "3",
+                   "--strategy", "all", "--bucket", "batch=2,9", "--size-classes", "--sample-shapes", "3",
                    "-q", "--report", str(report), "--time-limit", "0.2", "-o", str(tmp_path / "m.so"),
                    "--plot", str(tmp_path / "shapes.png")])
     assert status == 0
@@ -273,7 +273,9 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
     assert (tmp_path / "shapes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # one table, a column group per strategy, the bucket values in its header
     assert out.count("relax-memplan dynamic report") == 1 and "strategies side by side" in out
-    assert "batch in [1, 4]; buckets batch=2" in out
+    # 9 is outside batch's range: skipped with a note, not in the header (newcomer trial)
+    assert "batch in [1, 4]; buckets batch=2;" in out
+    assert "bucket values [9] of 'batch' are outside its declared range" in out
     assert [line.split() for line in out.splitlines() if line.strip().startswith("upper_bound")
             and "not applied" not in line] == [["upper_bound", "exact", "buckets"]]
     # what a strategy does not apply is said under the table: once for all (conv chains),
@@ -648,3 +650,56 @@ def test_run_hint_after_o_pastes_as_one_command_with_spaces_and_quotes(capsys, t
     hint = capsys.readouterr().err.split("`")[1]
     assert shlex.split(hint) == ["relax-memplan", "compile", str(quoted_model), "-o",
                                  str(lib.parent / "mlp.so")]
+
+
+def test_no_compare_skips_tvms_build_and_says_so(tmp_path, capsys):
+    """Newcomer trial: TVM's comparison build (2-3x ours) could not be skipped."""
+    import json
+
+    report = tmp_path / "m.json"
+    assert main(["compile", str(shared_model("mnist-8/model.onnx")), "--no-compare",
+                 "--no-measure", "--report", str(report)]) == 0
+    captured = capsys.readouterr()
+    assert "StaticPlanBlockMemory" not in captured.err
+    assert "  TVM default build, per call                 not built (--no-compare)" in \
+        captured.out.splitlines()
+    data = json.loads(report.read_text())
+    assert data["tvm_default_bytes"] is None and data["saved_bytes"] is None
+    assert data["arena_bytes"] > 0
+
+
+@pytest.mark.parametrize("argv", [["compile", "--fusion", "--no-fusion"],
+                                  ["compile", "--no-inplace", "--inplace"],
+                                  ["bench", "m.onnx", "--schedule", "--no-schedule"]])
+def test_on_and_off_flags_are_mutually_exclusive(argv, capsys):
+    """Newcomer trial: --fusion --no-fusion was accepted, the last one winning."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_on_off_flag_alone_sets_its_value():
+    from relax_memplan.cli_parser import build_parser
+
+    parse = build_parser().parse_args
+    assert [parse(["compile", *a]).fusion for a in ([], ["--fusion"], ["--no-fusion"])] == [
+        None, True, False]
+
+
+def test_strategy_without_dims_is_refused(capsys):
+    """Newcomer trial: --strategy all without --dim was silently ignored."""
+    assert main(["compile", "--strategy", "all", "--no-measure"]) == EXIT_ERROR
+    assert capsys.readouterr().err.strip() == (
+        "relax-memplan: error: --strategy all plans symbolic dims: give --dim NAME=LO..HI "
+        "(a fixed-shape build has one plan)")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_non_positive_tvm_num_threads_is_refused(value, monkeypatch, capsys):
+    """Newcomer trial: TVM_NUM_THREADS=0 or -1 ran on one thread without a word."""
+    monkeypatch.setenv("TVM_NUM_THREADS", value)
+    assert main(["compile", "--no-measure"]) == EXIT_ERROR
+    assert capsys.readouterr().err.strip() == (
+        f"relax-memplan: error: TVM_NUM_THREADS='{value}': must be a positive integer (TVM "
+        f"would use 1 thread); unset it to use every core")

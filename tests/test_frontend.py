@@ -657,3 +657,36 @@ def test_unnamed_dims_are_ranged_by_their_generated_names():
     assert [s.dims for s in report.shapes][:2] == [{"x_dim0": 1, "x_dim2": 8, "x_dim3": 4},
                                                   {"x_dim0": 2, "x_dim2": 8, "x_dim3": 40}]
     assert all(s.max_abs_error < 1e-5 for s in report.shapes)
+
+
+def _relu_model(dims):
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_static_dim_zero_is_an_empty_dim_not_a_symbolic_one():
+    """Newcomer trial: an input [0, 16] was taken as a symbolic dim x_dim0 (set to 1), and
+    onnxruntime's refusal of it was cut mid-sentence."""
+    from relax_memplan.input_shapes import graph_inputs, input_dim_symbols
+
+    model = _relu_model([0, 16])
+    assert input_dim_symbols(graph_inputs(model)) == {"x": [0, 16]}
+    with pytest.raises(ShapeSpecError, match=r"input 'x' has size 0 at axis 0 in the model "
+                                             r"\(\[0, 16\]\)"):
+        import_onnx(model)
+    unset = _relu_model([None, 16])  # no dim_value and no dim_param: unknown, not 0
+    assert input_dim_symbols(graph_inputs(unset)) == {"x": ["x_dim0", 16]}
+
+
+def test_onnxruntime_refusal_keeps_its_whole_message():
+    from relax_memplan.errors import ReferenceRunError
+    from relax_memplan.reference import run_onnxruntime
+
+    with pytest.raises(ReferenceRunError) as info:
+        run_onnxruntime(_relu_model([2, 16]), {"x": np.ones((1, 16), "float32")})
+    text = str(info.value)
+    assert "for the following indices; index: 0 Got: 1 Expected: 2" in text, text
+    assert "\n" not in text

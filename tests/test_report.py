@@ -171,6 +171,10 @@ def test_fusion_line_names_the_skipped_chains_and_the_bound_baseline():
     assert ("lower bound 120 B without our fusion -> 100 B (both with this build's planner: "
             "in-place, concat in place)") in text
     assert report.to_dict()["fusion"]["skipped"] == report.fusion_skipped
+    assert "onnxruntime optimized graph: - nodes)" in text
+    report.fusion_summary.update(ort_nodes=78, ort_subgraph_nodes=74)  # silero: an If
+    assert "onnxruntime optimized graph: 78 nodes, 74 of them in If/Loop bodies)" in \
+        report.format_text()
     report.fusion = {"attention": 1, "conv_chain": "off"}
     report.fusion_skipped = {}
     assert "fusion: on (attention fused 1x, conv chains: off)" in report.format_text()

@@ -17,7 +17,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import tvm
 
-from ..errors import RelaxMemplanError, RunError, ShapeSpecError
+from ..analysis.dims import DimRange
+from ..errors import IndexBoundsError, RelaxMemplanError, RunError, ShapeSpecError
 from ..onnx_prepare.loop_facts import loops_of, with_body_plans
 from ..pipeline import fusion_counts, fusion_passes
 from ..reference import cast_value
@@ -33,7 +34,7 @@ from .not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .shape_casts import check_shape_casts
 from .options import BuildOptions, CheckOptions, library_path_for
-from .shapes import (check_dims_up_front, fit_values, flag_spelling, sample_dims, shapes_at,
+from .shapes import (undeclared_dims_fix, check_dims_up_front, fit_values, flag_spelling, sample_dims, shapes_at,
                      symbolic_dims)
 from .summary import static_functions, summarize_dynamic
 
@@ -130,12 +131,28 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
                          values=dict(input_values or {}),
                          notes=[n for n in info.notes if not dims or "kept symbolic" not in n])
     points = _points(source, dims, check)
-    results = compile_and_measure(source, dims, points, options, check, say)
+    try:
+        results = compile_and_measure(source, dims, points, options, check, say)
+    except IndexBoundsError as err:
+        if dims or not info.defaulted_dims:
+            raise
+        raise IndexBoundsError(f"{err} (undeclared dims compiled at 1; the smallest shapes "
+                               f"that work: {undeclared_dims_fix(onnx_model, _dims(info))[1]})"
+                               ) from None
     if not dims:
         for result in results.values():
             result.report.inputs = {n: {"shape": list(s), "dtype": info.input_dtypes[n]}
                                     for n, s in info.input_shapes.items()}
     return results
+
+
+def _dims(info):
+    """Each input's dims with the defaulted ones named again (for :func:`undeclared_dims_fix`)."""
+    dims = {n: list(s) for n, s in info.input_shapes.items()}
+    for name, pairs in info.defaulted_dims.items():
+        for axis, symbol in pairs:
+            dims[name][axis] = symbol
+    return dims
 
 
 def _import(model, shapes, dims, prepare: bool, say):
@@ -323,7 +340,9 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                              loops=with_body_plans(loops_of(source.mod),
                                                    b.plan_pass.plans))
     if not dims:
-        b.report.functions, fallbacks = static_functions(b.plan_pass, b.record, tvm_rec,
+        b.report.functions, fallbacks = static_functions(b.plan_pass, b.record,
+                                                         tvm_rec if options.compare_with_tvm
+                                                         else None,
                                                          b.hoist, options.reorder_pass,
                                                          options.tvm_target)
         b.report.notes += fallbacks
@@ -334,7 +353,10 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                 conv_chain=options.fusion_conv_chain, schedule=options.schedule,
                 plan_pass=b.plan_pass, reorder=options.reorder_pass is not None).to_dict()
         return
-    b.report.buckets = {n: list(v) for n, v in (b.dyn.buckets or {}).items()} \
+    # the values planned: those outside the dim's range are skipped, with a note (newcomer
+    # trial: the header listed a skipped value)
+    b.report.buckets = {n: [x for x in v if n not in dims or x in DimRange(*dims[n])]
+                        for n, v in (b.dyn.buckets or {}).items()} \
         if b.strategy == "buckets" else {}
     summarize_dynamic(b.report, b.dyn, b.kernels)
     b.report.not_applied = features_not_applied(

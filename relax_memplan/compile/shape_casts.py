@@ -17,6 +17,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from ..analysis.dims import DimRange, evaluate_int
 from ..errors import ShapeSpecError
+from ..tools.flags import dim_flag
 
 __all__ = ["check_shape_casts", "MAX_CHECKED_VALUES"]
 
@@ -59,9 +60,9 @@ def check_shape_casts(mod, dim_ranges: Mapping[str, Tuple]) -> None:
             step = _working_step(mine, name, grid)
             given = "..".join(map(str, dim_ranges[name][:2])) + (
                 f":{dim_ranges[name][2]}" if len(dim_ranges[name]) > 2 else "")
-            fix = (f"; use a step: --dim {name}={_grid_text(grid, step)}" if step else "")
+            fix = (f"; use a step: {dim_flag(name, _grid_text(grid, step))}" if step else "")
             raise ShapeSpecError(
-                f"--dim {name}={given}: the model cannot take {name}={value} (a shape cast "
+                f"{dim_flag(name, given)}: the model cannot take {name}={value} (a shape cast "
                 f"of the imported model needs {expected} where it computes {got}){fix}")
 
 

@@ -17,11 +17,12 @@ import numpy as np
 from ..analysis.dims import DimRange, evaluate_int
 from ..errors import ShapeSpecError, UndeclaredDimWarning
 from ..input_shapes import plan_inputs
+from ..tools.flags import dim_flag, shape_flag, tvm_dim_name
 from ..transform._dynamic_plan import sample_points
 
 __all__ = ["parse_dim_spec", "parse_values_spec", "sample_dims", "symbolic_dims", "shapes_at",
            "with_shapes", "fit_values", "check_declared_dims", "check_dims_up_front",
-           "flag_spelling"]
+           "flag_spelling", "undeclared_dims_fix"]
 
 
 def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
@@ -33,7 +34,7 @@ def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
     ShapeSpecError
         Malformed text, bounds not integers, lower < 1, lower > upper or step < 1.
     """
-    name, sep, rng = text.partition("=")
+    name, sep, rng = text.rpartition("=")  # a dim may be named a=b
     rng, colon, step_text = rng.partition(":")
     lo, dots, hi = rng.partition("..")
     if not sep or not name.strip() or not dots or (colon and not step_text.strip()):
@@ -52,8 +53,11 @@ def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
     if step < 1 or (step > 1 and upper is None):
         raise ShapeSpecError(f"bad dim spec {text!r}: a step must be >= 1 and needs HI")
     if (upper - lower) % step if step > 1 else False:
+        below = lower + (upper - lower) // step * step
+        # newcomer trial: 1..64:100 suggested "e.g. 1..1:100", a range of one value
+        near = [f"{lower}..{v}:{step}" for v in (below, below + step) if v > lower]
         raise ShapeSpecError(f"bad dim spec {text!r}: HI must be LO + k * STEP (e.g. "
-                             f"{lower}..{lower + (upper - lower) // step * step}:{step})")
+                             f"{' or '.join(near)})")
     return name.strip(), ((lower, upper, step) if step > 1 else (lower, upper))
 
 
@@ -66,7 +70,7 @@ def parse_values_spec(text: str, option: str = "--bucket") -> Tuple[str, Tuple[i
         Malformed text, or a value below 1; the message names ``option`` and what is wrong
         (newcomer trial: ``--dispatch seq=0`` said "bad bucket spec").
     """
-    name, sep, rest = text.partition("=")
+    name, sep, rest = text.rpartition("=")
     try:
         values = tuple(sorted({int(v) for v in rest.split(",")}))
     except ValueError:
@@ -134,7 +138,7 @@ def symbolic_dims(mod, info, dim_ranges: Mapping[str, Tuple]) -> List[str]:
 
 
 def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
-                        dim_ranges: Mapping[str, Tuple], input_dims=None, graph=None) -> None:
+                        dim_ranges: Mapping[str, Tuple], input_dims=None, model=None) -> None:
     """Every dim in ``symbolic`` (the model's symbolic dims not fixed by ``--shape``) has a
     range in ``dim_ranges``, and every range names such a dim.
 
@@ -146,9 +150,10 @@ def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
 
     Notes
     -----
-    With the model's ``input_dims`` (input name -> dims) and ``graph``, the flags suggested
-    for a missing dim name the input and axis it is and use the model's downsampling grid
-    (:func:`relax_memplan.tools.inspect.suggest_dim_ranges`); else they go by the dim's name.
+    With the model's ``input_dims`` (input name -> dims) and the ONNX ``model``, the flags
+    suggested for a missing dim name the input and axis it is and are inspect's
+    (:func:`relax_memplan.compile.dim_suggestions.checked_dim_ranges`); else they go by the
+    dim's name.
     """
     both = sorted(set(dim_ranges) & set(fixed))
     if both:
@@ -163,26 +168,44 @@ def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
         from ..tools.inspect import missing_dims_advice
 
         raise ShapeSpecError("give a range for every symbolic dim of the model: "
-                             + missing_dims_advice(missing, input_dims or {}, graph))
+                             + missing_dims_advice(missing, input_dims or {}, model=model))
 
 
 def flag_spelling(symbolic: Sequence[str], given: Sequence[str]) -> Dict[str, str]:
     """Given dim names written as TVMScript prints them -> the model's own names.
 
     TVMScript prints ``p2o.DynamicDimension.1`` as ``p2o_DynamicDimension_1`` (a Python
-    identifier); ``--dim`` takes both. A given name that is not in ``symbolic`` maps to the
-    one name of ``symbolic`` with the same identifier form; names already in ``symbolic``,
-    or matching none or several, are left out.
+    identifier) and TVM's importer names dim ``seq len`` ``seqlen``
+    (:func:`~relax_memplan.tools.flags.tvm_dim_name`); ``--dim`` takes all three. A given
+    name that is not in ``symbolic`` maps to the one name of ``symbolic`` with that
+    identifier or TVM form; names already in ``symbolic``, or matching none or several, are
+    left out.
     """
-    by_identifier: Dict[str, List[str]] = {}
+    by_form: Dict[str, set] = {}
     for name in symbolic:
-        by_identifier.setdefault(_identifier(name), []).append(name)
-    return {g: by_identifier[g][0] for g in given
-            if g not in symbolic and len(by_identifier.get(g, ())) == 1}
+        for form in (_identifier(name), tvm_dim_name(name)):
+            by_form.setdefault(form, set()).add(name)
+    return {g: next(iter(by_form[g])) for g in given
+            if g not in symbolic and len(by_form.get(g, ())) == 1}
 
 
 def _identifier(name: str) -> str:
     return re.sub(r"\W", "_", name)
+
+
+def undeclared_dims_fix(onnx_model, input_dims) -> Tuple[str, str]:
+    """What to type for symbolic dims left undeclared: (``--dim`` flags, ``--shape`` flags at
+    each range's lower end), from ``inspect``'s checked suggestions
+    (:func:`~relax_memplan.compile.dim_suggestions.checked_dim_ranges`); ``input_dims``: each
+    input's dims (a name per symbolic dim, an int per fixed one)."""
+    from .dim_suggestions import checked_dim_ranges
+
+    ranges = checked_dim_ranges(onnx_model, input_dims)
+    low = {n: r.split("..")[0] for n, r in ranges.items()}
+    shape_flags = " ".join(shape_flag(name, [low[d] if isinstance(d, str) else d for d in dims])
+                           for name, dims in input_dims.items()
+                           if any(isinstance(d, str) for d in dims or ()))
+    return " ".join(dim_flag(n, r) for n, r in ranges.items()), shape_flags
 
 
 def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> Dict[str, str]:
@@ -195,8 +218,9 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
     Returns
     -------
     dict of str to str
-        The dim names given in their printed spelling, to the model's (:func:`flag_spelling`);
-        the checks ran on the model's names.
+        Each given dim name that differs from the imported module's name for it, to that
+        name: the printed spelling (:func:`flag_spelling`) and the ONNX name with spaces
+        (``seq len``, which TVM's importer names ``seqlen``); the checks ran on the ONNX names.
 
     Raises
     ------
@@ -207,23 +231,17 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
     symbolic = list(dict.fromkeys(d for dims in plan.input_dims.values() for d in dims
                                   if isinstance(d, str)))
     renames = flag_spelling(symbolic, list(dim_ranges))
+    onnx_names = {n: renames.get(n, n) for n in dim_ranges}
     if dim_ranges:
-        check_declared_dims(symbolic, plan.fixed, {renames.get(n, n): r
+        check_declared_dims(symbolic, plan.fixed, {onnx_names[n]: r
                                                    for n, r in dim_ranges.items()},
-                            plan.input_dims, onnx_model.graph)
+                            plan.input_dims, onnx_model)
     elif symbolic:
-        from ..tools.inspect import suggest_dim_ranges
-
-        ranges = suggest_dim_ranges(plan.input_dims, onnx_model.graph)
-        low = {n: r.split("..")[0] for n, r in ranges.items()}
-        fix = " ".join(f"--shape {name}={','.join(low[d] if isinstance(d, str) else str(d) for d in dims)}"
-                       for name, dims in plan.input_dims.items()
-                       if any(isinstance(d, str) for d in dims))
-        flags = " ".join(f"--dim {n}={ranges[n]}" for n in symbolic)
+        flags, fix = undeclared_dims_fix(onnx_model, plan.input_dims)
         warnings.warn(UndeclaredDimWarning(
             f"symbolic dim(s) {', '.join(symbolic)} not declared: compiled at 1 (compile once "
             f"for a range with {flags}, or fix them with {fix})"), stacklevel=3)
-    return renames
+    return {n: tvm_dim_name(m) for n, m in onnx_names.items() if tvm_dim_name(m) != n}
 
 
 def shapes_at(mod, dims: Mapping[str, int]) -> Dict[str, Tuple[int, ...]]:

@@ -19,11 +19,13 @@ def static_functions(plan_pass, ours_rec, tvm_rec, hoist=None, reorder_pass=None
     """One :class:`FunctionMemoryReport` per planned function, and a note per fallback
     (``hoist``: the build's ``HoistLoopStorage``, whose loop storage a caller allocates);
     with ``reorder_pass`` (the build's ``ReorderForMemory``) the lower bound in the importer's
-    order is computed again on the module it received."""
+    order is computed again on the module it received; ``tvm_rec`` None: TVM's default build
+    was not built (``--no-compare``), its bytes are None."""
     functions: Dict[str, FunctionMemoryReport] = {}
     notes: List[str] = []
     for fname, fplan in plan_pass.plans.items():
-        ours, theirs = ours_rec.summaries.get(fname), tvm_rec.summaries.get(fname)
+        ours = ours_rec.summaries.get(fname)
+        theirs = tvm_rec.summaries.get(fname) if tvm_rec is not None else None
         placed = {uid for arena in fplan.arenas for uid in arena.offsets}
         functions[fname] = FunctionMemoryReport(
             name=fname,
@@ -40,8 +42,10 @@ def static_functions(plan_pass, ours_rec, tvm_rec, hoist=None, reorder_pass=None
             planned_bytes=ours.planned_bytes if ours else fplan.arena_bytes,
             unplanned_bytes=ours.unplanned_bytes if ours else 0,
             loop_storage_bytes=hoist.allocated_in.get(fname, 0) if hoist is not None else 0,
-            tvm_default_bytes=theirs.static_total_bytes if theirs else 0,
-            tvm_default_unplanned_bytes=theirs.unplanned_bytes if theirs else 0,
+            tvm_default_bytes=(theirs.static_total_bytes if theirs
+                               else None if tvm_rec is None else 0),
+            tvm_default_unplanned_bytes=(theirs.unplanned_bytes if theirs
+                                         else None if tvm_rec is None else 0),
             num_runtime_sized_allocs=ours.num_symbolic if ours else 0,
             algorithm=", ".join(sorted({a.algorithm for a in fplan.arenas})),
             fallback=fplan.fallback_reason,

@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
+from .flags import dim_flag
+
 __all__ = ["InputSummary", "ModelSummary", "inspect_onnx", "suggest_dim_range",
            "suggest_dim_ranges", "dim_locations", "missing_dims_advice", "loop_forms",
            "downsampling_factor"]
@@ -89,7 +91,7 @@ class ModelSummary:
 
     def dim_flags(self) -> str:
         """The suggested ``--dim`` flags on one line (empty when every dim is static)."""
-        return " ".join(f"--dim {n}={r}" for n, r in self.suggested_dims.items())
+        return " ".join(dim_flag(n, r) for n, r in self.suggested_dims.items())
 
     def format_text(self) -> str:
         """The summary as text, for the terminal."""
@@ -283,19 +285,26 @@ def dim_locations(input_dims: Mapping[str, Optional[Sequence]]) -> Dict[str, str
 
 
 def missing_dims_advice(missing: Sequence[str], input_dims: Mapping[str, Optional[Sequence]],
-                        graph=None) -> str:
+                        graph=None, model=None) -> str:
     """What to type for symbolic dims given no ``--dim`` range: ``"missing --dim for s27 (axis 1
     of input_ids); add --dim s27=1..64 (placeholder range: ...), or --dim s27=1..1 to keep it
-    fixed"``. Ranges from :func:`suggest_dim_ranges` (the model's grid) with ``graph``, else by
-    name; the fixed value is the range's lower end (an image side on a stride-32 grid: 32)."""
+    fixed"``. Ranges as ``inspect`` suggests them with the ONNX ``model``
+    (:func:`~relax_memplan.compile.dim_suggestions.checked_dim_ranges`), else from
+    :func:`suggest_dim_ranges` (the model's grid) with ``graph``, else by name; the fixed value
+    is the range's lower end (an image side on a stride-32 grid: 32)."""
     where = dim_locations(input_dims)
-    ranges = suggest_dim_ranges(input_dims, graph) if graph is not None else {}
+    if model is not None:
+        from ..compile.dim_suggestions import checked_dim_ranges
+
+        ranges = checked_dim_ranges(model, input_dims, missing)
+    else:
+        ranges = suggest_dim_ranges(input_dims, graph) if graph is not None else {}
     ranges = {n: ranges.get(n) or suggest_dim_range(n) for n in missing}
     them = "it" if len(missing) == 1 else "them"
-    keep = " ".join(f"--dim {n}={r.split('..')[0]}..{r.split('..')[0]}" for n, r in ranges.items())
+    keep = " ".join(dim_flag(n, f"{r.split('..')[0]}..{r.split('..')[0]}") for n, r in ranges.items())
     return ("missing --dim for "
             + ", ".join(f"{n} ({where[n]})" if n in where else n for n in missing)
-            + f"; add {' '.join(f'--dim {n}={r}' for n, r in ranges.items())} (placeholder "
+            + f"; add {' '.join(dim_flag(n, r) for n, r in ranges.items())} (placeholder "
             f"range{'s' if len(missing) > 1 else ''}: set {them} to the values you will run), "
             f"or {keep} to keep {them} fixed")
 
@@ -320,6 +329,7 @@ def inspect_onnx(model) -> ModelSummary:
     import onnx
 
     from .. import frontend
+    from ..compile.dim_suggestions import checked_dim_ranges
     from ..input_shapes import graph_inputs, input_dim_symbols
     from ..onnx_prepare import CONVERTER_STEP_NAMES
 
@@ -349,5 +359,6 @@ def inspect_onnx(model) -> ModelSummary:
         unsupported_ops=frontend.unsupported_ops(onnx_model, CONVERTER_STEP_NAMES),
         converted_ops=converted,
         symbolic_dims=symbolic,
-        suggested_dims=suggest_dim_ranges({i.name: i.dims for i in inputs}, onnx_model.graph),
+        suggested_dims=checked_dim_ranges(onnx_model, {i.name: i.dims for i in inputs})
+        if symbolic else {},
     )

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import ModelLoadError, RelaxMemplanError, ShapeSpecError, summarize_error
 from ..vm_errors import describe_loader_error
+from .library_file import check_elf_complete
 
 __all__ = ["RunOutputs", "function_params", "npz_path", "refuse_compiled_library", "run_command",
            "run_library", "save_outputs"]
@@ -131,8 +132,12 @@ def _check_content(path) -> None:
 
 def _library_name_for(model_path: str) -> str:
     """A library name for ``compile MODEL -o ...`` beside the model that is not the model itself
-    (newcomer trial: the hint for an ONNX model named x.so was ``-o x.so``, which overwrote it)."""
+    (newcomer trial: the hint for an ONNX model named x.so was ``-o x.so``, which overwrote it);
+    in the current folder when the model's folder cannot be written (newcomer trial: ``-o``
+    into a read-only models folder)."""
     stem = os.path.splitext(model_path)[0]
+    if not os.access(os.path.dirname(os.path.abspath(model_path)), os.W_OK):
+        stem = os.path.splitext(os.path.basename(model_path))[0]
     library = stem + ".so"
     return stem + "_lib.so" if os.path.normpath(library) == os.path.normpath(model_path) else library
 
@@ -151,6 +156,7 @@ def _load(path):
     if not os.path.isfile(path):
         raise ModelLoadError(f"{path}: no such library file")
     _check_content(path)
+    check_elf_complete(path)
     try:
         lib = tvm.runtime.load_module(os.fspath(path))
         return lib, relax.VirtualMachine(lib, tvm.cpu())

@@ -104,7 +104,7 @@ class _Refusal:
         used = [n for n in self.dims if n in free]
         if not used:
             if int(tvm.sym.Analyzer().simplify(over)) > 0:
-                raise IndexBoundsError(f"{what}, whatever the input shape")
+                raise IndexBoundsError(f"{what} at the input shapes compiled")
             return
         top = {n: (r.upper if r.upper is not None else _UNBOUNDED_PROBE)
                for n, r in self.ranges.items() if n in self.dims}

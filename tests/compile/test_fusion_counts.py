@@ -95,3 +95,26 @@ def test_off_is_said_not_left_out(module):
         "conv_chain"] == "off"
     passes = fusion_passes(BuildOptions().tvm_target, "auto")
     assert _fusion_counts(passes, BuildOptions(fusion=True))["conv_chain"] == 0
+
+
+def test_ort_node_count_includes_if_bodies():
+    """Newcomer trial: silero's onnxruntime graph was "4 nodes" (Reshape, Gather, Equal and an
+    If holding the model) against our 103 kernels."""
+    from onnx import TensorProto, helper
+
+    from relax_memplan.compile.fusion_summary import _node_counts, ort_optimized_nodes
+
+    def branch(op):
+        return helper.make_graph([helper.make_node(op, ["x"], [f"{op}_y"])], op, [],
+                                 [helper.make_tensor_value_info(f"{op}_y", TensorProto.FLOAT, [4])])
+
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch("Relu"),
+                          else_branch=branch("Neg"))], "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert _node_counts(model.graph) == (1, 2)
+    assert ort_optimized_nodes(model, split=True) == (3, 2)
+    assert ort_optimized_nodes(model) == 3

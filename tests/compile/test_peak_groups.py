@@ -107,3 +107,20 @@ def test_plot_live_bytes_peak_is_the_lower_bound(plan):
     placed = [(tensors[u], o) for u, o in arena.offsets.items()]
     old = live_bytes_per_step([t for t, _ in placed], steps, [o for _, o in placed])
     assert old[0] == 16384 and live[0] == 32768 and all(a >= b for a, b in zip(live, old))
+
+
+def test_peak_table_columns_widen_to_huge_numbers():
+    """Newcomer trial (--dim batch=1..10000000 on mobilenetv2): 'float328,847,360,000,000',
+    the shape ran into the bytes and the bytes into the offset."""
+    rows = [{"name": "alloc4", "shape": ["batch", 96, 48, 48], "dtype": "float32",
+             "producer": "conv", "size_bytes": 8_847_360_000_000, "offset_bytes": 0,
+             "live_range": [12, 17]},
+            {"name": "alloc5", "shape": ["batch", 96, 24, 24], "dtype": "float32",
+             "producer": "conv", "size_bytes": 2_211_840_000_000,
+             "offset_bytes": 8_847_360_000_000, "live_range": [15, 20]}]
+    lines = _peak_lines(rows, 15, ["alloc4", "alloc5"])
+    assert lines[2].split() == ["alloc4", "conv", "batchx96x48x48", "float32",
+                                "8,847,360,000,000", "0", "[12,", "17)"]
+    assert lines[3].split()[4:6] == ["2,211,840,000,000", "8,847,360,000,000"]
+    end = lines[1].index("bytes") + len("bytes")  # right-aligned under the header
+    assert lines[2].index("8,847,360,000,000") + 17 == end == lines[3].index("2,211") + 17

@@ -137,6 +137,22 @@ def test_cli_run_onnx_model_says_compile_it_first(tmp_path, capsys):
                         f"with `relax-memplan compile {model} -o {tmp_path / 'model.so'}`"), err
 
 
+def test_cli_run_onnx_model_in_a_read_only_folder_suggests_a_library_here(tmp_path, capsys,
+                                                                          monkeypatch):
+    """Newcomer trial: for ../shared/models/x.onnx (read-only) the hint wrote -o there."""
+    import os
+
+    import onnx
+
+    model = tmp_path / "model.onnx"
+    onnx.save(_two_input_model(), model)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if os.fspath(p) == str(tmp_path)
+                        and mode == os.W_OK else real_access(p, mode))
+    err = _one_line_error(capsys, ["run", str(model)])
+    assert err.endswith(f"compile it first with `relax-memplan compile {model} -o model.so`"), err
+
+
 @pytest.mark.skipif(tvm.cuda(0).exist, reason="the message is for a machine without a CUDA GPU")
 def test_cli_run_cuda_library_without_gpu_says_it_needs_cuda(tmp_path, capsys):
     import onnx
@@ -193,3 +209,31 @@ def test_cli_run_output_into_a_missing_folder_says_it_created_it(library, tmp_pa
                                        f"{tmp_path / 'new'}\n")
     assert np.load(out)["output0"].shape == (2, 4)
 
+
+
+@pytest.mark.parametrize("keep", [5000, "quarter", "half", "all_but_one"])
+def test_cli_run_truncated_library_is_one_line_not_a_bus_error(library, tmp_path, capsys, keep):
+    """Newcomer trial: ``head -c N lib.so > tr.so; run tr.so`` died of SIGBUS (exit 135)."""
+    data = library.read_bytes()
+    n = {"quarter": len(data) // 4, "half": len(data) // 2, "all_but_one": len(data) - 1}.get(keep, keep)
+    truncated = tmp_path / "tr.so"
+    truncated.write_bytes(data[:n])
+    err = _one_line_error(capsys, ["run", str(truncated)])
+    assert "truncated or corrupt library" in err and f"file is {n} bytes" in err
+
+
+def test_elf_check_passes_a_whole_library_and_refuses_a_cut_loadable_segment(library, tmp_path):
+    import struct
+
+    from relax_memplan.errors import ModelLoadError
+    from relax_memplan.tools.library_file import check_elf_complete
+
+    check_elf_complete(library)  # the whole file: no error
+    data = bytearray(library.read_bytes())
+    struct.pack_into("<H", data, 60, 0)  # e_shnum = 0: only the program headers remain
+    phoff = struct.unpack_from("<Q", data, 32)[0]
+    cut = phoff + 56 * struct.unpack_from("<H", data, 56)[0] + 1
+    path = tmp_path / "cut.so"
+    path.write_bytes(bytes(data[:cut]))
+    with pytest.raises(ModelLoadError, match="loadable segment"):
+        check_elf_complete(path)

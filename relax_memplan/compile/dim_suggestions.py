@@ -1,0 +1,143 @@
+"""The ``--dim`` ranges the tool suggests, checked as compile checks a declared range.
+
+One source for every suggestion (``inspect``, the "not declared" warning, the "missing --dim"
+error): :func:`~relax_memplan.tools.inspect.suggest_dim_ranges` proposes ranges from the ONNX
+graph (names, the image grid); :func:`checked_dim_ranges` then imports the model with
+symbolic dims and runs the checks compile runs on declared ranges before building
+(:func:`~relax_memplan.compile.shape_casts.check_shape_casts`, then
+:class:`~relax_memplan.transform.CheckIndexBounds` on the module annotated by
+:class:`~relax_memplan.transform.AnnotateDimRanges`). A range refused there is moved up its
+grid to the smallest lower end that passes (newcomer trial: silero's ``sequence=1..128``
+was refused, its frame count ``(sequence - 192) // 512 + 1`` needs ``sequence >= 192``).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional, Sequence
+
+from ..analysis.dims import DimRange
+from ..errors import RelaxMemplanError
+from ..tools.flags import tvm_dim_name
+
+__all__ = ["check_dim_ranges", "checked_dim_ranges", "range_text"]
+
+_PROBE_LIMIT = 1 << 20
+"""Largest lower end tried when moving a refused range up (elements)."""
+
+
+def range_text(dim_range: DimRange) -> str:
+    """``1..128``, ``32..320:32`` (the ``--dim`` value of a range)."""
+    step = f":{dim_range.step}" if dim_range.step > 1 else ""
+    return f"{dim_range.lower}..{'' if dim_range.upper is None else dim_range.upper}{step}"
+
+
+def check_dim_ranges(mod, ranges: Mapping[str, tuple]) -> None:
+    """Compile's checks of declared dim ranges on the imported module, without building.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        The model as imported with symbolic dims (module dim names).
+    ranges : mapping of str to (int, int or None[, int])
+        Range per module dim name, in elements.
+
+    Raises
+    ------
+    ShapeSpecError
+        A value the model's shape casts reject.
+    IndexBoundsError
+        An index that certainly leaves its tensor at a value of the ranges.
+    """
+    from ..transform import AnnotateDimRanges, CheckIndexBounds
+    from .shape_casts import check_shape_casts
+
+    check_shape_casts(mod, ranges)
+    check = CheckIndexBounds(runtime_checks=False)
+    try:
+        check(AnnotateDimRanges(ranges)(mod))
+    except Exception:  # noqa: BLE001 - TVM's pass machinery wraps the error; we keep ours
+        if check.refused is None:
+            raise
+        raise check.refused from None
+
+
+def _passes(mod, ranges: Mapping[str, DimRange]) -> bool:
+    """The checks pass on the ranges and with every dim at its lower end (CheckIndexBounds
+    tries the upper ends: an index valid only for large dims, silero's frame count, is
+    refused at the lower ends only)."""
+    lower_ends = {n: (r.lower, r.lower) for n, r in ranges.items()}
+    try:
+        check_dim_ranges(mod, {n: (r.lower, r.upper, r.step) for n, r in ranges.items()})
+        check_dim_ranges(mod, lower_ends)
+    except RelaxMemplanError:
+        return False
+    return True
+
+
+def _moved_up(mod, ranges: Dict[str, DimRange], name: str) -> Optional[DimRange]:
+    """``ranges[name]`` moved up its grid (same width) to the smallest lower end that passes,
+    found by doubling the number of steps then bisection; None if none up to the limit."""
+    r = ranges[name]
+    width = (r.upper - r.lower) if r.upper is not None else None
+
+    def at(k: int) -> DimRange:
+        lower = r.lower + k * r.step
+        return DimRange(lower, None if width is None else lower + width, r.step)
+
+    def ok(k: int) -> bool:
+        return _passes(mod, {**ranges, name: at(k)})
+
+    good = 1
+    while not ok(good):
+        if r.lower + good * r.step > _PROBE_LIMIT:
+            return None
+        good *= 2
+    bad = good // 2
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if ok(mid) else (good, mid)
+    return at(good)
+
+
+def checked_dim_ranges(onnx_model, input_dims: Mapping[str, Optional[Sequence]],
+                       names: Optional[Sequence[str]] = None) -> Dict[str, str]:
+    """The suggested ``--dim`` range text per symbolic dim (ONNX names), each passing
+    compile's up-front checks.
+
+    Parameters
+    ----------
+    onnx_model : onnx.ModelProto
+    input_dims : mapping of str to sequence of (int or str), or None
+        Each input's dims (a name per symbolic dim), by input name.
+    names : sequence of str, optional
+        The dims to suggest ranges for; default every symbolic dim.
+
+    Returns
+    -------
+    dict of str to str
+        ``{"sequence": "192..319"}``. When the model does not import with symbolic dims,
+        the graph's suggestions unchecked (compile then says why it cannot import).
+    """
+    from .. import frontend
+    from ..onnx_prepare import STEP_NAMES
+    from ..tools.inspect import suggest_dim_range, suggest_dim_ranges
+
+    graph_ranges = suggest_dim_ranges(input_dims, onnx_model.graph)
+    wanted = list(names) if names is not None else list(graph_ranges)
+    texts = {n: graph_ranges.get(n) or suggest_dim_range(n) for n in wanted}
+    try:
+        mod, _ = frontend.import_onnx(onnx_model, {}, keep_dynamic=True, prepare_steps=STEP_NAMES)
+    except Exception:  # noqa: BLE001 - any import failure: compile reports it itself
+        return texts
+    from .shapes import parse_dim_spec
+
+    ranges = {tvm_dim_name(n): DimRange(*parse_dim_spec(f"x={t}")[1])
+              for n, t in {**graph_ranges, **texts}.items()}
+    for name in texts:
+        key = tvm_dim_name(name)
+        if not _passes(mod, ranges):
+            moved = _moved_up(mod, ranges, key)
+            if moved is not None:
+                ranges[key] = moved
+                texts[name] = range_text(moved)
+    return texts
