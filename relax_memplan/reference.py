@@ -95,7 +95,9 @@ def make_random_inputs(
 
 def cast_value(name: str, value, dtype) -> np.ndarray:
     """A value given for input ``name`` cast to the input's ``dtype``, refused when the cast
-    fails or changes it (``1.5`` for an int64 input, ``1e300`` for a float32 one).
+    fails or changes it (``1.5`` for an int64 input, ``1e300`` for a float32 one). A float
+    value for a float input of lower precision is rounded (float64 data for a float32 input
+    is accepted); only a finite value overflowing to infinity is refused.
 
     Raises
     ------
@@ -107,7 +109,14 @@ def cast_value(name: str, value, dtype) -> np.ndarray:
         array = given.astype(dtype)
     except (OverflowError, ValueError, TypeError) as err:
         raise ShapeSpecError(f"value for input '{name}' does not fit {dtype}: {err}") from None
-    if given.dtype.kind in "fiub" and not np.array_equal(
+    if given.dtype.kind == "f" and dtype.kind == "f":
+        # float to float: rounding to the input's precision is what the model computes with
+        # (a float64 .npy of random data for a float32 input, polish review); refused only
+        # when a finite value overflows to infinity
+        if np.any(np.isfinite(given) & ~np.isfinite(array)):
+            raise ShapeSpecError(f"value for input '{name}' changes when cast to {dtype}: "
+                                 f"finite values overflow to infinity")
+    elif given.dtype.kind in "fiub" and not np.array_equal(
             array.astype(given.dtype), given, equal_nan=given.dtype.kind == "f"):
         raise ShapeSpecError(f"value for input '{name}' changes when cast to {dtype}")
     return array

@@ -196,7 +196,23 @@ def test_input_value_that_does_not_fit_the_dtype_is_refused_with_or_without_meas
     """Review: with --no-measure a value changed by the cast to the input's dtype (1e300 for
     a float32 input) passed silently; measured, it was refused only after the build."""
     line = _one_line_error(capsys, ["compile", "-q", "--input", "image=1e300"] + measure)
-    assert line == "relax-memplan: error: value for input 'image' changes when cast to float32"
+    assert line == ("relax-memplan: error: value for input 'image' changes when cast to "
+                    "float32: finite values overflow to infinity")
+
+
+def test_float64_values_for_a_float32_input_are_rounded_not_refused():
+    """Review: a float64 .npy of ordinary random data for a float32 input was refused as
+    'changes when cast'; an integer input still refuses a fractional value."""
+    from relax_memplan.reference import cast_value
+    from relax_memplan.errors import ShapeSpecError
+
+    data = np.random.default_rng(0).standard_normal((2, 3))
+    out = cast_value("x", data, "float32")
+    assert out.dtype == np.float32 and np.array_equal(out, data.astype(np.float32))
+    with pytest.raises(ShapeSpecError, match="changes when cast to int64"):
+        cast_value("n", np.array([1.5]), "int64")
+    with pytest.raises(ShapeSpecError, match="overflow to infinity"):
+        cast_value("x", np.array([1.0, 1e300]), "float32")
 
 
 def test_binary_config_is_one_line(capsys, tmp_path):
