@@ -30,6 +30,11 @@ pays on a small CPU and keeps LLVM fast:
   resize, transpose): serial, LLVM vectorises it with shuffles (ppocrv4-det's nearest
   resize of 96 x 10 x 10, one thread: 2.9 us serial, 18.9 us parallel; 96 x 40 x 40:
   428 vs 588 us, and 424 vs 599 us at two threads; ``benchmarks/fallback_micro.py``);
+* the same for a reduction over a small window (at most ``max_serial_window``
+  iterations) whose innermost output loop is unit-stride (stride-1 pooling): LLVM
+  unrolls the window and vectorises the output loop when it stays serial;
+* a block that only moves data (split, concat) gets a parallel loop only from
+  ``min_parallel_copy_work`` iterations (a parallel launch costs more than a small copy);
 * a transpose (the inner loop's write unit-stride, a read unit-stride in an outer loop)
   whose two loops span more than a level-1 cache is tiled: both loops split by 16 (or 8)
   and their inner parts made innermost, serial;
@@ -37,9 +42,6 @@ pays on a small CPU and keeps LLVM fast:
   reduction read at unit stride: a 1x1 convolution on a 1x1 map) gets vector partial sums
   (:mod:`._dot_reduction`, ``rfactor``), parallel only from ``min_parallel_dot_work``
   iterations; without a vector width dividing the loop it stays serial below that;
-* the same for a reduction over a small window (at most ``max_serial_window``
-  iterations) whose innermost output loop is unit-stride (stride-1 pooling): LLVM
-  unrolls the window and vectorises the output loop when it stays serial;
 * a column reduction (``sum``/``max`` over an axis that is not the innermost one of its
   input, magika's sums over the sequence) gets the reduction loop outside a vectorised group
   of output columns (:mod:`._column_reduction`, loop interchange), parallel only from
@@ -94,6 +96,21 @@ def _vector_width(extent: int, lanes: int, max_registers: int) -> Optional[int]:
         if width >= 4 and extent % width == 0:
             return width
     return None
+
+
+def _is_copy(node) -> bool:
+    """Whether the block only moves data: its value is a load, or a selection
+    (``if_then_else``) of loads and constants (split, concat, slice, padding)."""
+    def moves(expr) -> bool:
+        if isinstance(expr, (tvm.ir.expr.TensorLoad, tirx.IntImm, tirx.FloatImm)):
+            return True
+        if isinstance(expr, tirx.Select):
+            return moves(expr.true_value) and moves(expr.false_value)
+        if isinstance(expr, tvm.ir.Call) and \
+                str(getattr(expr.op, "name", "")).endswith("if_then_else"):
+            return moves(expr.args[1]) and moves(expr.args[2])
+        return False
+    return isinstance(node.body, tirx.BufferStore) and moves(node.body.value)
 
 
 class _DotPlan(NamedTuple):
@@ -156,6 +173,12 @@ class SpatialFallback(ScheduleRule):
         bytes (a level-1 data cache): NCHW -> NHWC of ``(1, 48, 33, 32)`` moves a 6 KiB
         slab ``(c, w)`` per row ``h`` and ran 8.6 us as TVM's kernel, 14.7-15 us tiled by
         4, 8 or 16 (one thread, CPU time).
+    min_parallel_copy_work : int
+        Fewest iterations for a block that only moves data (split, concat, slice: its value
+        is a load or an ``if_then_else`` of loads) to get a parallel loop. Two threads, wall
+        time, load 3.5-4 on 2 cores, us serial vs parallel: yolov8n's split of
+        ``(1, 64, 40, 40)`` (51,200 per half) 9 vs 32; ``(1, 64, 80, 80)`` 42 vs 55;
+        ``(1, 64, 160, 160)`` 439 vs 307; a concat of 819,200 131 vs 81.
     min_parallel_dot_work : int
         Fewest iterations for a dot-product reduction (a 1x1 convolution on a 1x1 map) to get
         a parallel loop over its outputs. ppocrv4-det's squeeze-excitation convolutions
@@ -169,8 +192,9 @@ class SpatialFallback(ScheduleRule):
                  max_vector_registers: int = 2, max_serial_window: int = 32,
                  max_column_vectors: int = 8, min_parallel_reduction_work: int = 1 << 20,
                  min_parallel_dot_work: int = 1 << 18, transpose_tiles=(16, 8),
-                 min_transpose_slab_bytes: int = 32768):
+                 min_transpose_slab_bytes: int = 32768, min_parallel_copy_work: int = 1 << 19):
         self.min_parallel_dot_work = min_parallel_dot_work
+        self.min_parallel_copy_work = min_parallel_copy_work
         self.min_transpose_slab_bytes = min_transpose_slab_bytes
         self.transpose_tiles = tuple(transpose_tiles)
         self.max_column_vectors = max_column_vectors
@@ -269,7 +293,8 @@ class SpatialFallback(ScheduleRule):
             if dot is not None and work < self.min_parallel_dot_work:
                 return block, 0, None
         n_par = lead if vector is None or lead < len(loops) else lead - 1
-        if work < self.min_parallel_work or n_par == 0:
+        if work < self.min_parallel_work or n_par == 0 or (
+                work < self.min_parallel_copy_work and _is_copy(node)):
             n_par = 0
         return block, n_par, vector
 

@@ -273,3 +273,15 @@ def test_pooling_window_is_not_a_dot_product():
                 extents = [int(lp.extent) for lp in map(sch.get, sch.get_loops(block))]
                 if len(extents) == len(node.iter_vars):
                     assert dot_loop(node, extents) is None
+
+
+def test_small_copy_is_vectorized_but_serial():
+    # yolov8n's split of (1, 64, 40, 40): 9 us serial, 32 us parallel (two threads, wall time)
+    mod = _module([(1, 64, 40, 40)], lambda x: relax.op.split(x, 2, axis=1))
+    texts = [t for t in map(_scheduled_text, _fused_kernels(mod)) if t is not None]
+    assert texts and all("T.parallel(" not in t and "T.vectorized(" in t for t in texts)
+    # 819,200 elements moved: parallel (131 vs 81 us); and the same size of arithmetic is no copy
+    big = _module([(1, 64, 80, 80)] * 2, lambda a, b: relax.op.concat([a, b], axis=1))
+    assert "T.parallel(" in _scheduled_text(_fused_kernels(big)[0])
+    small_add = _module([(1, 64, 40, 40)] * 2, lambda a, b: relax.op.add(a, b))
+    assert "T.parallel(" in _scheduled_text(_fused_kernels(small_add)[0])
