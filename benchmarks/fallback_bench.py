@@ -179,8 +179,8 @@ def _print(by_threads: dict) -> None:
     threads = sorted(by_threads)
     by_label = {t: {r["model"]: r for r in by_threads[t] if "kernels" in r} for t in threads}
     print(f"median ms per main call; x = ours / tvm, xl = ours_llvm / tvm; top kernels of ours "
-          f"(* = top 5), then any other where ours is slower; SLOWER: ours > {LOSS_RATIO} x tvm and "
-          f">= {LOSS_MIN_MS} ms more, at any thread count")
+          f"(* = top 5), then any other where ours is slower; SLOWER: ours > {LOSS_RATIO} x tvm "
+          f"and >= {LOSS_MIN_MS} ms more, at any thread count")
     head = "".join(f"{'ours' + str(t):>9}{'llvm' + str(t):>9}{'tvm' + str(t):>9}{'x':>6}"
                    f"{'xl':>6}" for t in threads)
     labels = list(dict.fromkeys(r["model"] for t in threads for r in by_threads[t]))
@@ -203,7 +203,8 @@ def _print(by_threads: dict) -> None:
         for kernel, rule in kernels:
             cells = [_cells(present[t]["kernels"], kernel) if t in present else (f"{'':>38}", False)
                      for t in threads]
-            print(f"{_mark(present, kernel)} {kernel[:43]:<44}{rule[:21]:<22}{''.join(c for c, _l in cells)}"
+            print(f"{_mark(present, kernel)} {kernel[:43]:<44}{rule[:21]:<22}"
+                  f"{''.join(c for c, _l in cells)}"
                   f"{'  SLOWER' if any(lost for _c, lost in cells) else ''}")
 
 
