@@ -33,6 +33,8 @@ pays on a small CPU and keeps LLVM fast:
 * the same for a reduction over a small window (at most ``max_serial_window``
   iterations) whose innermost output loop is unit-stride (stride-1 pooling): LLVM
   unrolls the window and vectorises the output loop when it stays serial;
+* any other reduction over a small window (strided pooling) gets a parallel loop only from
+  ``min_parallel_window_work`` iterations;
 * a block that only moves data (split, concat) gets a parallel loop only from
   ``min_parallel_copy_work`` iterations (a parallel launch costs more than a small copy);
 * a transpose (the inner loop's write unit-stride, a read unit-stride in an outer loop)
@@ -63,6 +65,7 @@ qualifies is left unscheduled (returns ``None``).
 
 from __future__ import annotations
 
+import math
 from typing import List, NamedTuple, Optional
 
 import tvm
@@ -179,6 +182,13 @@ class SpatialFallback(ScheduleRule):
         time, load 3.5-4 on 2 cores, us serial vs parallel: yolov8n's split of
         ``(1, 64, 40, 40)`` (51,200 per half) 9 vs 32; ``(1, 64, 80, 80)`` 42 vs 55;
         ``(1, 64, 160, 160)`` 439 vs 307; a concat of 819,200 131 vs 81.
+    min_parallel_window_work : int
+        Fewest iterations for a reduction over a small window (at most ``max_serial_window``
+        iterations: pooling) that LLVM does not vectorise serially (strided) to get a
+        parallel loop. squeezenet's 3x3 stride-2 max-pool of 256 x 27 x 27 (389,376
+        iterations): 1.17-1.18x TVM's serial kernel at two threads in four model runs
+        (``fallback_bench.py``, load 2.6-5), equal at one; its 96 x 109 x 109 one (2.5 M)
+        0.9-1.07x at two threads, 0.76-0.89x at one: stays parallel.
     min_parallel_dot_work : int
         Fewest iterations for a dot-product reduction (a 1x1 convolution on a 1x1 map) to get
         a parallel loop over its outputs. ppocrv4-det's squeeze-excitation convolutions
@@ -192,8 +202,10 @@ class SpatialFallback(ScheduleRule):
                  max_vector_registers: int = 2, max_serial_window: int = 32,
                  max_column_vectors: int = 8, min_parallel_reduction_work: int = 1 << 20,
                  min_parallel_dot_work: int = 1 << 18, transpose_tiles=(16, 8),
-                 min_transpose_slab_bytes: int = 32768, min_parallel_copy_work: int = 1 << 19):
+                 min_transpose_slab_bytes: int = 32768, min_parallel_copy_work: int = 1 << 19,
+                 min_parallel_window_work: int = 1 << 20):
         self.min_parallel_dot_work = min_parallel_dot_work
+        self.min_parallel_window_work = min_parallel_window_work
         self.min_parallel_copy_work = min_parallel_copy_work
         self.min_transpose_slab_bytes = min_transpose_slab_bytes
         self.transpose_tiles = tuple(transpose_tiles)
@@ -292,6 +304,9 @@ class SpatialFallback(ScheduleRule):
                 return block, work >= self.min_parallel_dot_work, _DotPlan(dot, width, lead)
             if dot is not None and work < self.min_parallel_dot_work:
                 return block, 0, None
+            if 0 < lead < len(extents) and work < self.min_parallel_window_work and \
+                    math.prod(extents[lead:]) <= self.max_serial_window:
+                return block, 0, None  # a strided pooling window: serial below that work
         n_par = lead if vector is None or lead < len(loops) else lead - 1
         if work < self.min_parallel_work or n_par == 0 or (
                 work < self.min_parallel_copy_work and _is_copy(node)):
