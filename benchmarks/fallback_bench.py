@@ -14,11 +14,14 @@ timed in interleaved rounds (median over rounds; at one thread in CPU time of th
 ``time.thread_time``, which other processes on a shared machine do not inflate; at more threads
 in wall time, which they do). A kernel is matched across builds by name (``*_prepacked`` by the
 name before the suffix); ``-`` where the other build has no kernel of that name (another
-fusion). Each thread count runs in its own process (TVM reads ``TVM_NUM_THREADS`` once).
+fusion). Each thread count runs in its own process (TVM reads ``TVM_NUM_THREADS`` once);
+TVM's idle workers do not spin (``TVM_THREAD_POOL_SPIN_COUNT=0`` unless ``--tvm-spin``, as in
+latency_bench.py). Kernels in a model's top 5 of ours by time are marked ``*``; the 1-minute
+load average before and after each model is recorded (the machine may be shared).
 Also prints each build's compile time (one build each: see compile_time_bench.py for that).
 
 Usage: python benchmarks/fallback_bench.py [--threads 1 2] [--rounds 10] [--only gpt2-tiny ...]
-       [--top 8] [--json benchmarks/results/fallback_kernels.json]
+       [--top 8] [--loss-ratio 1.1] [--json benchmarks/results/fallback_kernels.json]
        python benchmarks/fallback_bench.py --load a_1t.json b_2t.json   (tables side by side)
 """
 
@@ -106,7 +109,7 @@ def _profiles(vms: dict, arrays, rounds: int) -> dict:
 
 
 LOSS_RATIO = 1.1
-"""A kernel is flagged where ours takes more than this times TVM's time ..."""
+"""A kernel is flagged where ours takes more than this times TVM's time (``--loss-ratio``) ..."""
 LOSS_MIN_MS = 0.005
 """... and at least this much more (ms per main call: timer resolution and hook cost)."""
 
@@ -118,6 +121,7 @@ def _loses(ours_ms, tvm_ms) -> bool:
 def bench_model(label, path, shapes, values, rounds, top) -> dict:
     from relax_memplan.frontend import import_onnx, make_random_inputs
 
+    load_before = os.getloadavg()[0]
     mod, info = import_onnx(path, shapes)
     arrays = list(make_random_inputs(path, info, values=values).values())
     builds = _builds(mod)
@@ -129,9 +133,11 @@ def bench_model(label, path, shapes, values, rounds, top) -> dict:
     for kernel, ms in ranked[:top] + slower:
         base = kernel.removesuffix("_prepacked")
         rows.append({"kernel": kernel, "rule": builds["ours"][2].get(kernel, "?"), "ours_ms": ms,
+                     "top5": any(kernel == k for k, _ms in ranked[:5]),
                      "ours_llvm_ms": prof["ours_llvm"].get(kernel),
                      "tvm_ms": prof["tvm"].get(base)})
-    return {"model": label, "compile_s": {n: b[1] for n, b in builds.items()},
+    return {"model": label, "load_1min": [load_before, os.getloadavg()[0]],
+            "compile_s": {n: b[1] for n, b in builds.items()},
             "total_ms": {n: sum(p.values()) for n, p in prof.items()}, "kernels": rows}
 
 
@@ -153,6 +159,12 @@ def _ratio(a, b) -> str:
     return f"{a / b:>6.2f}" if a is not None and b else f"{'-':>6}"
 
 
+def _mark(present: dict, kernel: str) -> str:
+    """``*`` where ``kernel`` is in the top 5 of ours at any thread count."""
+    return "*" if any(k.get("top5") for r in present.values() for k in r["kernels"]
+                      if k["kernel"] == kernel) else " "
+
+
 def _cells(rows, kernel) -> tuple:
     """The table cells of ``kernel`` in one thread count's ``rows``, and whether ours loses."""
     r = next((o for o in rows if o["kernel"] == kernel), None)
@@ -166,9 +178,9 @@ def _cells(rows, kernel) -> tuple:
 def _print(by_threads: dict) -> None:
     threads = sorted(by_threads)
     by_label = {t: {r["model"]: r for r in by_threads[t] if "kernels" in r} for t in threads}
-    print(f"median ms per main call; x = ours / tvm, xl = ours_llvm / tvm; top kernels of ours, "
-          f"then any other where ours is slower; SLOWER: ours > {LOSS_RATIO} x tvm and "
-          f">= {LOSS_MIN_MS} ms more, at any thread count")
+    print(f"median ms per main call; x = ours / tvm, xl = ours_llvm / tvm; top kernels of ours "
+          f"(* = top 5), then any other where ours is slower; SLOWER: ours > {LOSS_RATIO} x tvm "
+          f"and >= {LOSS_MIN_MS} ms more, at any thread count")
     head = "".join(f"{'ours' + str(t):>9}{'llvm' + str(t):>9}{'tvm' + str(t):>9}{'x':>6}"
                    f"{'xl':>6}" for t in threads)
     labels = list(dict.fromkeys(r["model"] for t in threads for r in by_threads[t]))
@@ -181,6 +193,8 @@ def _print(by_threads: dict) -> None:
             continue
         totals = "  ".join(f"{t}t total ours {r['total_ms']['ours']:.2f} / llvm "
                            f"{r['total_ms']['ours_llvm']:.2f} / tvm {r['total_ms']['tvm']:.2f}"
+                           + (" (load {:.1f}-{:.1f})".format(*r["load_1min"])
+                              if "load_1min" in r else "")
                            for t, r in present.items())
         print(f"\n{label}  ({totals})")
         print(f"  {'kernel':<44}{'rule':<22}{head}")
@@ -189,23 +203,31 @@ def _print(by_threads: dict) -> None:
         for kernel, rule in kernels:
             cells = [_cells(present[t]["kernels"], kernel) if t in present else (f"{'':>38}", False)
                      for t in threads]
-            print(f"  {kernel[:43]:<44}{rule[:21]:<22}{''.join(c for c, _l in cells)}"
+            print(f"{_mark(present, kernel)} {kernel[:43]:<44}{rule[:21]:<22}"
+                  f"{''.join(c for c, _l in cells)}"
                   f"{'  SLOWER' if any(lost for _c, lost in cells) else ''}")
 
 
 def main(argv=None) -> None:
+    global LOSS_RATIO  # noqa: PLW0603 -- one setting for the worker and the table
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=str(MODELS_DIR))
     parser.add_argument("--only", nargs="*", help="labels to run (default: all)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--top", type=int, default=8)
+    parser.add_argument("--loss-ratio", type=float, default=LOSS_RATIO,
+                        help="flag kernels where ours takes more than this times TVM's time")
+    parser.add_argument("--tvm-spin", action="store_true",
+                        help="keep TVM's idle workers spinning (default: "
+                             "TVM_THREAD_POOL_SPIN_COUNT=0, as latency_bench.py)")
     parser.add_argument("--load", nargs="*", help="print the tables of earlier JSON files "
                         "(e.g. one per thread count) side by side instead of measuring")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", default=str(REPO / "benchmarks" / "results"
                                               / "fallback_kernels.json"))
     args = parser.parse_args(argv)
+    LOSS_RATIO = args.loss_ratio
     if args.worker:
         _worker(args)
         return
@@ -218,16 +240,21 @@ def main(argv=None) -> None:
         return
     for t in args.threads:
         cmd = [sys.executable, __file__, "--worker", "--rounds", str(args.rounds),
-               "--top", str(args.top), "--models", args.models]
+               "--top", str(args.top), "--models", args.models,
+               "--loss-ratio", str(args.loss_ratio)]
         if args.only:
             cmd += ["--only", *args.only]
-        proc = subprocess.run(cmd, env=dict(os.environ, TVM_NUM_THREADS=str(t)), text=True,
+        env = dict(os.environ, TVM_NUM_THREADS=str(t))
+        if not args.tvm_spin:  # read by TVM when its thread pool starts
+            env.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
+        proc = subprocess.run(cmd, env=env, text=True,
                               stdout=subprocess.PIPE, check=False)
         by_threads[t] = [json.loads(line) for line in proc.stdout.splitlines()
                          if line.startswith("{")]
     _print(by_threads)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"rounds": args.rounds, "by_threads": {
+    Path(args.json).write_text(json.dumps({"rounds": args.rounds, "loss_ratio": args.loss_ratio,
+                                           "by_threads": {
         str(t): rows for t, rows in by_threads.items()}}, indent=1))
     print(f"\nwrote {args.json}")
 

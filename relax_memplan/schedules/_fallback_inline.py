@@ -15,7 +15,8 @@ from tvm.s_tir.dlight.analysis import get_root_block
 from ._column_reduction import column_reduction_lead
 from .cpu_matmul import _ScheduleError
 
-__all__ = ["contiguous_in", "inline_intermediates", "is_spatial"]
+__all__ = ["contiguous_in", "inline_intermediates", "is_spatial", "last_index",
+           "unit_stride_ignoring_unit_dims", "writes_contiguous_in"]
 
 def _uses(expr, var) -> bool:
     return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr)) \
@@ -41,14 +42,51 @@ def _unit_stride_last(indices, var) -> bool:
 
 def contiguous_in(block: s_tir.SBlock, var) -> bool:
     """Every region ``block`` reads or writes is one element, unit-stride (or invariant) in ``var``."""
-    for access in list(block.reads) + list(block.writes):
+    return _contiguous(list(block.reads) + list(block.writes), var)
+
+
+def writes_contiguous_in(block: s_tir.SBlock, var) -> bool:
+    """Every region ``block`` writes is one element, unit-stride (or invariant) in ``var`` (its
+    reads may not be: a transpose, a nearest resize)."""
+    return _contiguous(list(block.writes), var)
+
+
+def _contiguous(accesses, var) -> bool:
+    for access in accesses:
         region = access.region
+        last = _without_unit_tail(access)
+        if region and not (isinstance(region[len(last) - 1].extent, tirx.IntImm)
+                           and region[len(last) - 1].extent.value == 1):
+            # a range in the last dim (a data-dependent index: relax's nearest resize reads
+            # ``x[n, c, 0:H, 0:W]``): its stride is unknown
+            return False
         if any(_uses(rng.min, var) and not (isinstance(rng.extent, tirx.IntImm)
                                             and rng.extent.value == 1) for rng in region):
             return False
         if region and not _unit_stride_last(_without_unit_tail(access), var):
             return False
     return True
+
+
+def unit_stride_ignoring_unit_dims(access, var) -> bool:
+    """Whether ``access`` (one element) is unit-stride or invariant in ``var`` once its indices
+    into trailing dims of extent 1 are dropped whatever they are (such an index is 0 whenever
+    the access is in bounds: a 1x1 convolution reads ``pad[n, c, y + ry, x + rx]`` of a
+    ``(1, C, 1, 1)`` buffer at unit stride in ``c``)."""
+    if any(not (isinstance(rng.extent, tirx.IntImm) and rng.extent.value == 1)
+           for rng in access.region):
+        return False
+    indices = [rng.min for rng in access.region]
+    shape = access.source.shape
+    while len(indices) > 1 and isinstance(shape[len(indices) - 1], tirx.IntImm) and \
+            shape[len(indices) - 1].value == 1:
+        indices.pop()
+    return _unit_stride_last(indices, var)
+
+
+def last_index(access):
+    """The last index of ``access`` that is not a constant into a trailing dim of extent 1."""
+    return _without_unit_tail(access)[-1] if access.region else None
 
 
 def _without_unit_tail(access) -> list:

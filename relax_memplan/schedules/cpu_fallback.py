@@ -26,9 +26,24 @@ pays on a small CPU and keeps LLVM fast:
 * a unit-stride inner loop no vector width divides (55 wide) gets no parallel
   loop either: serial, LLVM auto-vectorises it; in a parallel closure the
   buffers lose ``noalias`` and it runs scalar;
+* the same for an inner loop that writes at unit stride but reads otherwise (nearest
+  resize, transpose): serial, LLVM vectorises it with shuffles (ppocrv4-det's nearest
+  resize of 96 x 10 x 10, one thread: 2.9 us serial, 18.9 us parallel; 96 x 40 x 40:
+  428 vs 588 us, and 424 vs 599 us at two threads; ``benchmarks/fallback_micro.py``);
 * the same for a reduction over a small window (at most ``max_serial_window``
   iterations) whose innermost output loop is unit-stride (stride-1 pooling): LLVM
   unrolls the window and vectorises the output loop when it stays serial;
+* any other reduction over a small window (strided pooling) gets a parallel loop only from
+  ``min_parallel_window_work`` iterations;
+* a block that only moves data (split, concat) gets a parallel loop only from
+  ``min_parallel_copy_work`` iterations (a parallel launch costs more than a small copy);
+* a transpose (the inner loop's write unit-stride, a read unit-stride in an outer loop)
+  whose two loops span more than a level-1 cache is tiled: both loops split by 16 (or 8)
+  and their inner parts made innermost, serial;
+* a dot-product reduction (a multiply-accumulate whose innermost non-unit loop is a
+  reduction read at unit stride: a 1x1 convolution on a 1x1 map) gets vector partial sums
+  (:mod:`._dot_reduction`, ``rfactor``), parallel only from ``min_parallel_dot_work``
+  iterations; without a vector width dividing the loop it stays serial below that;
 * a column reduction (``sum``/``max`` over an axis that is not the innermost one of its
   input, magika's sums over the sequence) gets the reduction loop outside a vectorised group
   of output columns (:mod:`._column_reduction`, loop interchange), parallel only from
@@ -50,8 +65,10 @@ qualifies is left unscheduled (returns ``None``).
 
 from __future__ import annotations
 
+import math
 from typing import List, NamedTuple, Optional
 
+import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight import ScheduleRule
 from tvm.s_tir.dlight.analysis import get_root_block
@@ -59,8 +76,11 @@ from tvm.s_tir.dlight.analysis.common_analysis import get_sblockrealize
 from tvm.target import Target
 
 from ._column_reduction import column_group, column_reduction_lead, schedule_column_reduction
+from ._dot_reduction import dot_loop, dot_width, schedule_dot_reduction
 from ._fallback_inline import contiguous_in as _contiguous_in
 from ._fallback_inline import inline_intermediates as _inline_intermediates
+from ._fallback_inline import last_index as _last_index
+from ._fallback_inline import writes_contiguous_in as _writes_contiguous_in
 from .cpu_matmul import _ScheduleError, simd_lanes
 
 __all__ = ["SpatialFallback"]
@@ -79,6 +99,38 @@ def _vector_width(extent: int, lanes: int, max_registers: int) -> Optional[int]:
         if width >= 4 and extent % width == 0:
             return width
     return None
+
+
+def _is_copy(node) -> bool:
+    """Whether the block only moves data: its value is a load, or a selection
+    (``if_then_else``) of loads and constants (split, concat, slice, padding)."""
+    def moves(expr) -> bool:
+        if isinstance(expr, (tvm.ir.expr.TensorLoad, tirx.IntImm, tirx.FloatImm)):
+            return True
+        if isinstance(expr, tirx.Select):
+            return moves(expr.true_value) and moves(expr.false_value)
+        if isinstance(expr, tvm.ir.Call) and \
+                str(getattr(expr.op, "name", "")).endswith("if_then_else"):
+            return moves(expr.args[1]) and moves(expr.args[2])
+        return False
+    return isinstance(node.body, tirx.BufferStore) and moves(node.body.value)
+
+
+class _DotPlan(NamedTuple):
+    """A dot-product reduction (:mod:`._dot_reduction`): loop ``loop`` split into ``width``
+    vector partial sums; ``lead`` spatial loops before the reductions."""
+
+    loop: int
+    width: int
+    lead: int
+
+
+class _TilePlan(NamedTuple):
+    """A transpose tiled ``tile x tile``: loop ``outer`` (read at unit stride) and the innermost
+    loop (written at unit stride) each split by ``tile``, both inner parts innermost."""
+
+    outer: int
+    tile: int
 
 
 class _ColumnPlan(NamedTuple):
@@ -112,11 +164,51 @@ class SpatialFallback(ScheduleRule):
         Fewest iterations for a column reduction to get a parallel loop. Memory-bound: magika's
         ``[1, 512, 256] -> [1, 256]`` sum (131,072 iterations) took 0.021 ms serial and 0.025 ms
         parallel at two threads (CPU time, shared host), so the default keeps such sizes serial.
+    transpose_tiles : tuple of int
+        Tile sizes tried, first dividing both loops wins, for a transpose (a block writing at
+        unit stride in its innermost loop and reading at unit stride in an outer one). One
+        thread, znver4, ``(1, 64, 256) -> (256, 1, 64)`` (vad-lstm): 12 us as TVM's kernel,
+        16 us with the host CPU's flags, 7-8.5 us in 16 x 16 or 8 x 8 tiles (inner loops
+        neither unrolled nor vectorised: LLVM's code for those was no faster); 512 x 384:
+        124 -> 62-68 us.
+    min_transpose_slab_bytes : int
+        A transpose is tiled only when the two transposed loops span at least this many
+        bytes (a level-1 data cache): NCHW -> NHWC of ``(1, 48, 33, 32)`` moves a 6 KiB
+        slab ``(c, w)`` per row ``h`` and ran 8.6 us as TVM's kernel, 14.7-15 us tiled by
+        4, 8 or 16 (one thread, CPU time).
+    min_parallel_copy_work : int
+        Fewest iterations for a block that only moves data (split, concat, slice: its value
+        is a load or an ``if_then_else`` of loads) to get a parallel loop. Two threads, wall
+        time, load 3.5-4 on 2 cores, us serial vs parallel: yolov8n's split of
+        ``(1, 64, 40, 40)`` (51,200 per half) 9 vs 32; ``(1, 64, 80, 80)`` 42 vs 55;
+        ``(1, 64, 160, 160)`` 439 vs 307; a concat of 819,200 131 vs 81.
+    min_parallel_window_work : int
+        Fewest iterations for a reduction over a small window (at most ``max_serial_window``
+        iterations: pooling) that LLVM does not vectorise serially (strided) to get a
+        parallel loop. squeezenet's 3x3 stride-2 max-pool of 256 x 27 x 27 (389,376
+        iterations): 1.17-1.18x TVM's serial kernel at two threads in four model runs
+        (``fallback_bench.py``, load 2.6-5), equal at one; its 96 x 109 x 109 one (2.5 M)
+        0.9-1.07x at two threads, 0.76-0.89x at one: stays parallel.
+    min_parallel_dot_work : int
+        Fewest iterations for a dot-product reduction (a 1x1 convolution on a 1x1 map) to get
+        a parallel loop over its outputs. ppocrv4-det's squeeze-excitation convolutions
+        (384 -> 96 and 96 -> 384 channels, 36,864 iterations) with a scalar inner loop took 34
+        and 26 us serial and 44 and 36 us parallel at two threads (wall time, median of 21
+        rounds, load 4 on 2 cores; equal at one thread); with vector partial sums, serial,
+        2.3 and 6.5 us (TVM's kernel: 28 and 23 us).
     """
 
     def __init__(self, min_parallel_work: int = 32768, min_parallel_extent: int = 16,
                  max_vector_registers: int = 2, max_serial_window: int = 32,
-                 max_column_vectors: int = 8, min_parallel_reduction_work: int = 1 << 20):
+                 max_column_vectors: int = 8, min_parallel_reduction_work: int = 1 << 20,
+                 min_parallel_dot_work: int = 1 << 18, transpose_tiles=(16, 8),
+                 min_transpose_slab_bytes: int = 32768, min_parallel_copy_work: int = 1 << 19,
+                 min_parallel_window_work: int = 1 << 20):
+        self.min_parallel_dot_work = min_parallel_dot_work
+        self.min_parallel_window_work = min_parallel_window_work
+        self.min_parallel_copy_work = min_parallel_copy_work
+        self.min_transpose_slab_bytes = min_transpose_slab_bytes
+        self.transpose_tiles = tuple(transpose_tiles)
         self.max_column_vectors = max_column_vectors
         self.min_parallel_reduction_work = min_parallel_reduction_work
         self.min_parallel_work = min_parallel_work
@@ -196,10 +288,28 @@ class SpatialFallback(ScheduleRule):
                 # closure it loses ``noalias`` and runs scalar (concat of 55-wide rows:
                 # 4x slower at one thread)
                 return block, 0, None
+            elif _writes_contiguous_in(node, node.iter_vars[-1].var):
+                # unit-stride writes, other reads (nearest resize, transpose): LLVM vectorises
+                # the serial loop with shuffles; a parallel scalar loop lost at every size
+                # measured (benchmarks/fallback_micro.py, module docstring); a transpose
+                # is tiled
+                return block, 0, self._transpose_tile(node, extents)
         elif self._llvm_vectorizes_window(node, lead, extents):
             return block, 0, None
+        else:
+            dot = dot_loop(node, extents)
+            width = None if dot is None else dot_width(
+                extents[dot], simd_lanes(target, str(node.writes[0].source.dtype)))
+            if width is not None:
+                return block, work >= self.min_parallel_dot_work, _DotPlan(dot, width, lead)
+            if dot is not None and work < self.min_parallel_dot_work:
+                return block, 0, None
+            if 0 < lead < len(extents) and work < self.min_parallel_window_work and \
+                    math.prod(extents[lead:]) <= self.max_serial_window:
+                return block, 0, None  # a strided pooling window: serial below that work
         n_par = lead if vector is None or lead < len(loops) else lead - 1
-        if work < self.min_parallel_work or n_par == 0:
+        if work < self.min_parallel_work or n_par == 0 or (
+                work < self.min_parallel_copy_work and _is_copy(node)):
             n_par = 0
         return block, n_par, vector
 
@@ -212,6 +322,25 @@ class SpatialFallback(ScheduleRule):
         lanes = simd_lanes(target, str(sch.get(block).writes[0].source.dtype))
         group = column_group(extents[lead - 1], lanes, self.max_column_vectors)
         return None if group is None else _ColumnPlan(lead, group, lanes)
+
+    def _transpose_tile(self, node, extents) -> Optional[_TilePlan]:
+        """A :class:`_TilePlan` when some read's last index is the plain loop variable of an
+        outer loop, the two loops span at least ``min_transpose_slab_bytes`` and a tile size
+        of ``transpose_tiles`` divides both extents; else ``None``."""
+        loop_vars = [iv.var for iv in node.iter_vars]
+        item_bytes = tvm.DataType(str(node.writes[0].source.dtype)).bits // 8
+        for access in node.reads:
+            last = _last_index(access)
+            outer = next((k for k, v in enumerate(loop_vars[:-1])
+                          if isinstance(last, tirx.Var) and last.same_as(v)), None)
+            if outer is None or extents[outer] * extents[-1] * item_bytes < \
+                    self.min_transpose_slab_bytes:
+                continue
+            tile = next((t for t in self.transpose_tiles
+                         if extents[outer] % t == 0 and extents[-1] % t == 0), None)
+            if tile is not None:
+                return _TilePlan(outer, tile)
+        return None
 
     def _llvm_vectorizes_window(self, node, lead: int, extents) -> bool:
         """A reduction over a small window (all loops after the spatial ones, at most
@@ -232,6 +361,16 @@ class SpatialFallback(ScheduleRule):
         if isinstance(vector, _ColumnPlan):
             schedule_column_reduction(sch, block, vector.lead, vector.group, vector.lanes,
                                       parallel=bool(n_par))
+            return
+        if isinstance(vector, _DotPlan):
+            schedule_dot_reduction(sch, block, vector.loop, vector.width, vector.lead,
+                                   self.min_parallel_extent if n_par else 0)
+            return
+        if isinstance(vector, _TilePlan):
+            loops = sch.get_loops(block)
+            outer, inner = (sch.split(loops[k], factors=[None, vector.tile])
+                            for k in (vector.outer, -1))
+            sch.reorder(outer[0], inner[0], outer[1], inner[1])
             return
         loops = sch.get_loops(block)
         if vector is not None:

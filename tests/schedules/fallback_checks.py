@@ -9,6 +9,7 @@ from tvm import relax
 
 from relax_memplan.schedules import host_target
 
+from tests.schedules.conv_checks import conv_module
 from tests.schedules.isolated_checks import build_and_run
 
 
@@ -86,11 +87,29 @@ CASES = [
     ("column max over two axes 6x4x48", _module(
         [(6, 4, 48)], lambda x: relax.op.max(x, axis=[0, 1]))),
     ("concat of flattened maps read by a split", concat_split_head()),
+    # transposes over more than a level-1 cache: tiled (vad-lstm's; an odd one by 8)
+    ("transpose 1x64x256 -> 256x1x64 (vad-lstm)", _module(
+        [(1, 64, 256)], lambda x: relax.op.permute_dims(x, [2, 0, 1]))),
+    ("transpose odd 96x104 tiled by 8", _module(
+        [(96, 104)], lambda x: relax.op.permute_dims(x, [1, 0]))),
+    ("resize nearest x2 96x10x10 (ppocr)", _module([(1, 96, 10, 10)], lambda x: (
+        relax.op.image.resize2d(x, (20, 20), method="nearest_neighbor")))),
+    # 1x1 convolutions on a 1x1 map (ppocrv4-det's squeeze-excitation): vector partial sums
+    ("dot conv 384->96 on 1x1 relu", conv_module((1, 384, 1, 1), 96, 1, 1, 0, 1, 1, "relu")),
+    ("dot conv 96->384 on 1x1 se", conv_module((1, 96, 1, 1), 384, 1, 1, 0, 1, 1, "se")),
+    ("dot conv 24->96 on 1x1 se (half vector)",
+     conv_module((1, 24, 1, 1), 96, 1, 1, 0, 1, 1, "se")),
+    ("dot conv 20->40 on 1x1 batch 2 (quarter vector)",
+     conv_module((2, 20, 1, 1), 40, 1, 1, 0, 1, 1, "relu")),
+    ("dot conv 18->33 on 1x1 (no vector width)",
+     conv_module((1, 18, 1, 1), 33, 1, 1, 0, 1, 1, "relu")),
 ]
 
 
-LEFT_ALONE = {"max_pool 5x5 s1 pad2 (yolov8n SPPF)"}
-"""Labels of CASES the rule leaves unscheduled on purpose (LLVM vectorises them serial)."""
+LEFT_ALONE = {"max_pool 5x5 s1 pad2 (yolov8n SPPF)", "transpose nchw->nhwc",
+              "resize nearest x2", "resize nearest x2 96x10x10 (ppocr)"}
+"""Labels of CASES the rule leaves unscheduled on purpose (LLVM vectorises them serial; a
+transpose of a slab within a level-1 cache)."""
 
 
 def check_fallback_cases(target_name):

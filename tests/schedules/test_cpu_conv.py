@@ -44,7 +44,8 @@ def _run_isolated(call, marker, timeout=300):
 def test_direct_conv_applies_parallel_and_vectorized(case):
     (func,) = _fused_kernels(conv_module(*case[1:]))
     sch = DirectConv(min_parallel_macs=0, min_direct_1x1_pixels=0,  # small cases
-                     schedule_depthwise=True).apply(func, host_target(), False)
+                     schedule_depthwise=True, min_parallel_reduction=0).apply(
+        func, host_target(), False)
     assert sch is not None, case[0]
     text = sch.mod["main"].script()
     assert "T.parallel(" in text and "T.vectorized(" in text
@@ -62,7 +63,7 @@ def test_scheduled_convolutions_match_unscheduled_build_subprocess(target):
 def test_width_without_vector_divisor_gets_full_vector_tiles_and_a_tail(target):
     # squeezenet's stem is 109 wide (prime): once one column per tile, now full vectors
     (func,) = _fused_kernels(conv_module((1, 3, 79, 79), 8, 7, 2, 0, 1, 1, "relu"))  # 37 wide
-    sch = DirectConv(min_parallel_macs=0).apply(func, target, False)
+    sch = DirectConv(min_parallel_macs=0, min_parallel_reduction=0).apply(func, target, False)
     assert sch is not None
     text = sch.mod["main"].script()
     assert "_partition" in text and "T.parallel(" in text
@@ -254,8 +255,8 @@ def test_depthwise_keeps_tvms_kernel_unless_asked():
     func = _conv_func((1, 16, 10, 160), 16, 3, 2, 1, groups=16)  # 80 wide
     kept = DirectConv().apply(func, host_target(), False)
     tvm.ir.assert_structural_equal(kept.mod["main"], func)
-    ours = DirectConv(min_parallel_macs=0, schedule_depthwise=True).apply(func, host_target(),
-                                                                         False)
+    ours = DirectConv(min_parallel_macs=0, schedule_depthwise=True,
+                      min_parallel_reduction=0).apply(func, host_target(), False)
     assert "T.parallel(" in ours.mod["main"].script()
     narrow = _conv_func((1, 32, 6, 40), 32, 3, 1, 1, groups=32)  # 40 wide: our tile wins
     text = DirectConv().apply(narrow, host_target(), False).mod["main"].script()
@@ -263,3 +264,14 @@ def test_depthwise_keeps_tvms_kernel_unless_asked():
     grouped = _conv_func((1, 16, 20, 64), 16, 3, 1, 1, groups=4)  # 4 channels per output
     text = DirectConv(min_parallel_macs=0).apply(grouped, host_target(), False).mod["main"].script()
     assert "T.parallel(" in text
+
+
+def test_conv_with_few_multiply_adds_per_output_is_serial():
+    # yolov8n's 3-channel stem (27 multiply-adds per output, 11 M in all): memory-bound,
+    # 1.38 ms serial vs 1.47 parallel at one thread, 2.9 vs 4.8 at two (wall, loaded host)
+    (stem,) = _fused_kernels(conv_module((1, 3, 320, 320), 16, 3, 2, 1, 1, 1, "relu"))
+    text = DirectConv().apply(stem, host_target(), False).mod["main"].script()
+    assert "T.parallel(" not in text and "T.vectorized(" in text
+    # 16 input channels x 3 x 3 = 144 per output: parallel
+    (conv,) = _fused_kernels(conv_module((1, 16, 80, 80), 32, 3, 1, 1, 1, 1, "relu"))
+    assert "T.parallel(" in DirectConv().apply(conv, host_target(), False).mod["main"].script()

@@ -12,8 +12,9 @@ import tvm
 from tvm import relax, s_tir, te, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 
-from relax_memplan.schedules import SpatialFallback, host_target, vector_codegen_risk
+from relax_memplan.schedules import SpatialFallback, host_target, simd_lanes, vector_codegen_risk
 from relax_memplan.schedules._column_reduction import column_reduction_lead
+from relax_memplan.schedules._dot_reduction import dot_loop, dot_width
 from relax_memplan.schedules._fallback_inline import contiguous_in as _contiguous_in
 from tests.schedules.fallback_checks import (CASES, LEFT_ALONE, _module, batch_norm_relu,
                                              concat_split_head, shared_exp)
@@ -70,11 +71,11 @@ def test_small_kernel_gets_no_parallel_loop():
 
 
 def test_strided_pooling_is_parallel_but_not_vectorized():
-    x = relax.Var("x", relax.TensorType([1, 24, 56, 56], "float32"))
+    x = relax.Var("x", relax.TensorType([1, 96, 109, 109], "float32"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            out = bb.emit_output(bb.emit(relax.op.nn.max_pool2d(x, 2, 2)))
+            out = bb.emit_output(bb.emit(relax.op.nn.max_pool2d(x, 3, 2)))
         bb.emit_func_output(out)
     texts = [t for t in map(_scheduled_text, _fused_kernels(bb.get())) if t is not None]
     assert texts and all("T.vectorized(" not in t for t in texts)
@@ -203,3 +204,94 @@ def test_fallback_kernels_match_unscheduled_build_subprocess():
                           capture_output=True, text=True, timeout=600)
     tail = (proc.stdout + proc.stderr)[-3000:]
     assert proc.returncode == 0 and proc.stdout.count("FALLBACK OK") == 2, tail
+
+
+def _case(label):
+    return next(mod for name, mod in CASES if name == label)
+
+
+def test_transpose_over_a_cache_slab_is_tiled_serially():
+    # vad-lstm's (1, 64, 256) -> (256, 1, 64): 12 us as TVM's kernel, 16 us with the host
+    # CPU's flags, 5 us in 16 x 16 tiles (one thread)
+    (func,) = _fused_kernels(_case("transpose 1x64x256 -> 256x1x64 (vad-lstm)"))
+    text = _scheduled_text(func)
+    assert text is not None and "T.parallel(" not in text
+    # both transposed loops split by 16, their inner parts innermost
+    assert "for ax0_0, ax2_0, ax1, ax0_1, ax2_1 in T.grid(T.int64(16), T.int64(4), " \
+        "T.int64(1), T.int64(16), T.int64(16))" in text
+    # NCHW -> NHWC of a 6 KiB slab per row: TVM's kernel (8.6 us against 14.7 tiled)
+    (small,) = _fused_kernels(_case("transpose nchw->nhwc"))
+    assert SpatialFallback().apply(small, host_target(), False) is None
+    assert SpatialFallback(min_transpose_slab_bytes=0).apply(small, host_target(), False) \
+        is not None
+
+
+def test_transpose_tile_divides_both_loops():
+    (func,) = _fused_kernels(_case("transpose odd 96x104 tiled by 8"))
+    text = _scheduled_text(func)
+    assert text is not None and "T.int64(8)" in text and "T.int64(16)" not in text
+
+
+def test_nearest_resize_stays_serial():
+    # ppocrv4-det's nearest resize of 96 x 10 x 10: 2.9 us serial, 18.9 us parallel (1 thread)
+    for label in ("resize nearest x2", "resize nearest x2 96x10x10 (ppocr)"):
+        for func in _fused_kernels(_case(label)):
+            assert _scheduled_text(func) is None, label
+
+
+def test_dot_product_gets_vector_partial_sums():
+    # ppocrv4-det's squeeze-excitation 1x1 conv on a 1x1 map: 28 us as TVM's kernel (one
+    # scalar sum per output), 2.3 us with 16 partial sums (one thread)
+    (func,) = _fused_kernels(_case("dot conv 384->96 on 1x1 relu"))
+    lanes = simd_lanes(host_target(), "float32")
+    text = _scheduled_text(func)
+    assert text is not None and "_rf" in text and f"T.vectorized(T.int64({lanes}))" in text
+    assert "T.parallel(" not in text  # 36,864 iterations: serial
+    wide = SpatialFallback(min_parallel_dot_work=1).apply(func, host_target(), False)
+    assert "T.parallel(" in wide.mod["main"].script()
+
+
+def test_dot_product_without_a_vector_width_is_serial_and_scalar():
+    (func,) = _fused_kernels(_case("dot conv 18->33 on 1x1 (no vector width)"))
+    text = _scheduled_text(func)
+    assert text is None or ("_rf" not in text and "T.parallel(" not in text)
+
+
+def test_dot_width_divides_the_loop_at_least_twice():
+    assert dot_width(384, 16) == 16 and dot_width(24, 16) == 8 and dot_width(20, 16) == 4
+    assert dot_width(16, 16) == 8 and dot_width(18, 16) is None and dot_width(4, 16) is None
+
+
+def test_pooling_window_is_not_a_dot_product():
+    # a max (or a plain sum) over a unit-stride window is no multiply-accumulate
+    for pool in (relax.op.nn.max_pool2d, relax.op.nn.avg_pool2d):
+        mod = _module([(1, 8, 16, 16)], lambda x, pool=pool: pool(x, 2, 2))
+        for func in _fused_kernels(mod):
+            sch = s_tir.Schedule(func)
+            for block in sch.get_child_blocks(get_root_block(sch)):
+                node = sch.get(block)
+                extents = [int(lp.extent) for lp in map(sch.get, sch.get_loops(block))]
+                if len(extents) == len(node.iter_vars):
+                    assert dot_loop(node, extents) is None
+
+
+def test_small_copy_is_vectorized_but_serial():
+    # yolov8n's split of (1, 64, 40, 40): 9 us serial, 32 us parallel (two threads, wall time)
+    mod = _module([(1, 64, 40, 40)], lambda x: relax.op.split(x, 2, axis=1))
+    texts = [t for t in map(_scheduled_text, _fused_kernels(mod)) if t is not None]
+    assert texts and all("T.parallel(" not in t and "T.vectorized(" in t for t in texts)
+    # 819,200 elements moved: parallel (131 vs 81 us); and the same size of arithmetic is no copy
+    big = _module([(1, 64, 80, 80)] * 2, lambda a, b: relax.op.concat([a, b], axis=1))
+    assert "T.parallel(" in _scheduled_text(_fused_kernels(big)[0])
+    small_add = _module([(1, 64, 40, 40)] * 2, lambda a, b: relax.op.add(a, b))
+    assert "T.parallel(" in _scheduled_text(_fused_kernels(small_add)[0])
+
+
+def test_small_strided_pooling_stays_serial():
+    # squeezenet's 3x3 stride-2 max-pool of 256 x 27 x 27 (389,376 iterations): 1.17-1.18x
+    # TVM's serial kernel at two threads in four model runs: TVM's kernel
+    mod = _module([(1, 256, 27, 27)], lambda x: relax.op.nn.max_pool2d(x, 3, 2))
+    assert all(_scheduled_text(f) is None for f in _fused_kernels(mod))
+    rule = SpatialFallback(min_parallel_window_work=1)
+    assert any(s is not None and "T.parallel(" in s.mod["main"].script()
+               for s in (rule.apply(f, host_target(), False) for f in _fused_kernels(mod)))
