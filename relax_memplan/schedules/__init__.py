@@ -22,6 +22,8 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 from tvm.target import Target
 
+from . import _rule_gates
+from ._rule_gates import kernel_blocks, may_apply
 from .codegen_guard import CodegenGuard, vector_codegen_risk
 from .cpu_conv import DirectConv
 from .cpu_fallback import SpatialFallback
@@ -125,8 +127,7 @@ def cpu_schedule_pass(target: Union[str, dict, Target]) -> tvm.transform.Pass:
         The module pass ``CPUSchedule``, run under ``target``.
     """
     tgt = _as_target(target)
-    rules = cpu_schedule_rules()
-    spatial_rules = [rule for rule in rules if rule_name(rule) not in REDUCTION_RULES]
+    rules = [(rule, rule_name(rule), _unwrap(rule)) for rule in cpu_schedule_rules()]
 
     @tvm.transform.module_pass(opt_level=0, name="CPUSchedule")
     def _pass(mod: tvm.IRModule, ctx) -> tvm.IRModule:
@@ -134,10 +135,12 @@ def cpu_schedule_pass(target: Union[str, dict, Target]) -> tvm.transform.Pass:
         with tgt:
             for gvar, func in mod.functions_items():
                 if isinstance(func, tirx.PrimFunc) and not _is_scheduled(func):
-                    # the rules that need a reduction block decline a function without one:
-                    # not tried (each builds a Schedule and analyses the blocks; on magika
-                    # 17 of 22 kernels are spatial, 0.1 of 0.25 CPU s of this pass)
-                    tried = rules if _has_reduction(func) else spatial_rules
+                    # rules that cannot apply are not tried (each builds a Schedule and
+                    # analyses the blocks only to decline; this pass on magika: 0.17-0.18
+                    # -> 0.13 CPU s); the first that applies is the same (_rule_gates)
+                    blocks = kernel_blocks(func)
+                    tried = [rule for rule, name, inner in rules
+                             if may_apply(name, inner, blocks)]
                     scheduled = _apply_first(tried, func, tgt)
                     if scheduled is not None:
                         updated[gvar] = scheduled
@@ -148,44 +151,25 @@ def cpu_schedule_pass(target: Union[str, dict, Target]) -> tvm.transform.Pass:
     return _pass
 
 
-REDUCTION_RULES = frozenset({"DirectConv", "StaticMatmul", "GenericMatmul", "DotProductGEMV",
-                             "VectorRowReduction", "VectorPlaneSum", "RowReduction"})
+REDUCTION_RULES = _rule_gates.REDUCTION_RULES
 """Names (:func:`rule_name`) of the rules of :func:`cpu_schedule_rules` that return ``None``
 on a PrimFunc with no block iterating a reduction (``CommReduce``) axis: each matches a
 reduction block (convolution, matmul, GEMV, row or plane reduction) first. The schedule pass
-tries only the others (:class:`SpatialFallback`) on such a function; tests check that each
-of these declines a spatial function."""
-
-
-_BODY_STMTS = (tirx.For, tirx.While, tirx.AttrStmt, tirx.LetStmt, tirx.DeclBuffer,
-               tirx.AllocBuffer, tirx.AssertStmt)
-_LEAF_STMTS = (tirx.BufferStore, tirx.Evaluate, tirx.Bind, tirx.Break, tirx.Continue,
-               tirx.Return)
+does not try them on such a function, nor where the cheaper necessary condition of
+:mod:`relax_memplan.schedules._rule_gates` fails; tests check that each of these declines a
+spatial function."""
 
 
 def _has_reduction(func: tirx.PrimFunc) -> bool:
     """Whether any block of ``func``, at any depth, has a reduction (``CommReduce``) iter var;
     ``True`` also on a statement kind not known here (every rule is then tried)."""
-    stack = [func.body]
-    while stack:
-        node = stack.pop()
-        if node is None or isinstance(node, _LEAF_STMTS):
-            continue
-        if isinstance(node, s_tir.SBlockRealize):
-            stack.append(node.block)
-        elif isinstance(node, s_tir.SBlock):
-            if any(iv.iter_type == tirx.IterVar.CommReduce for iv in node.iter_vars):
-                return True
-            stack += [node.body, node.init]
-        elif isinstance(node, tirx.SeqStmt):
-            stack.extend(node.seq)
-        elif isinstance(node, tirx.IfThenElse):
-            stack += [node.then_case, node.else_case]
-        elif isinstance(node, _BODY_STMTS):
-            stack.append(getattr(node, "body", None))
-        else:
-            return True
-    return False
+    return kernel_blocks(func).has_reduction
+
+
+def _unwrap(rule):
+    while isinstance(rule, (GuardedRule, CodegenGuard)):
+        rule = rule.rule
+    return rule
 
 
 def _is_scheduled(func: tirx.PrimFunc) -> bool:
@@ -196,9 +180,7 @@ def _is_scheduled(func: tirx.PrimFunc) -> bool:
 def rule_name(rule) -> str:
     """The class name of the rule inside any :class:`GuardedRule`/:class:`CodegenGuard` wrappers
     (``GuardedRule(CodegenGuard(DotProductGEMV(GEMV)))`` -> ``"DotProductGEMV"``)."""
-    while isinstance(rule, (GuardedRule, CodegenGuard)):
-        rule = rule.rule
-    return type(rule).__name__
+    return type(_unwrap(rule)).__name__
 
 
 def _apply_first(rules, func: tirx.PrimFunc, target: Target):

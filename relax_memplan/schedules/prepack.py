@@ -41,6 +41,7 @@ from typing import List, Optional, Sequence
 import tvm
 from tvm import relax, s_tir, tirx
 
+from ._layout_copy import layout_copy
 from .analysis import MatmulAxes
 
 __all__ = ["LAYOUT_FREE_ATTR", "PREPROC_ANNOTATION", "mark_constant_weights",
@@ -401,14 +402,16 @@ _PACKER_TARGET = {"kind": "llvm", "opt-level": 0}
 
 @relax.expr_functor.mutator
 class _FoldPacking(relax.PyExprMutator):
-    """Replace each ``call_tir`` of a packing PrimFunc on constants by its result, building
-    the packing PrimFuncs once, all in one module (plain ``llvm``, on the host). What ``FoldConstant`` does here,
-    except that TVM 0.27's ``FoldConstant`` builds the PrimFunc again at every call site: 72
-    LLVM builds for BERT-base's 12 layers, 4 s of a 5 s pass."""
+    """Replace each ``call_tir`` of a packing PrimFunc on constants by its result. A packer
+    that is a pure layout copy runs as numpy (:func:`._layout_copy.layout_copy`, no LLVM
+    build); the others are built once, all in one module (plain ``llvm``, on the host). What
+    ``FoldConstant`` does here, except that TVM 0.27's ``FoldConstant`` builds the PrimFunc
+    again at every call site: 72 LLVM builds for BERT-base's 12 layers, 4 s of a 5 s pass."""
 
     def __init__(self, mod: tvm.IRModule, packers):
         super().__init__(mod)
         self.packers = {gv.name_hint: f for gv, f in packers.items()}
+        self.copies = {n: layout_copy(f) for n, f in self.packers.items()}
         self.built = {}
 
     def visit_call_(self, op):
@@ -419,11 +422,15 @@ class _FoldPacking(relax.PyExprMutator):
         args = call.args[1].fields if hasattr(call.args[1], "fields") else [call.args[1]]
         if name not in self.packers or not all(isinstance(a, tvm.ir.GenericConst) for a in args):
             return call
+        if self.copies[name] is not None:
+            # vad-lstm's one packer: LLVM build + load 0.02 CPU s, numpy well under 1 ms
+            return relax.const(self.copies[name](args[0].value.numpy()))
         if not self.built:
             # every packer in one LLVM module: one code generation and one JIT, not one
             # per packer; LLVM at -O0: a packer is a copy, run once (bert-tiny, 3 packers:
             # 0.10 -> 0.05 CPU s; vad-lstm, 1: 0.034 -> 0.023)
-            funcs = {n: f.with_attr("global_symbol", n) for n, f in self.packers.items()}
+            funcs = {n: f.with_attr("global_symbol", n) for n, f in self.packers.items()
+                     if self.copies[n] is None}
             built = tvm.compile(tvm.IRModule(funcs), target=_PACKER_TARGET)
             self.built = {n: built[n] for n in funcs}
         (out_ty,) = call.ty_args
