@@ -7,15 +7,17 @@ compiles it: the segments are arrays indexed by their first compressed step, the
 segments is a binary heap on two arrays ordered by (height, first step), as the Python
 heap's key ``height * width + first step`` orders them (no product here: heights reach
 2**61 bytes), and the candidate query scans the slice of :class:`~.candidates.StartIndex`
-inline when short, else only the blocks holding a candidate that ends by ``b``, best-first
-by their smallest rank (:func:`_best_inside`). The answer is the same buffer (ranks are
-unique), so the plan is the same; the tests compare both sweeps.
+inline when short, else only the blocks holding a candidate that ends by ``b`` and a rank
+below the best so far (:func:`_best_inside`), each with a branch-free loop that LLVM
+vectorises. The answer is the same buffer (ranks are unique), so the plan is the same; the
+tests compare both sweeps.
 
-Measured (random buffers on 10,000 steps, one pass by area, CPU, best of 5, load 3-4 on 2
-cores): the compiled loop takes 6 ms at 10k and 0.12-0.14 s at 100k buffers (20-23x: at 100k
-every segment holds 10x more candidates). A min tree over the positions instead of the flat
-blocks gave the same plans in 0.19 s at 100k, a flat block scan without the best-first
-order 0.15 s (one run each on a noisy machine).
+Measured (random buffers on 10,000 steps, one pass by area with the problem compiled, CPU,
+best of 5, load 2-4 on 2 cores, one run each): the loop takes 4.7-5.3 ms at 10k and
+68-76 ms at 100k buffers (at 100k every segment holds 10x more candidates: 36.7 million
+positions in the slices of all queries, 0.6 million at 10k). Tried and dropped, same plans:
+a min tree over the positions (0.19 s at 100k), blocks visited best-first by smallest rank
+(0.09-0.13 s), a scan with branches instead of the branch-free one (0.13-0.15 s).
 
 Only :mod:`.compiled` imports this module, which imports numba (about 0.5 s): the planner
 runs without numba, and a process that never uses the compiled sweep never pays the import.
@@ -39,9 +41,9 @@ ST_FIELDS = ("max_steps", "count", "placed", "height", "heap_len", "n", "num_ste
 (MAX_STEPS, COUNT, PLACED, HEIGHT, HEAP_LEN, N, NUM_STEPS, GONE, STEPS, CAND_PLACED,
  COMPACT_AT, SHIFT) = range(len(ST_FIELDS))
 #: Slices up to this many positions are scanned inline, longer ones block by block.
-INLINE_SCAN = 16
+INLINE_SCAN = 32
 #: Positions per block of the minima: ``1 << BLOCK_BITS``.
-BLOCK_BITS = 4
+BLOCK_BITS = 5
 #: The argument types of :func:`sweep_steps`: 18 int64 C arrays.
 SIGNATURE = (types.int64[::1],) * 18
 
@@ -85,43 +87,46 @@ def _pop(heap_h, heap_a, size):
 
 
 @_jit
-def _best_inside(ia, ib, b, c_key, block_hi, block_rank, st, picked):
+def _fit_rank(c_key, first, stop, limit, mask, n):
+    """Smallest rank of the candidates at positions ``[first, stop)`` whose key is below
+    ``limit`` (they end by the segment's end), else ``n``: a branch-free loop (vectorised)."""
+    best = n
+    for q in range(first, stop):
+        key = c_key[q]
+        best = min(best, key & mask if key < limit else n)
+    return best
+
+
+@_jit
+def _best_inside(ia, ib, b, c_key, block_hi, block_rank, st):
     """Position of the smallest-rank candidate of positions ``[ia, ib)`` ending by ``b``.
 
     ``c_key`` packs ``end step << st[SHIFT] | rank`` (one read per candidate): a candidate
     ends by ``b`` when its key is below ``(b + 1) << st[SHIFT]``. Short slices are
-    scanned. Longer ones keep the blocks of ``1 << BLOCK_BITS`` positions where some
-    candidate ends by ``b`` (block minimum end step) and scan them best-first, by
-    smallest rank, until the next block's smallest rank is no better than the best found.
+    scanned whole; in longer ones only the blocks of ``1 << BLOCK_BITS`` positions where
+    some candidate ends by ``b`` (block minimum end step) and some rank is below the best
+    found so far (block minimum rank). The position of the best rank (ranks are unique)
+    is then looked up in the range that held it.
     """
-    k, best = -1, st[N]
+    n = st[N]
     limit, mask = (b + 1) << st[SHIFT], (1 << st[SHIFT]) - 1
+    first, stop = ia, ib
     if ib - ia <= INLINE_SCAN:
-        for q in range(ia, ib):
-            key = c_key[q]
-            if key < limit and key & mask < best:
-                best, k = key & mask, q
-        return k
-    kept = 0
-    for blk in range(ia >> BLOCK_BITS, ((ib - 1) >> BLOCK_BITS) + 1):
-        if block_hi[blk] <= b:
-            picked[kept] = blk
-            kept += 1
-    while kept > 0:
-        j = 0  # the kept block of smallest rank
-        for i in range(1, kept):
-            if block_rank[picked[i]] < block_rank[picked[j]]:
-                j = i
-        blk = picked[j]
-        if block_rank[blk] >= best:
-            break
-        kept -= 1
-        picked[j] = picked[kept]
-        for q in range(max(ia, blk << BLOCK_BITS), min(ib, (blk + 1) << BLOCK_BITS)):
-            key = c_key[q]
-            if key < limit and key & mask < best:
-                best, k = key & mask, q
-    return k
+        best = _fit_rank(c_key, ia, ib, limit, mask, n)
+    else:
+        best = n
+        for blk in range(ia >> BLOCK_BITS, ((ib - 1) >> BLOCK_BITS) + 1):
+            if block_hi[blk] <= b and block_rank[blk] < best:
+                lo, hi = max(ia, blk << BLOCK_BITS), min(ib, (blk + 1) << BLOCK_BITS)
+                rank = _fit_rank(c_key, lo, hi, limit, mask, n)
+                if rank < best:
+                    best, first, stop = rank, lo, hi
+    if best == n:
+        return -1
+    for q in range(first, stop):
+        if c_key[q] & mask == best:
+            return q
+    return -1
 
 
 @_jit
@@ -209,7 +214,6 @@ def sweep_steps(st, c_index, c_lo, c_hi, c_key, first_at, block_hi, block_rank, 
     and ``block_hi``, ``block_rank`` from :func:`packed_candidates`;
     ``offsets`` (bytes, -1 unplaced) and ``order`` are written in place.
     """
-    picked = np.empty(len(block_hi), dtype=np.int64)
     steps = 0
     while st[PLACED] < st[COUNT] and steps < st[MAX_STEPS] and st[HEAP_LEN] > 0:
         if st[CAND_PLACED] > st[COMPACT_AT]:
@@ -220,7 +224,7 @@ def sweep_steps(st, c_index, c_lo, c_hi, c_key, first_at, block_hi, block_rank, 
         if alive[a] == 0 or seg_h[a] != h:
             continue
         b = seg_end[a]
-        k = _best_inside(first_at[a], first_at[b], b, c_key, block_hi, block_rank, st, picked)
+        k = _best_inside(first_at[a], first_at[b], b, c_key, block_hi, block_rank, st)
         if k < 0:
             _raise_segment(a, b, seg_end, seg_h, seg_prev, alive, heap_h, heap_a, st)
             continue
