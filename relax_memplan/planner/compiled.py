@@ -50,9 +50,15 @@ JIT_STEPS = 16 * CLOCK_EVERY
 #: it (cold cache) 2.6-4.3 s wall (1.8-2.1 CPU), which :func:`choose_sweep` never does.
 IMPORT_SECONDS = 0.5
 CACHE_LOAD_SECONDS = 0.3
-#: Cost of one compiled pass, seconds per buffer (random 100k buffers by area, problem
-#: built: 0.15-0.2 s CPU; the kernel alone 0.12-0.14).
-JIT_SECONDS_PER_BUFFER = 2.5e-6
+#: Cost of one compiled pass, seconds per buffer (random 100k buffers by area: 0.11-0.14 s
+#: CPU with the sort and the candidates, 0.07 s of it in the compiled loop; with the
+#: problem built and the priority keys 0.22 s).
+JIT_SECONDS_PER_BUFFER = 1.5e-6
+#: Cost of dropping one buffer into the lanes at the end of a compiled pass (measured 0.85-
+#: 0.91 us CPU per buffer for all of random 100k, load 3.5; the Python sweep keeps its
+#: ``skyline.DROP_SECONDS_PER_BUFFER`` of 2 us, which made a compiled pass with 0.24 s left
+#: for 100k buffers drop them all, 1.32 x LB, where it finishes in about 0.15 s: 1.047).
+JIT_DROP_SECONDS_PER_BUFFER = 1.2e-6
 
 #: ``kernel``: the loaded numba dispatcher; ``error``: why numba is not usable (None
 #: while untried); ``cold``: the cache held no compiled sweep when last looked at.
@@ -213,9 +219,10 @@ def compiled_sweep(
         if deadline is None:
             continue
         now = time.perf_counter()
-        if skyline._must_drop(now, started, placed, n, deadline):
+        if skyline._must_drop(now, started, placed, n, deadline, JIT_DROP_SECONDS_PER_BUFFER):
             break
-        keep = skyline._affordable(now, started, placed, int(st[mod.COUNT]), n, deadline)
+        keep = skyline._affordable(now, started, placed, int(st[mod.COUNT]), n, deadline,
+                                   JIT_DROP_SECONDS_PER_BUFFER)
         if keep is not None:  # too slow to place them all: keep the smallest ranks
             keep = min(keep, int(st[mod.COUNT]) - placed)
             cands.restrict(keep)

@@ -36,7 +36,8 @@ import numpy as np
 
 from .algorithms import DETERMINISTIC, PROBLEM_ALGORITHMS, lowest_first_keys
 from .buffer import Buffer, Plan
-from .compiled import JIT_SECONDS_PER_BUFFER, NUMBA, choose_sweep, compiled_sweep
+from .compiled import (JIT_DROP_SECONDS_PER_BUFFER, JIT_SECONDS_PER_BUFFER, NUMBA, choose_sweep,
+                       compiled_sweep)
 from .exact import exact_offsets
 from .lanes import size_class_lanes
 from .limits import check_time_limit_s
@@ -161,7 +162,8 @@ def plan(
         sweep, reason = choose_sweep(p, deadline - time.perf_counter(), slowdown,
                                      p.n * SWEEP_SECONDS_PER_BUFFER)
         p.jit = sweep == NUMBA
-    per_buffer = JIT_SECONDS_PER_BUFFER if p.jit else SWEEP_SECONDS_PER_BUFFER
+    per_buffer = ((JIT_SECONDS_PER_BUFFER, JIT_DROP_SECONDS_PER_BUFFER) if p.jit
+                  else (SWEEP_SECONDS_PER_BUFFER, DROP_SECONDS_PER_BUFFER))
 
     best_offsets, best_height, best_name = None, None, None
     slowest, decode = 0.0, None  # slowest pass; fastest lowest-first pass (the first one
@@ -176,7 +178,7 @@ def plan(
         if p.sweep:
             count = None
             if best_offsets is None and first_pass_count(
-                    p.n, deadline - started, slowdown, per_buffer) is not None:
+                    p.n, deadline - started, slowdown, *per_buffer) is not None:
                 # A full pass may not fit on this (busy) machine: the lanes first, kept if
                 # lower; then a pass with the count an idle machine affords (a pass that
                 # measures itself too slow keeps fewer buffers lowest-first).
@@ -184,7 +186,7 @@ def plan(
                 best_height, best_name = p.height(best_offsets), LANES_NAME
                 slowdown, deadline = _deadline(p.n, t0, cpu0, time_limit_s)
                 started = time.perf_counter()
-                count = first_pass_count(p.n, deadline - started, per_s=per_buffer)
+                count = first_pass_count(p.n, deadline - started, 1.0, *per_buffer)
                 if count is not None and count < MIN_COUNT_SHARE * p.n:
                     break
             offsets, height = (compiled_sweep if p.jit else lowest_first_sweep)(
@@ -281,19 +283,21 @@ def _checked(p: Problem, offsets: Sequence[int]) -> bool:
 
 
 def first_pass_count(n: int, left_s: float, slowdown: float = 1.0,
-                     per_s: float = SWEEP_SECONDS_PER_BUFFER) -> Optional[int]:
+                     per_s: float = SWEEP_SECONDS_PER_BUFFER,
+                     drop_s: float = DROP_SECONDS_PER_BUFFER) -> Optional[int]:
     """How many buffers the first skyline pass places lowest-first, or None for all.
 
     A full pass costs about ``per_s`` per buffer (``SWEEP_SECONDS_PER_BUFFER`` in Python,
-    ``JIT_SECONDS_PER_BUFFER`` compiled), a drop into the lanes
-    ``DROP_SECONDS_PER_BUFFER`` (both times ``slowdown``, the wall/CPU ratio measured while
+    ``JIT_SECONDS_PER_BUFFER`` compiled), a drop into the lanes ``drop_s``
+    (``DROP_SECONDS_PER_BUFFER``, compiled ``JIT_DROP_SECONDS_PER_BUFFER``; both times
+    ``slowdown``, the wall/CPU ratio measured while
     compiling). When the full pass does not fit in ``left_s`` seconds, the pass places
     lowest-first as many buffers of largest priority (area) as fit with the drop of the
     others: the small ones dropped last waste little (random 100k buffers, a quarter placed
     lowest-first and the rest in lanes: 1.34 x LB, where cutting a full pass at the same
     point gave 2.1). 0 means no buffer: the lanes alone.
     """
-    per, drop = per_s * slowdown, DROP_SECONDS_PER_BUFFER * slowdown
+    per, drop = per_s * slowdown, drop_s * slowdown
     if n * per <= left_s:
         return None
     if per <= drop:  # a pass as cheap as the drop: let it measure itself

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from relax_memplan.planner import Buffer, compiled, plan, read_csv, skyline, validate
 from relax_memplan.planner.algorithms import lowest_first_keys
 from relax_memplan.planner.placement import Problem
+from relax_memplan.planner.portfolio import first_pass_count
 from relax_memplan.planner.skyline import lowest_first_sweep
 
 from .strategies import assert_no_overlap_brute_force, buffer_lists
@@ -107,7 +108,7 @@ def test_compiled_pass_that_measures_itself_slow_keeps_the_smallest_ranks(jit):
     keys = lowest_first_keys["lowest_first_by_area"](p)
     calls = []
 
-    def afford(now, started, placed, count, n, deadline):
+    def afford(now, started, placed, count, n, deadline, drop_s):
         calls.append(placed)
         return 100 if len(calls) == 1 else None
 
@@ -190,3 +191,15 @@ def test_cold_numba_cache_is_not_charged_to_a_short_budget(tmp_path):
     # each, VALIDATE_SECONDS_PER_BUFFER) is reserved at the slowdown measured before it.
     assert found["cpu"] <= 0.2 * 1.1 + 0.03, found
     assert not list(tmp_path.rglob("*.nbi"))  # nothing compiled or cached
+
+
+def test_compiled_pass_judges_its_drop_at_the_measured_lanes_cost():
+    # 100k buffers, 0.15 s left: at 2 us per buffer (the Python sweep's estimate) only the
+    # drop fits; at the compiled driver's 1.2 us (lanes measured at 0.85-0.91 us) it does not
+    # have to drop yet. A 0.24 s budget made the compiled pass drop all: 1.32 x LB, not 1.05.
+    assert skyline._must_drop(0.0, 0.0, 0, 100_000, deadline=0.15)
+    assert not skyline._must_drop(0.0, 0.0, 0, 100_000, 0.15, compiled.JIT_DROP_SECONDS_PER_BUFFER)
+    costs = (compiled.JIT_SECONDS_PER_BUFFER, compiled.JIT_DROP_SECONDS_PER_BUFFER)
+    assert first_pass_count(100_000, 0.2, 1.0, *costs) is None  # a full compiled pass fits
+    assert first_pass_count(100_000, 0.1, 1.0, *costs) == 0  # not even the drop: lanes
+    assert first_pass_count(100_000, 0.2) == 0  # the Python pass would not fit
