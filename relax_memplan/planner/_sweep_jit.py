@@ -146,6 +146,19 @@ def _remove(q, st, c_hi, c_key, block_hi, block_rank):
 
 
 @_jit
+def _end_at(x, b, height, seg_end, seg_h, seg_prev, alive, num_steps):
+    """Segment ``x`` (at ``height``) now reaches step ``b``: merge the segment starting at
+    ``b`` into it if that one has the same height; link the next one back; return the end."""
+    if b < num_steps and seg_h[b] == height:
+        alive[b] = 0
+        b = seg_end[b]
+    seg_end[x] = b
+    if b < num_steps:
+        seg_prev[b] = x
+    return b
+
+
+@_jit
 def _raise_segment(a, b, seg_end, seg_h, seg_prev, alive, heap_h, heap_a, st):
     """Nothing fits in segment ``[a, b)``: raise it to its lower neighbour and merge."""
     num_steps = st[NUM_STEPS]
@@ -154,12 +167,7 @@ def _raise_segment(a, b, seg_end, seg_h, seg_prev, alive, heap_h, heap_a, st):
     if left >= 0 and seg_h[left] < new_h:
         new_h = seg_h[left]
     seg_h[a] = new_h
-    if b < num_steps and seg_h[b] == new_h:
-        alive[b] = 0
-        b = seg_end[b]
-        seg_end[a] = b
-        if b < num_steps:
-            seg_prev[b] = a
+    b = _end_at(a, b, new_h, seg_end, seg_h, seg_prev, alive, num_steps)
     if left >= 0 and seg_h[left] == new_h:
         alive[a] = 0
         seg_end[left] = b
@@ -193,12 +201,7 @@ def _split(a, b, h, s, e, top, seg_end, seg_h, seg_prev, alive, heap_h, heap_a, 
         st[HEAP_LEN] = _push(heap_h, heap_a, st[HEAP_LEN], h, e)
         seg_end[mid] = e
     else:
-        if b < num_steps and seg_h[b] == top:
-            alive[b] = 0
-            b = seg_end[b]
-        seg_end[mid] = b
-        if b < num_steps:
-            seg_prev[b] = mid
+        _end_at(mid, b, top, seg_end, seg_h, seg_prev, alive, num_steps)
     if mid == s:
         st[HEAP_LEN] = _push(heap_h, heap_a, st[HEAP_LEN], top, s)
 
