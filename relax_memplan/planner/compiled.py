@@ -2,14 +2,18 @@
 
 :func:`compiled_sweep` gives the same plan as
 :func:`~relax_memplan.planner.skyline.lowest_first_sweep` (offsets, height and order) with
-the loop in numba (:mod:`._sweep_jit`): random 100k buffers, one pass by area, from about
-1.2 s CPU to a tenth of that (``benchmarks/planner_bench.py``). The Python sweep stays: it
-is the reference of the tests and runs whenever the compiled one is not ready.
+the loop in numba (:mod:`._sweep_jit`): random 100k buffers, one pass by area with the
+problem built, 1.09-1.20 s CPU in Python, 0.20-0.22 s compiled (``benchmarks/planner_bench.py``).
+The Python sweep stays: it is the reference of the tests and runs whenever the compiled one
+is not ready. Where a pipeline runs it: inside :func:`~relax_memplan.planner.plan` (and
+:meth:`Problem.lowest_first <relax_memplan.planner.placement.Problem.lowest_first>`, which
+the window repair and the improvement search call) on the large-graph (skyline) path only;
+it reads and writes no function attributes (the planner does not import TVM).
 
 The budget is a promise, so the first use is never charged to a ``time_limit_s`` silently.
 Importing numba costs about half a second and compiling the sweep a few seconds (cold
 cache); loading it from numba's on-disk cache (``__pycache__`` next to this module, or
-``NUMBA_CACHE_DIR``) a few tens of milliseconds. :func:`choose_sweep`, called by
+``NUMBA_CACHE_DIR``) 0.1-0.3 s. :func:`choose_sweep`, called by
 :func:`~relax_memplan.planner.plan` before its first skyline pass:
 
 * uses the compiled sweep when it is already loaded in this process (:func:`warm_up`);
@@ -17,11 +21,12 @@ cache); loading it from numba's on-disk cache (``__pycache__`` next to this modu
   measured import and load (``IMPORT_SECONDS``, ``CACHE_LOAD_SECONDS``, times the wall/CPU
   slowdown) plus a compiled pass, and the saving on one pass pays for it; a cache miss
   costs the import only (the Python sweep then runs in the time left, deadline-aware);
-* else runs the Python sweep, and says why in :attr:`~relax_memplan.planner.Plan.sweep`.
+* else runs the Python sweep, and says why in ``Plan.sweep`` / ``Plan.sweep_reason``.
 
 :func:`warm_up` imports numba and loads or compiles the sweep, outside any budget; call it
-once before timing (the CLI and the benchmark do). Without numba (ImportError) everything
-runs in Python.
+once before timing (``benchmarks/planner_bench.py`` does). Without numba (ImportError)
+everything runs in Python. The cache lookup without compiling uses numba's dispatcher
+internals (``_cache.load_overload``); a numba without them counts as a cold cache.
 """
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .candidates import StartIndex
 from . import skyline
+from .candidates import StartIndex
 from .skyline import CLOCK_EVERY, COMPACT_SHARE, _lanes_for_rest, rank_of
 
 __all__ = ["warm_up", "choose_sweep", "compiled_sweep", "sweep_state", "fits_int64",
@@ -165,7 +170,9 @@ def choose_sweep(p, left_s: float, slowdown: float = 1.0,
         return PYTHON, "sizes beyond int64"
     if _STATE["kernel"] is not None:
         return NUMBA, ""
-    if _STATE["error"] is not None or _STATE["cold"]:
+    if _STATE["error"] is not None:
+        return PYTHON, _STATE["error"]
+    if _STATE["cold"]:
         return PYTHON, sweep_state() + "; call relax_memplan.planner.warm_up()"
     first_use = (0.0 if "numba" in sys.modules else IMPORT_SECONDS) + CACHE_LOAD_SECONDS
     saving = python_pass_s - p.n * JIT_SECONDS_PER_BUFFER
