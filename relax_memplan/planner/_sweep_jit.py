@@ -133,7 +133,8 @@ def _best_inside(ia, ib, b, c_key, block_hi, block_rank, st):
 def _remove(q, st, c_hi, c_key, block_hi, block_rank):
     """Mark the candidate at position ``q`` placed; keep its block's minima."""
     shift = st[SHIFT]
-    end, rank = c_key[q] >> shift, c_key[q] & ((1 << shift) - 1)
+    mask = (1 << shift) - 1
+    end, rank = c_key[q] >> shift, c_key[q] & mask
     c_hi[q] = st[GONE]
     c_key[q] = (st[GONE] << shift) | st[N]
     st[CAND_PLACED] += 1
@@ -141,7 +142,7 @@ def _remove(q, st, c_hi, c_key, block_hi, block_rank):
     if block_hi[blk] == end or block_rank[blk] == rank:
         low, low_rank = st[GONE], st[N]
         for r in range(blk << BLOCK_BITS, min(len(c_hi), (blk + 1) << BLOCK_BITS)):
-            low, low_rank = min(low, c_key[r] >> shift), min(low_rank, c_key[r] & ((1 << shift) - 1))
+            low, low_rank = min(low, c_key[r] >> shift), min(low_rank, c_key[r] & mask)
         block_hi[blk], block_rank[blk] = low, low_rank
 
 

@@ -6,8 +6,10 @@ graph and run every greedy order, then the exact search of :mod:`.exact` (if the
 bound is not reached) and the improvement search. Problems with many overlapping pairs
 (``MAX_CONFLICT_PAIRS``, or when building the pairs would eat a quarter of the budget) run
 the lowest-first orders on the skyline of :mod:`.skyline` instead, best-for-large first
-(one pass is about 10 us per buffer), each pass able to finish early by dropping the
-buffers left (see :func:`~relax_memplan.planner.skyline.lowest_first_sweep`); then the
+(one pass is about 10 us per buffer in Python, 1.5 us compiled by :mod:`.compiled` when
+numba is loaded or its cache loads within the budget), each pass able to finish early by
+dropping the buffers left (see :func:`~relax_memplan.planner.skyline.lowest_first_sweep`);
+then the
 window repair of :mod:`.repair` re-places the buffers around the highest ones of the
 best plan (the passes leave it ``REPAIR_SHARE`` of the budget), and the time left goes
 to the improvement search.
@@ -129,7 +131,11 @@ def plan(
     Returns
     -------
     Plan
-        The lowest plan found; ``algorithm`` names the algorithm that found it.
+        The lowest plan found; ``algorithm`` names the algorithm that found it, ``sweep``
+        the skyline sweep on large graphs (``"numba"``: compiled, loaded by
+        :func:`~relax_memplan.planner.warm_up` or from numba's cache when the budget has
+        room for it, see :func:`~relax_memplan.planner.compiled.choose_sweep`; else
+        ``"python"``, with ``sweep_reason``).
 
     Raises
     ------
