@@ -21,6 +21,7 @@ setup(
     package_data={"relax_memplan": ["examples/*.onnx", "configs/*.yaml"]},
     install_requires=[
         "apache-tvm==0.27.0.post1",
+        "numba>=0.61",
         "numpy",
         "onnx",
         "PyYAML",

@@ -5,7 +5,10 @@ graphs (pangu_2.6B, S_1, Y_1), a random scale curve (1k-100k buffers, horizon 10
 steps, lifetimes 1..100, sizes 64 B..1 MiB; also timed as one skyline pass by area, CPU
 time, problem compilation included, best of ``--pass-repeats`` runs since the machine is
 shared) and short budgets (random 20k at 0.1 s, 100k at 0.5 s: the plan returned when
-a full pass does not fit). Every plan is
+a full pass does not fit). The compiled (numba) sweep is warmed up before any timing
+(``planner.warm_up()``, its time reported; ``--no-warm-up`` leaves it to ``plan()``), the
+one-pass curve times it beside the Python sweep, and each row says which sweep ``plan()``
+ran. Every plan is
 checked with ``validate``; the overrun of ``time_limit_s`` and the load average (the machine
 may be shared) are reported. omnimalloc
 (``pip install .[bench]``) runs its default ``omni`` allocator on the same buffers.
@@ -79,19 +82,9 @@ def bench_instance(planner, group, name, buffers, time_limit_s, seed, sweep_pass
     row.update(lower_bound_bytes=result.lower_bound_bytes, height_bytes=result.height_bytes,
                ratio=result.ratio, algorithm=result.algorithm,
                overrun=max(0.0, row["seconds"] / time_limit_s - 1.0))
+    row["sweep"] = result.sweep
     if sweep_pass:
-        from relax_memplan.planner.algorithms import area_key
-        from relax_memplan.planner.placement import Problem
-        from relax_memplan.planner.skyline import lowest_first_sweep
-        seconds = []
-        for _ in range(sweep_pass):  # CPU time, best of a few: the machine is shared
-            t0 = time.process_time()
-            p = Problem(buffers)
-            height = lowest_first_sweep(p, area_key(p))[1]
-            seconds.append(time.process_time() - t0)
-        row["sweep_pass_seconds"] = min(seconds)
-        row["sweep_pass_seconds_all"] = seconds
-        row["sweep_pass_ratio"] = height / result.lower_bound_bytes
+        row.update(one_pass(buffers, sweep_pass, result.lower_bound_bytes))
     omni = run_omnimalloc(planner, buffers)
     if omni is not None:
         row["omnimalloc_ratio"] = omni[0] / result.lower_bound_bytes
@@ -99,18 +92,44 @@ def bench_instance(planner, group, name, buffers, time_limit_s, seed, sweep_pass
     return row
 
 
+def one_pass(buffers, repeats: int, lower_bound: int) -> dict:
+    """CPU seconds of one skyline pass by area (problem compiled in), best of ``repeats``,
+    compiled (``sweep_pass_*``; when loaded) and in Python (``python_pass_*``)."""
+    from relax_memplan.planner import compiled
+    from relax_memplan.planner.algorithms import area_key
+    from relax_memplan.planner.placement import Problem
+    from relax_memplan.planner.skyline import lowest_first_sweep
+
+    sweeps = {"python_pass": lowest_first_sweep}
+    if compiled.sweep_state() == compiled.NUMBA:
+        sweeps["sweep_pass"] = compiled.compiled_sweep
+    row = {}
+    for label, sweep in sweeps.items():
+        seconds = []
+        for _ in range(repeats):  # CPU time, best of a few: the machine is shared
+            t0 = time.process_time()
+            p = Problem(buffers)
+            height = sweep(p, area_key(p))[1]
+            seconds.append(time.process_time() - t0)
+        row.update({f"{label}_seconds": min(seconds), f"{label}_seconds_all": seconds,
+                    f"{label}_ratio": height / lower_bound})
+    return row
+
+
 def format_table(rows) -> str:
     lines = [f"{'group':<7}{'inst':<15}{'buffers':>8}{'ours':>8}{'s':>7}{'cpu s':>7}{'overrun':>8}"
-             f"{'omni':>8}{'s':>7}{'1pass':>8}{'s':>7}{'load':>6}  best by"]
+             f"{'omni':>8}{'s':>7}{'1pass':>8}{'s':>7}{'py s':>7}{'load':>6}  sweep   best by"]
     for r in rows:
         omni = (f"{r['omnimalloc_ratio']:>8.4f}{r['omnimalloc_seconds']:>7.2f}"
                 if "omnimalloc_ratio" in r else f"{'-':>8}{'-':>7}")
-        one = (f"{r['sweep_pass_ratio']:>8.4f}{r['sweep_pass_seconds']:>7.2f}"
+        one = (f"{r['sweep_pass_ratio']:>8.4f}{r['sweep_pass_seconds']:>7.3f}"
                if "sweep_pass_ratio" in r else f"{'-':>8}{'-':>7}")
+        one += (f"{r['python_pass_seconds']:>7.3f}" if "python_pass_seconds" in r
+                else f"{'-':>7}")
         lines.append(f"{r['group']:<7}{r['instance']:<15}{r['buffers']:>8}{r['ratio']:>8.4f}"
                      f"{r['seconds']:>7.2f}{r.get('cpu_seconds', float('nan')):>7.2f}"
                      f"{100 * r['overrun']:>7.0f}%{omni}{one}"
-                     f"{r['load_avg_1min']:>6.1f}  {r['algorithm']}")
+                     f"{r['load_avg_1min']:>6.1f}  {r.get('sweep') or '-':<7} {r['algorithm']}")
     return "\n".join(lines)
 
 
@@ -122,8 +141,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pass-repeats", type=int, default=3,
                         help="one-pass CPU time: best of this many runs")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="do not load the compiled sweep before timing (plan() decides)")
     args = parser.parse_args(argv)
     planner = _import_planner()
+    warm = None if args.no_warm_up else planner.warm_up()
+    print(f"sweep: {warm['sweep'] if warm else 'not warmed up'}"
+          + (f" (warm-up {warm['seconds']:.2f} s, compiled: {warm['compiled']}"
+             f"{', ' + warm['reason'] if warm['reason'] else ''})" if warm else ""),
+          file=sys.stderr, flush=True)
     jobs = []
     for path in sorted((SHARED / "minimalloc-challenging").glob("*.csv")):
         jobs.append(("A-K", path.name.split(".")[0], lambda p=path: planner.read_csv(p), 0,
@@ -151,14 +177,15 @@ def main(argv=None) -> int:
         print(f"\nA-K: mean ratio {sum(r['ratio'] for r in ak) / len(ak):.4f}, lower bound "
               f"reached on {sum(r['height_bytes'] == r['lower_bound_bytes'] for r in ak)}"
               f" of {len(ak)}")
-    one_pass = {r["buffers"]: r["sweep_pass_seconds"] for r in rows if "sweep_pass_seconds" in r}
-    if 10_000 in one_pass and 100_000 in one_pass:
-        print(f"one skyline pass (CPU s, best of {args.pass_repeats}), 10k -> 100k random "
-              f"buffers: {one_pass[100_000] / one_pass[10_000]:.1f}x the time "
-              f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+    for key, label in (("sweep_pass_seconds", "compiled"), ("python_pass_seconds", "Python")):
+        one = {r["buffers"]: r[key] for r in rows if key in r}
+        if 10_000 in one and 100_000 in one:
+            print(f"one {label} skyline pass (CPU s, best of {args.pass_repeats}), 10k -> 100k "
+                  f"random buffers: {one[100_000] / one[10_000]:.1f}x the time "
+                  f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"time_limit_s": args.time_limit, "quick": args.quick,
-                                     "rows": rows}, indent=2))
+                                     "warm_up": warm, "rows": rows}, indent=2))
     print(f"wrote {args.json}")
     return 0
 

@@ -15,6 +15,7 @@ Example
 
 from .algorithms import ALGORITHMS, DETERMINISTIC, iterated_greedy
 from .buffer import Buffer, Plan, live_bytes_profile, peak_live_bytes
+from .compiled import warm_up
 from .csv_io import read_csv, read_csv_solution, write_csv
 from .portfolio import plan
 from .stacking import stacked_offsets, stacking_order
@@ -52,5 +53,6 @@ __all__ = [
     "stacked_offsets",
     "stacking_order",
     "validate",
+    "warm_up",
     "write_csv",
 ]

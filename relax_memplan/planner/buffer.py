@@ -108,12 +108,20 @@ class Plan:
     algorithm : str
         Name of the algorithm that produced the offsets (a key of ``ALGORITHMS`` or the
         improvement search).
+    sweep : str
+        Which lowest-first skyline sweep ran on a large graph: ``"numba"`` (compiled, see
+        :mod:`relax_memplan.planner.compiled`) or ``"python"``; ``""`` when none ran.
+    sweep_reason : str
+        Why the Python sweep ran (numba not importable, its cache cold, no time to load
+        it; see :func:`relax_memplan.planner.warm_up`); ``""`` otherwise.
     """
 
     offsets: dict = field(default_factory=dict)
     height_bytes: int = 0
     lower_bound_bytes: int = 0
     algorithm: str = ""
+    sweep: str = ""
+    sweep_reason: str = ""
 
     @property
     def ratio(self) -> float:

@@ -54,6 +54,9 @@ class StartIndex:
         Number of compressed steps; segments lie in ``[0, num_steps)``.
     count : int
         Keep only the buffers of rank ``< count``.
+    lists : bool
+        Keep the Python lists below (the Python sweep reads them); the compiled sweep of
+        :mod:`.compiled` reads only the arrays ``*_np``.
 
     Attributes
     ----------
@@ -61,14 +64,17 @@ class StartIndex:
         Buffer index, steps and rank per position (``hi`` is ``gone`` once placed).
     first_at : list of int
         ``first_at[x]``: position of the first buffer starting at step ``x`` or later.
+    index_np, lo_np, hi_np, rank_np, first_at_np : numpy.ndarray
+        The same as int64 arrays.
     monotone : bool
         Ranks grow with the position (a start-order priority): the first buffer that fits
         has the smallest rank.
     """
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray, rank: np.ndarray, num_steps: int,
-                 count: int):
+                 count: int, lists: bool = True):
         self.n = len(rank)
+        self.lists = lists
         order = np.lexsort((rank, lo))
         if count < self.n:  # only the ``count`` buffers of smallest rank
             order = order[rank[order] < count]
@@ -80,10 +86,13 @@ class StartIndex:
 
     def _set(self, index, lo, hi, rank):
         self.index_np, self.lo_np, self.hi_np, self.rank_np = index, lo, hi, rank
+        self.first_at_np = np.searchsorted(lo, self.steps)
+        self.placed = 0
+        if not self.lists:
+            return
         self.index, self.lo, self.hi, self.rank = (
             index.tolist(), lo.tolist(), hi.tolist(), rank.tolist())
-        self.first_at = np.searchsorted(lo, self.steps).tolist()
-        self.placed = 0
+        self.first_at = self.first_at_np.tolist()
         size = len(hi)
         self.block_min = (np.minimum.reduceat(hi, np.arange(0, size, BLOCK)).tolist()
                           if size else [])

@@ -30,6 +30,7 @@ import numpy as np
 
 from .buffer import (Buffer, check_unique_ids, live_peak_of_arrays, peak_live_bytes,
                      sorted_distinct)
+from .compiled import compiled_sweep
 from .skyline import lowest_first_sweep, rank_of
 
 __all__ = ["Problem", "FIRST_FIT", "BEST_FIT"]
@@ -54,6 +55,9 @@ class Problem:
         Indices of the buffers whose live range intersects buffer ``i``'s (lazy).
     sweep : bool
         Whether :meth:`lowest_first` uses the skyline instead of ``conflicts``.
+    jit : bool
+        Whether the skyline sweep runs compiled (:func:`~.compiled.compiled_sweep`, the
+        same plans) rather than in Python.
     lower_bound : int
         :func:`peak_live_bytes` of the buffers, in bytes.
     """
@@ -82,6 +86,8 @@ class Problem:
         self._step_lists: Optional[tuple[list[int], list[int]]] = None
         #: Place lowest-first on the skyline (:mod:`.skyline`) instead of conflict lists.
         self.sweep = False
+        #: Run the skyline sweep compiled (:mod:`.compiled`; set by ``plan()``).
+        self.jit = False
 
     @property
     def conflicts(self) -> list[list[int]]:
@@ -229,7 +235,8 @@ class Problem:
         version ignores ``deadline`` and is always exact).
         """
         if self.sweep:
-            return lowest_first_sweep(self, priority, deadline)
+            sweep = compiled_sweep if self.jit else lowest_first_sweep
+            return sweep(self, priority, deadline)
         return (*self.place_lowest_first(priority), True)
 
     def place_lowest_first(self, priority: Sequence) -> tuple[list[int], int, list[int]]:

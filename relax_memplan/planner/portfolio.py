@@ -6,8 +6,10 @@ graph and run every greedy order, then the exact search of :mod:`.exact` (if the
 bound is not reached) and the improvement search. Problems with many overlapping pairs
 (``MAX_CONFLICT_PAIRS``, or when building the pairs would eat a quarter of the budget) run
 the lowest-first orders on the skyline of :mod:`.skyline` instead, best-for-large first
-(one pass is about 10 us per buffer), each pass able to finish early by dropping the
-buffers left (see :func:`~relax_memplan.planner.skyline.lowest_first_sweep`); then the
+(one pass is about 10 us per buffer in Python, 1.5 us compiled by :mod:`.compiled` when
+numba is loaded or its cache loads within the budget), each pass able to finish early by
+dropping the buffers left (see :func:`~relax_memplan.planner.skyline.lowest_first_sweep`);
+then the
 window repair of :mod:`.repair` re-places the buffers around the highest ones of the
 best plan (the passes leave it ``REPAIR_SHARE`` of the budget), and the time left goes
 to the improvement search.
@@ -36,6 +38,8 @@ import numpy as np
 
 from .algorithms import DETERMINISTIC, PROBLEM_ALGORITHMS, lowest_first_keys
 from .buffer import Buffer, Plan
+from .compiled import (JIT_DROP_SECONDS_PER_BUFFER, JIT_SECONDS_PER_BUFFER, NUMBA, choose_sweep,
+                       compiled_sweep)
 from .exact import exact_offsets
 from .lanes import size_class_lanes
 from .limits import check_time_limit_s
@@ -127,7 +131,11 @@ def plan(
     Returns
     -------
     Plan
-        The lowest plan found; ``algorithm`` names the algorithm that found it.
+        The lowest plan found; ``algorithm`` names the algorithm that found it, ``sweep``
+        the skyline sweep on large graphs (``"numba"``: compiled, loaded by
+        :func:`~relax_memplan.planner.warm_up` or from numba's cache when the budget has
+        room for it, see :func:`~relax_memplan.planner.compiled.choose_sweep`; else
+        ``"python"``, with ``sweep_reason``).
 
     Raises
     ------
@@ -154,8 +162,14 @@ def plan(
     slowdown, deadline = _deadline(p.n, t0, cpu0, time_limit_s)
     pairs = p.count_overlapping_pairs()
     p.sweep = use_skyline(pairs, time_limit_s)
+    sweep = reason = ""
     if p.sweep:
         names = _sweep_names(names if algorithms is not None else SWEEP_ORDER)
+        sweep, reason = choose_sweep(p, deadline - time.perf_counter(), slowdown,
+                                     p.n * SWEEP_SECONDS_PER_BUFFER)
+        p.jit = sweep == NUMBA
+    per_buffer = ((JIT_SECONDS_PER_BUFFER, JIT_DROP_SECONDS_PER_BUFFER) if p.jit
+                  else (SWEEP_SECONDS_PER_BUFFER, DROP_SECONDS_PER_BUFFER))
 
     best_offsets, best_height, best_name = None, None, None
     slowest, decode = 0.0, None  # slowest pass; fastest lowest-first pass (the first one
@@ -170,7 +184,7 @@ def plan(
         if p.sweep:
             count = None
             if best_offsets is None and first_pass_count(
-                    p.n, deadline - started, slowdown) is not None:
+                    p.n, deadline - started, slowdown, *per_buffer) is not None:
                 # A full pass may not fit on this (busy) machine: the lanes first, kept if
                 # lower; then a pass with the count an idle machine affords (a pass that
                 # measures itself too slow keeps fewer buffers lowest-first).
@@ -178,10 +192,10 @@ def plan(
                 best_height, best_name = p.height(best_offsets), LANES_NAME
                 slowdown, deadline = _deadline(p.n, t0, cpu0, time_limit_s)
                 started = time.perf_counter()
-                count = first_pass_count(p.n, deadline - started)
+                count = first_pass_count(p.n, deadline - started, 1.0, *per_buffer)
                 if count is not None and count < MIN_COUNT_SHARE * p.n:
                     break
-            offsets, height = lowest_first_sweep(
+            offsets, height = (compiled_sweep if p.jit else lowest_first_sweep)(
                 p, lowest_first_keys[name](p), deadline, count)[:2]
         else:
             offsets = PROBLEM_ALGORITHMS[name](p)
@@ -203,7 +217,7 @@ def plan(
     result = p.offsets_by_id(best_offsets)
     if not _checked(p, best_offsets):
         validate(p.buffers, result)  # raises the precise error
-    return Plan(result, best_height, lb, best_name)
+    return Plan(result, best_height, lb, best_name, sweep, reason)
 
 
 def _improve(p: Problem, best, deadline: float, seed: int, pass_seconds):
@@ -274,19 +288,26 @@ def _checked(p: Problem, offsets: Sequence[int]) -> bool:
     return no_overlap_on_steps(lo, hi, offsets, p.size, num_steps)
 
 
-def first_pass_count(n: int, left_s: float, slowdown: float = 1.0) -> Optional[int]:
+def first_pass_count(n: int, left_s: float, slowdown: float = 1.0,
+                     per_s: float = SWEEP_SECONDS_PER_BUFFER,
+                     drop_s: float = DROP_SECONDS_PER_BUFFER) -> Optional[int]:
     """How many buffers the first skyline pass places lowest-first, or None for all.
 
-    A full pass costs about ``SWEEP_SECONDS_PER_BUFFER`` per buffer, a drop into the lanes
-    ``DROP_SECONDS_PER_BUFFER`` (both times ``slowdown``, the wall/CPU ratio measured while
+    A full pass costs about ``per_s`` per buffer (``SWEEP_SECONDS_PER_BUFFER`` in Python,
+    ``JIT_SECONDS_PER_BUFFER`` compiled), a drop into the lanes ``drop_s``
+    (``DROP_SECONDS_PER_BUFFER``, compiled ``JIT_DROP_SECONDS_PER_BUFFER``; both times
+    ``slowdown``, the wall/CPU ratio measured while
     compiling). When the full pass does not fit in ``left_s`` seconds, the pass places
     lowest-first as many buffers of largest priority (area) as fit with the drop of the
     others: the small ones dropped last waste little (random 100k buffers, a quarter placed
     lowest-first and the rest in lanes: 1.34 x LB, where cutting a full pass at the same
     point gave 2.1). 0 means no buffer: the lanes alone.
     """
-    per, drop = SWEEP_SECONDS_PER_BUFFER * slowdown, DROP_SECONDS_PER_BUFFER * slowdown
+    per, drop = per_s * slowdown, drop_s * slowdown
     if n * per <= left_s:
+        return None
+    if per <= drop:  # a pass as cheap as the drop: let it measure itself
+        return None
         return None
     return max(0, int((left_s - n * drop) / (per - drop)))
 

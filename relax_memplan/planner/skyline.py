@@ -246,22 +246,24 @@ def lowest_first_sweep(
     return offsets, height, order, True
 
 
-def _must_drop(now: float, started: float, placed: int, n: int, deadline: float) -> bool:
-    """Whether only dropping the buffers left still ends before ``deadline``."""
-    per_buffer = DROP_SECONDS_PER_BUFFER
+def _must_drop(now: float, started: float, placed: int, n: int, deadline: float,
+               drop_s: float = DROP_SECONDS_PER_BUFFER) -> bool:
+    """Whether only dropping the buffers left (at least ``drop_s`` seconds each) still ends
+    before ``deadline``."""
+    per_buffer = drop_s
     if placed >= CLOCK_EVERY:  # enough placements to measure this machine's speed
         per_buffer = max(per_buffer, DROP_SHARE * (now - started) / placed)
     return now + per_buffer * (n - placed) > deadline
 
 
 def _affordable(now: float, started: float, placed: int, count: int, n: int,
-                deadline: float) -> Optional[int]:
+                deadline: float, drop_s: float = DROP_SECONDS_PER_BUFFER) -> Optional[int]:
     """How many more buffers the pass can place lowest-first and still drop the rest into
     the lanes before ``deadline``, at the speed measured so far; None if all of them."""
     if placed < max(CLOCK_EVERY, MEASURE_SHARE * count):
         return None
     per = (now - started) / placed
-    drop = max(DROP_SECONDS_PER_BUFFER, DROP_SHARE * per)
+    drop = max(drop_s, DROP_SHARE * per)
     left = deadline - now - (n - placed) * drop
     if (count - placed) * (per - drop) <= left:
         return None

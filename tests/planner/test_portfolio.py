@@ -150,8 +150,10 @@ def test_short_budget_places_the_largest_buffers_lowest_first():
         return real(p, priority, deadline, count)
 
     buffers = _random_buffers(3000, 4)
+    # The Python sweep (a slow pass would otherwise make loading the compiled one pay).
     with patch.object(portfolio, "SWEEP_SECONDS_PER_BUFFER", 1e-3), \
             patch.object(portfolio, "MAX_CONFLICT_PAIRS", -1), \
+            patch.object(portfolio, "choose_sweep", lambda *args: ("python", "test")), \
             patch.object(portfolio, "lowest_first_sweep", spy):
         result = plan(buffers, time_limit_s=1.0, search=False)
     validate(buffers, result.offsets)
