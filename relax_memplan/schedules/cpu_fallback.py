@@ -148,7 +148,13 @@ class SpatialFallback(ScheduleRule):
     Parameters
     ----------
     min_parallel_work : int
-        Fewest iterations (product of loop extents) for a block to get a parallel loop.
+        Fewest iterations (product of loop extents) for a block to get a parallel loop. A
+        broadcast add of 1 x 256 x 256 (65,536; vad-lstm's ``add2``) at two threads, quiet
+        host, us serial vs parallel: 4.9 vs 4.4 with TVM's thread pool spinning (its default),
+        5.5 vs 18.7 with ``TVM_THREAD_POOL_SPIN_COUNT=0`` (a sleeping pool wakes in ~13 us;
+        the latency benchmark runs so, beside onnxruntime without spinning); 131,072: 11.5 vs
+        6.5 spinning, 11.4 vs 22.4 not. Below this default a kernel stays serial like TVM's
+        own (it was 32,768: vad-lstm's ``add2`` read 1.75x TVM's in the latency run).
     min_parallel_extent : int
         Iterations wanted in the fused parallel loop (outer loops are fused until reached).
     max_vector_registers : int
@@ -198,7 +204,7 @@ class SpatialFallback(ScheduleRule):
         2.3 and 6.5 us (TVM's kernel: 28 and 23 us).
     """
 
-    def __init__(self, min_parallel_work: int = 32768, min_parallel_extent: int = 16,
+    def __init__(self, min_parallel_work: int = 1 << 17, min_parallel_extent: int = 16,
                  max_vector_registers: int = 2, max_serial_window: int = 32,
                  max_column_vectors: int = 8, min_parallel_reduction_work: int = 1 << 20,
                  min_parallel_dot_work: int = 1 << 18, transpose_tiles=(16, 8),

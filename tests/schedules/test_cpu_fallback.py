@@ -57,7 +57,7 @@ def test_codegen_guard_flags_a_fallback_vector_too_wide():
 
 
 def test_batch_norm_chain_is_one_parallel_vectorized_block():
-    (func,) = _fused_kernels(batch_norm_relu((1, 64, 30, 40)))
+    (func,) = _fused_kernels(batch_norm_relu((1, 64, 60, 40)))
     text = _scheduled_text(func)
     blocks = text.count("T.sblock(") - text.count("# with T.sblock(")
     assert blocks == 1  # the five intermediates inlined into the relu
@@ -283,8 +283,19 @@ def test_small_copy_is_vectorized_but_serial():
     # 819,200 elements moved: parallel (131 vs 81 us); and the same size of arithmetic is no copy
     big = _module([(1, 64, 80, 80)] * 2, lambda a, b: relax.op.concat([a, b], axis=1))
     assert "T.parallel(" in _scheduled_text(_fused_kernels(big)[0])
-    small_add = _module([(1, 64, 40, 40)] * 2, lambda a, b: relax.op.add(a, b))
-    assert "T.parallel(" in _scheduled_text(_fused_kernels(small_add)[0])
+    add = _module([(1, 64, 80, 80)] * 2, lambda a, b: relax.op.add(a, b))
+    assert "T.parallel(" in _scheduled_text(_fused_kernels(add)[0])
+
+
+def test_element_wise_kernel_parallel_only_from_min_parallel_work():
+    """Latency run (two threads, TVM's pool not spinning): vad-lstm's broadcast add of
+    65,536 elements was parallel and read 1.75x TVM's serial kernel (5.5 vs 18.7 us alone);
+    it stays serial now, and twice its size (131,072: 11.4 vs 6.5 us spinning) is parallel."""
+    small = _module([(1, 256, 256), (1, 1, 256)], lambda a, b: relax.op.add(a, b))
+    text = _scheduled_text(_fused_kernels(small)[0])
+    assert text is not None and "T.parallel(" not in text and "T.vectorized(" in text
+    big = _module([(1, 512, 256), (1, 1, 256)], lambda a, b: relax.op.add(a, b))
+    assert "T.parallel(" in _scheduled_text(_fused_kernels(big)[0])
 
 
 def test_small_strided_pooling_stays_serial():
