@@ -71,9 +71,9 @@ def test_budget_far_below_one_pass_returns_a_valid_plan_in_time(random_20k):
     # gave 2.28 x LB in 0.34 s (240 % over). CPU time, not wall: a shared CI machine
     # stretches the wall clock of the fixed costs (compile, final check) we cannot cut.
     limit = 0.1
-    cpu = time.process_time()
+    cpu = time.thread_time()  # the planner's thread: TVM pool workers may spin beside it
     result = plan(random_20k, time_limit_s=limit)
-    cpu = time.process_time() - cpu
+    cpu = time.thread_time() - cpu
     validate(random_20k, result.offsets)
     assert cpu <= 1.1 * limit
     assert result.ratio <= 2.0

@@ -215,7 +215,7 @@ def test_final_check_reserve_follows_the_load_measured_so_far():
     for wall, cpu, slowdown in [(0.2, 0.1, 2.0), (0.2, 0.005, 1.0), (0.05, 0.1, 1.0),
                                 (10.0, 0.1, portfolio.MAX_SLOWDOWN)]:
         clock = SimpleNamespace(perf_counter=lambda: 100.0 + wall,
-                                process_time=lambda: 50.0 + cpu)
+                                thread_time=lambda: 50.0 + cpu)
         with patch.object(portfolio, "time", clock):
             got = portfolio._deadline(100_000, 100.0, 50.0, 1.0)
         assert got == pytest.approx((slowdown, 101.0 - reserve * slowdown))
@@ -225,7 +225,8 @@ def test_short_budget_is_kept_on_a_clock_running_twice_as_fast():
     # A machine where the wall clock runs twice as fast as the CPU time (a loaded one, as
     # the planner sees it): random 20k buffers, 0.4 s. Kept on that clock, the call's CPU
     # time is within half the budget + 10 % (0.01 s slack: clock reads, the Plan built
-    # after the final check). The wall bound has 0.1 s slack: the fixed minimum (problem
+    # after the final check; the calling thread's CPU time: in the full suite TVM's pool
+    # workers, spinning after earlier tests' kernels, made the process's 0.31 s). The wall bound has 0.1 s slack: the fixed minimum (problem
     # build, lanes, check: 0.06-0.09 s CPU) runs at twice the real load on this clock, and
     # a shared CI machine can be at load 5.
     import relax_memplan.planner.portfolio  # noqa: F401  (imports done before the clock)
@@ -239,9 +240,9 @@ def test_short_budget_is_kept_on_a_clock_running_twice_as_fast():
 
     limit = 0.4
     with patch.object(time, "perf_counter", fast):
-        started, cpu = fast(), time.process_time()
+        started, cpu = fast(), time.thread_time()
         result = plan(buffers, time_limit_s=limit)
-        wall, cpu = fast() - started, time.process_time() - cpu
+        wall, cpu = fast() - started, time.thread_time() - cpu
     validate(buffers, result.offsets)
     assert cpu <= 0.55 * limit + 0.01
     assert wall <= 1.1 * limit + 0.1
