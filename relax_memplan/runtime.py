@@ -159,7 +159,10 @@ def recording_interrupts() -> Iterator[List[int]]:
         yield received
     finally:
         signal.signal(signal.SIGINT, previous)
-        _RECORDING.remove(received)
+        # by identity: nested blocks that each recorded [2] compare equal, and list.remove
+        # took the outer block's list (newcomer trial: ValueError traceback, exit 1 on Ctrl-C
+        # while TVM's default build ran)
+        del _RECORDING[next(i for i, r in enumerate(_RECORDING) if r is received)]
 
 
 _RECORDING: List[List[int]] = []

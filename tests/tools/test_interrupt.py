@@ -49,3 +49,21 @@ def test_sigint_during_the_build_exits_within_a_second(tmp_path):
     assert rest.strip() == INTERRUPTED_LINE  # one line, no traceback, no "TVM:" line
     assert seconds < 5, f"exited {seconds:.1f} s after Ctrl-C"  # 0.5 s grace, a noisy machine
     assert not lib.exists() and not report.exists()
+
+
+def test_nested_recording_blocks_that_both_received_ctrl_c_exit_cleanly():
+    """Newcomer trial: Ctrl-C while TVM's default build ran inside two nested
+    recording_interrupts blocks gave 'ValueError: list.remove(x): x not in list' (the inner
+    block removed the outer block's equal list [2]) and exit 1 instead of 130."""
+    from relax_memplan import runtime
+
+    previous = signal.signal(signal.SIGINT, lambda *_: None)  # never ends pytest
+    try:
+        with runtime.recording_interrupts() as outer:
+            with runtime.recording_interrupts() as inner:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+            assert inner == [signal.SIGINT] and any(r is outer for r in runtime._RECORDING)
+        assert outer == [signal.SIGINT] and runtime._RECORDING == []
+    finally:
+        signal.signal(signal.SIGINT, previous)
