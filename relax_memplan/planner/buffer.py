@@ -110,7 +110,8 @@ class Plan:
         improvement search).
     sweep : str
         Which lowest-first skyline sweep ran on a large graph: ``"numba"`` (compiled, see
-        :mod:`relax_memplan.planner.compiled`) or ``"python"``; ``""`` when none ran.
+        :mod:`relax_memplan.planner.compiled`) or ``"python"``; ``""`` when the problem
+        was planned on its conflict lists (the Python sweep's orders may have seeded it).
     sweep_reason : str
         Why the Python sweep ran (numba not importable, its cache cold, no time to load
         it; see :func:`relax_memplan.planner.warm_up`); ``""`` otherwise.

@@ -93,6 +93,9 @@ SWEEP_SECONDS_PER_BUFFER = 12e-6
 #: (load 10.5 on 2 cores): share 0.2 mean 1.0714 x LB (2 at LB), 0.6 mean 1.0673 (3).
 EXACT_MAX_BUFFERS = 1000
 EXACT_SHARE = 0.6
+#: Share of the budget the skyline orders may take before the conflict-list passes of a
+#: problem above EXACT_MAX_BUFFERS buffers (:func:`_skyline_seed`).
+SEED_SHARE = 0.25
 
 
 def plan(
@@ -172,6 +175,8 @@ def plan(
                   else (SWEEP_SECONDS_PER_BUFFER, DROP_SECONDS_PER_BUFFER))
 
     best_offsets, best_height, best_name = None, None, None
+    if not p.sweep and algorithms is None:  # the skyline orders first (see _skyline_seed)
+        best_offsets, best_height, best_name = _skyline_seed(p, time_limit_s, t0, cpu0)
     slowest, decode = 0.0, None  # slowest pass; fastest lowest-first pass (the first one
     # on the conflict lists also builds them) to estimate one search placement
     # Large graphs keep a share of the budget for the window repair after the passes.
@@ -218,6 +223,31 @@ def plan(
     if not _checked(p, best_offsets):
         validate(p.buffers, result)  # raises the precise error
     return Plan(result, best_height, lb, best_name, sweep, reason)
+
+
+def _skyline_seed(p: Problem, time_limit_s: float, t0: float, cpu0: float):
+    """``(offsets, height, name)`` of the best :data:`SWEEP_ORDER` pass on the skyline for a
+    problem planned on its conflict lists, or ``(None, None, None)``.
+
+    A larger budget moves a problem from the skyline to the slower conflict lists
+    (:func:`use_skyline`), where the lowest-first orders may not all fit: newcomer trial,
+    5,000 random buffers, 1.0092 x LB at 0.1 s (skyline, by peak) but 1.0291 at 1.5 s (conflict
+    lists, cut after by area). Above :data:`EXACT_MAX_BUFFERS` buffers and when the passes
+    (:data:`SWEEP_SECONDS_PER_BUFFER` each, times the slowdown) take at most
+    :data:`SEED_SHARE` of the budget, they run first, so a larger budget starts from what the
+    smaller one returned.
+    """
+    slowdown, deadline = _deadline(p.n, t0, cpu0, time_limit_s)
+    cost = len(SWEEP_ORDER) * p.n * SWEEP_SECONDS_PER_BUFFER * slowdown
+    if p.n <= EXACT_MAX_BUFFERS or cost > SEED_SHARE * time_limit_s:
+        return None, None, None
+    best = (None, None, None)
+    for name in SWEEP_ORDER:
+        offsets, height, _order, finished = lowest_first_sweep(p, lowest_first_keys[name](p),
+                                                                deadline)
+        if finished and (best[1] is None or height < best[1]):
+            best = (offsets, height, name)
+    return best
 
 
 def _improve(p: Problem, best, deadline: float, seed: int, pass_seconds):

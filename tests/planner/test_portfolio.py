@@ -246,3 +246,20 @@ def test_short_budget_is_kept_on_a_clock_running_twice_as_fast():
     validate(buffers, result.offsets)
     assert cpu <= 0.55 * limit + 0.01
     assert wall <= 1.1 * limit + 0.1
+
+
+def test_a_larger_budget_starts_from_the_skyline_orders(monkeypatch):
+    """Newcomer trial: 5,000 random buffers (tests/planner/data/random_5000.csv, the trial's
+    file: starts in 10,000 steps, lives up to 100, 64 B-1 MiB) gave 1.0092 x LB at 0.1 s
+    (skyline sweep, by peak) but 1.0291 at 1.5 s, where the conflict lists ran out of time
+    after the area order. The skyline orders now seed the conflict-list passes (the share
+    is forced to 1 so a loaded CI machine cannot skip them; 0 is the old behaviour)."""
+    from relax_memplan.planner import portfolio
+
+    buffers = read_csv(Path(__file__).parent / "data" / "random_5000.csv")
+    monkeypatch.setattr(portfolio, "SEED_SHARE", 1.0)
+    seeded = plan(buffers, time_limit_s=1.5)
+    validate(buffers, seeded.offsets)
+    assert seeded.sweep == "" and seeded.ratio <= 1.0092
+    monkeypatch.setattr(portfolio, "SEED_SHARE", 0.0)
+    assert plan(buffers, time_limit_s=1.5).ratio > 1.02
