@@ -17,6 +17,18 @@ def shared_model(name: str) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def vad_lstm_onnx(tmp_path_factory) -> Path:
+    """The generated vad-lstm model (``recurrent_example.vad_lstm_model``) saved once."""
+    import onnx
+
+    from relax_memplan.recurrent_example import vad_lstm_model
+
+    path = tmp_path_factory.mktemp("vad") / "vad_lstm.onnx"
+    onnx.save(vad_lstm_model(), str(path))
+    return path
+
+
 def lower_to_alloc_form(mod):
     """Legalize (no fusion) and lower to the form StaticPlanBlockMemory sees.
 

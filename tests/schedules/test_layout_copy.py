@@ -33,13 +33,8 @@ def _packers(path, shapes):
 
 
 @pytest.fixture(scope="module")
-def model_packers(tmp_path_factory):
-    import onnx
-
-    from relax_memplan.recurrent_example import vad_lstm_model
-
-    vad = tmp_path_factory.mktemp("vad") / "vad_lstm.onnx"
-    onnx.save(vad_lstm_model(), str(vad))
+def model_packers(vad_lstm_onnx):
+    vad = vad_lstm_onnx
     return {**_packers(vad, {"feats": (1, 40, 256)}),
             **_packers(shared_model("bert-tiny-randw.onnx"),
                        {"input_ids": (1, 16), "attention_mask": (1, 16),

@@ -45,12 +45,8 @@ def _unscheduled_kernels(path, shapes):
 
 
 @pytest.fixture(scope="module")
-def model_kernels(tmp_path_factory):
-    from relax_memplan.recurrent_example import vad_lstm_model
-    import onnx
-
-    vad = tmp_path_factory.mktemp("vad") / "vad_lstm.onnx"
-    onnx.save(vad_lstm_model(), str(vad))
+def model_kernels(vad_lstm_onnx):
+    vad = vad_lstm_onnx
     models = {"magika": (shared_model("magika-1.0.3.onnx"), {"bytes": (1, 2048)}),
               "mnist-8": (shared_model("mnist-8/model.onnx"), None),
               "vad-lstm": (vad, {"feats": (1, 40, 256)})}
