@@ -344,21 +344,25 @@ def _check_bench_config(config, path) -> None:
 
 @contextlib.contextmanager
 def _warnings_as_lines(quiet: bool):
-    """Our warnings (:class:`~relax_memplan.errors.UndeclaredDimWarning`) printed at once as
-    ``relax-memplan: warning: ...``, one line, no source location (none with -q: the report's
-    notes keep them); others as Python shows them."""
+    """Our warnings (:class:`~relax_memplan.errors.UndeclaredDimWarning`, a library without
+    its manifest) printed at once as ``relax-memplan: warning: ...``, one line, no source
+    location (none with -q: the report's notes keep them); others as Python shows them."""
     from .errors import UndeclaredDimWarning
+    from .library.manifest import MissingManifestWarning
+
+    ours = (UndeclaredDimWarning, MissingManifestWarning)
 
     with warnings.catch_warnings():
         shown = warnings.showwarning
 
         def show(message, category, *rest, **kwargs):
-            if issubclass(category, UndeclaredDimWarning):
+            if issubclass(category, ours):
                 print(f"relax-memplan: warning: {message}", file=sys.stderr, flush=True)
             else:
                 shown(message, category, *rest, **kwargs)
 
-        warnings.simplefilter("ignore" if quiet else "always", UndeclaredDimWarning)
+        for category in ours:
+            warnings.simplefilter("ignore" if quiet else "always", category)
         warnings.showwarning = show
         yield
 
@@ -372,10 +376,11 @@ def _output_files(args) -> List[str]:
     bench's times."""
     if args.command == "compile":
         from .compile import STRATEGIES, library_path_for
+        from .library import manifest_path
 
         libraries = ([args.output] + [library_path_for(args.output, s, True) for s in STRATEGIES]
                      if args.output else [])
-        return libraries + [args.report, args.plot]
+        return libraries + [manifest_path(p) for p in libraries] + [args.report, args.plot]
     if args.command == "run":
         return [npz_path(args.output)] if args.output else []
     return [getattr(args, "json", None)] if args.command == "bench" else []

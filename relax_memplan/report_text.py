@@ -28,12 +28,24 @@ def _static_text(report: CompileReport) -> List[str]:
              f"  target {_target_text(report)}; inputs {shapes}"]
     for f in report.functions.values():
         lines += _format_function(f)
+    lines += _resident_lines(report)
     lines.append(_fusion_line(report))
     lines += _loop_lines(report)
     if report.notes:
         lines.append("notes:")
         lines += [f"  - {n}" for n in report.notes]
     return lines
+
+
+def _resident_lines(report: CompileReport) -> List[str]:
+    """Constants + arena and outputs + workspace of a call (:mod:`relax_memplan.library.
+    resident`); with symbolic dims, of the row that allocated most."""
+    from .library.resident import resident_lines
+
+    if report.resident is None:
+        return []
+    label = "our build per call" if report.is_static else "largest run"
+    return resident_lines(report.resident, report.per_call_bytes, _fmt_bytes, label)
 
 
 def _target_text(report: CompileReport) -> str:
@@ -210,6 +222,7 @@ def _table_text(report: CompileReport) -> List[str]:
     lines += _plan_lines(report, prefix="")
     lines += _dynamic_peak_lines(report)
     lines += dispatch_lines(report)
+    lines += _resident_lines(report)
     lines.append(_fusion_line(report))
     lines += _loop_lines(report)
     lines += [f"  note: {n}" for n in report.notes]

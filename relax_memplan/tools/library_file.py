@@ -10,6 +10,7 @@ within the file. Mach-O and PE files are not checked (TVM on Linux writes ELF).
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 
@@ -58,7 +59,7 @@ def check_elf_complete(path) -> None:
     Parameters
     ----------
     path : str or os.PathLike
-        The library file (read whole; libraries we write are a few MB).
+        The library file (mapped read-only; only the header pages are read).
 
     Raises
     ------
@@ -67,8 +68,16 @@ def check_elf_complete(path) -> None:
         the file size.
     """
     with open(path, "rb") as f:
-        data = f.read()
-    if not data.startswith(b"\x7fELF"):
+        if os.fstat(f.fileno()).st_size < 4:
+            return
+        # mapped, not read: a library holds its weights (hundreds of MB); the map has the
+        # file's size, so no index past the end is ever touched
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            _check_mapped(path, data)
+
+
+def _check_mapped(path, data) -> None:
+    if data[:4] != b"\x7fELF":
         return
     size = len(data)
     klass = data[4] if size > 5 else 0

@@ -20,6 +20,7 @@ from .fuse_attention import FuseAttention
 from .insert_dim_range_check import InsertDimRangeCheck
 from .plan_dynamic_memory import PlanDynamicMemory
 from .plan_static_memory import PlanStaticMemory
+from .record_resident_bytes import RecordResidentBytes
 from .record_storage import RecordStorage
 from .remove_dropout import RemoveDropout
 from .reorder_for_memory import ReorderForMemory
@@ -37,6 +38,7 @@ __all__ = [
     "InsertDimRangeCheck",
     "PlanDynamicMemory",
     "PlanStaticMemory",
+    "RecordResidentBytes",
     "RecordStorage",
     "RemoveDropout",
     "ReorderForMemory",
