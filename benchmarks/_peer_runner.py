@@ -113,8 +113,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     with np.load(args.inputs) as data:
         feed = {k: data[k] for k in data.files}
-    if args.runtime in ("ours", "tvm"):
-        import tvm  # noqa: F401 - imported before the first reading, as the others' imports
+    if args.runtime in ("ours", "tvm"):  # every import before the first reading
+        import tvm  # noqa: F401
+        from tvm import relax  # noqa: F401
+
+        if args.runtime == "ours":
+            import relax_memplan.library  # noqa: F401
     elif args.runtime == "onnxruntime":
         import onnxruntime  # noqa: F401
     else:

@@ -69,3 +69,21 @@ def test_release_is_a_no_op_for_a_library_not_loaded_here(dense_libraries, tmp_p
 def test_load_library_of_a_missing_file_is_one_line(tmp_path):
     with pytest.raises(ModelLoadError, match="no such library file"):
         load_library(tmp_path / "nope.so")
+
+
+def test_load_library_works_with_tvms_runtime_library_alone(dense_libraries, tmp_path):
+    """A deployment imports TVM's runtime only (TVM_USE_RUNTIME_LIB=1: no compiler, about
+    180 MiB less resident); the loader and the manifest checks need nothing more."""
+    import subprocess
+
+    x = np.random.default_rng(4).standard_normal((4, 64)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    code = ("import sys, numpy as np, tvm; from relax_memplan.library import load_library; "
+            "assert tvm.base._RUNTIME_ONLY; lib = load_library(sys.argv[1]); "
+            "np.save(sys.argv[3], lib.vm['main'](tvm.runtime.tensor(np.load(sys.argv[2]))).numpy())")
+    env = dict(os.environ, TVM_USE_RUNTIME_LIB="1")
+    proc = subprocess.run([sys.executable, "-c", code, str(dense_libraries[0]),
+                           str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), reference(0, x), rtol=1e-5, atol=1e-5)
