@@ -59,7 +59,7 @@ def _tvm_call(runtime: str, library: str, feed):
         vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
     arity = vm._get_function_arity("main")
     names = [vm._get_function_param_name("main", i) for i in range(arity)]
-    args = [tvm.runtime.tensor(np.ascontiguousarray(feed[n])) for n in names]
+    args = [tvm.runtime.tensor(np.asarray(feed[n], order="C")) for n in names]  # 0-d stays 0-d
     main = vm["main"]
 
     def outputs(value):

@@ -19,7 +19,8 @@ import tvm
 
 from ..analysis.dims import DimRange
 from ..errors import IndexBoundsError, RelaxMemplanError, RunError, ShapeSpecError
-from ..library.manifest import inputs_of, manifest_path
+from ..library.inputs import inputs_of
+from ..library.manifest import manifest_path
 from ..onnx_prepare.loop_facts import loops_of, with_body_plans
 from ..pipeline import fusion_counts, fusion_passes
 from ..reference import cast_value

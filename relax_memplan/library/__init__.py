@@ -5,6 +5,8 @@ how ``run``, the benchmarks and Python callers load it.
   SHA-256, the model's inputs (names, dtypes, shapes with symbolic dims and their declared
   ranges), the target and the package and TVM versions; :func:`verify_library` checks a
   library against it before anything maps the file;
+- :mod:`.inputs` -- the manifest's inputs from a Relax function's signature, and the values
+  given for a call checked against them;
 - :mod:`.loader` -- :func:`load_library` (verify, load with ``tvm.runtime.load_module``, drop
   the file pages of the embedded constants so that the weights are resident once, make a
   Relax VM) and :func:`release_embedded_constants` for a module loaded with TVM directly;

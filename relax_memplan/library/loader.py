@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from ..errors import ModelLoadError, summarize_error
-from .manifest import LibraryManifest, check_inputs, manifest_path, verify_library
+from .inputs import check_inputs
+from .manifest import LibraryManifest, manifest_path, verify_library
 
 __all__ = ["EMBEDDED_SYMBOL", "LoadedLibrary", "load_library", "release_embedded_constants"]
 

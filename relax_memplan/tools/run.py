@@ -204,7 +204,7 @@ def run_library(path, inputs: Mapping[str, np.ndarray], func_name: str = "main")
         expected shape named), a dim outside its declared range,
         an index out of range (one line, the input shapes named).
     """
-    from ..library.manifest import check_input_names
+    from ..library.inputs import check_input_names
     from ..runtime import run_checked
 
     arrays = {n: np.asarray(v) for n, v in inputs.items()}

@@ -3,17 +3,17 @@ value."""
 
 import json
 import shutil
-import warnings
 
 import numpy as np
 import pytest
 
 from relax_memplan import __version__
 from relax_memplan.errors import ShapeSpecError
+from relax_memplan.library.inputs import check_inputs
 from relax_memplan.library.manifest import (LibraryIntegrityError, LibraryManifest,
-                                            ManifestInput, MissingManifestWarning, check_inputs,
-                                            file_sha256, manifest_path, read_manifest,
-                                            verify_library, write_manifest)
+                                            ManifestInput, MissingManifestWarning, file_sha256,
+                                            manifest_path, read_manifest, verify_library,
+                                            write_manifest)
 
 
 def test_compile_writes_the_inputs_target_versions_and_digest(dense_libraries):
