@@ -71,6 +71,8 @@ def summarize(entry: Dict) -> Dict:
 
 
 def _ms(stats: Dict) -> str:
+    if not stats:
+        return "-"  # not run
     if "median_ms" not in stats:
         return "error"
     spread = stats.get("spread")
