@@ -89,7 +89,7 @@ def export_library(executable: tvm.runtime.Executable, path, **manifest) -> None
     **manifest
         What the manifest says besides the checksum: ``target``, ``inputs``
         (:class:`~relax_memplan.library.manifest.ManifestInput`), ``dims``, ``model``,
-        ``constants_bytes``, ``resident_bytes`` (:func:`~relax_memplan.library.manifest.
+        ``constants_bytes``, ``workspace_bytes`` (:func:`~relax_memplan.library.manifest.
         write_manifest`).
 
     Raises

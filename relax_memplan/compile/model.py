@@ -288,7 +288,7 @@ def _strategies(dims, options: BuildOptions) -> List[str]:
 
 
 def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: bool,
-                model: str = None):
+                model: Optional[str] = None):
     """Our build with one strategy; its library and manifest written right away (before any
     run)."""
     plan_pass = options.plan_pass if options.plan_pass is not None else PlanStaticMemory()
