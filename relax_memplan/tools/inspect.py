@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
+from ..input_shapes import static_dim
 from .flags import dim_flag
 
 __all__ = ["InputSummary", "ModelSummary", "inspect_onnx", "suggest_dim_range",
@@ -152,7 +153,7 @@ def _static_dim(graph, name: str, axis: int):
     for value in list(graph.input) + list(graph.value_info) + list(graph.output):
         if value.name == name:
             dims = value.type.tensor_type.shape.dim
-            if axis < len(dims) and dims[axis].HasField("dim_value"):
+            if axis < len(dims) and static_dim(dims[axis]) is not None:
                 return int(dims[axis].dim_value)
     return None
 

@@ -1,0 +1,94 @@
+"""Conventions real exporters write that ONNX Runtime accepts, each reproduced with
+``onnx.helper`` and compared with onnxruntime.
+
+- paddle2onnx marks a dynamic dim with ``dim_value: -1`` (rapidocr's PP-OCR classifier):
+  any negative ``dim_value`` is an unknown dim, in inputs and in declared shapes.
+- torch's TorchScript exporter writes ``If`` on a shape test (``x.squeeze(d)`` of a dim it
+  cannot prove 1, an LSTM's ``input.dim() == 2``), which is constant once the shapes are
+  (silero-vad, openwakeword, akiki): the taken branch is inlined.
+"""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from relax_memplan.errors import ShapeSpecError
+from relax_memplan.frontend import import_onnx, run_onnxruntime
+from relax_memplan.input_shapes import input_dim_symbols, static_dim, without_negative_dims
+
+from .helpers import compile_and_compare, const, param_dims, tensor, tiny_model
+
+
+def _negative_dim(value, axis, dim_value=-1):
+    value.type.tensor_type.shape.dim[axis].Clear()
+    value.type.tensor_type.shape.dim[axis].dim_value = dim_value
+    return value
+
+
+def paddle_batch_model(dim_value=-1):
+    """x [-1, 4] @ w -> Flatten -> y [-1, 2], as paddle2onnx declares a dynamic batch."""
+    return tiny_model(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("Flatten", ["h"], ["y"], axis=1)],
+        [_negative_dim(tensor("x", TensorProto.FLOAT, [1, 4]), 0, dim_value)],
+        [_negative_dim(tensor("y", TensorProto.FLOAT, [1, 2]), 0, dim_value)],
+        [const("w", np.arange(8).reshape(4, 2) / 8.0, np.float32)],
+        opset=11,
+    )
+
+
+def _feeds(batch, width=4):
+    return {"x": np.random.default_rng(batch).standard_normal((batch, width)).astype("float32")}
+
+
+@pytest.mark.parametrize("dim_value", [-1, -7])
+def test_negative_dim_value_is_a_dynamic_dim(dim_value):
+    model = paddle_batch_model(dim_value)
+    assert static_dim(model.graph.input[0].type.tensor_type.shape.dim[0]) is None
+    assert input_dim_symbols(model.graph.input) == {"x": ["x_dim0", 4]}
+    mod = compile_and_compare(model, [_feeds(1), _feeds(3), _feeds(7)])
+    assert param_dims(mod) == ["x_dim0", 4]
+
+
+def test_negative_dim_value_takes_a_shape_flag():
+    # was: "input 'x' dim 0 is static -1 in the model, got 3"
+    mod, info = import_onnx(paddle_batch_model(), {"x": (3, 4)})
+    assert param_dims(mod) == [3, 4]
+    assert info.fixed_dims == {"x_dim0": 3}
+
+
+def test_zero_dim_value_stays_a_static_empty_dim():
+    # ONNX Runtime runs an input declared 0 only at size 0: refused, not read as dynamic
+    model = paddle_batch_model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 0
+    with pytest.raises(ShapeSpecError, match="size 0 at axis 0"):
+        import_onnx(model)
+
+
+def test_negative_declared_dim_is_not_folded_as_a_value():
+    """A value_info [-1, 4] read as static would fold Shape(h)[0] to -1 (a wrong result)."""
+    model = tiny_model(
+        [helper.make_node("Relu", ["x"], ["h"]),
+         helper.make_node("Shape", ["h"], ["shape"]),
+         helper.make_node("Gather", ["shape", "zero"], ["rows"], axis=0),
+         helper.make_node("Cast", ["rows"], ["rows_f"], to=TensorProto.FLOAT),
+         helper.make_node("Add", ["h", "rows_f"], ["y"])],
+        [tensor("x", TensorProto.FLOAT, ["n", 4])],
+        [tensor("y", TensorProto.FLOAT, ["n", 4])],
+        [const("zero", 0)],
+    )
+    model.graph.value_info.append(_negative_dim(tensor("h", TensorProto.FLOAT, [1, 4]), 0))
+    cleaned, count = without_negative_dims(model)
+    assert count == 1 and model.graph.value_info[0].type.tensor_type.shape.dim[0].dim_value == -1
+    for batch in (2, 5):
+        mod, _ = import_onnx(model, {"x": (batch, 4)})
+        feeds = _feeds(batch)
+        expected = run_onnxruntime(model, feeds)[0]
+        assert expected[0, 0] == pytest.approx(max(feeds["x"][0, 0], 0) + batch)
+        import tvm
+        from tvm import relax
+
+        vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+        got = vm["main"](tvm.runtime.tensor(feeds["x"])).numpy()
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
