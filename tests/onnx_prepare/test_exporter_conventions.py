@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from relax_memplan.errors import ShapeSpecError
+from relax_memplan.errors import ShapeSpecError, UnsupportedOperatorError
 from relax_memplan.frontend import import_onnx, run_onnxruntime
 from relax_memplan.input_shapes import input_dim_symbols, static_dim, without_negative_dims
 
@@ -92,3 +92,87 @@ def test_negative_declared_dim_is_not_folded_as_a_value():
         vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
         got = vm["main"](tvm.runtime.tensor(feeds["x"])).numpy()
         np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def _branch(name, nodes, output, shape):
+    return helper.make_graph(nodes, name, [], [tensor(output, TensorProto.FLOAT, shape)])
+
+
+def squeeze_if_model():
+    """TorchScript's ``h.squeeze(2)``: ``If(Shape(h)[2] == 1, Squeeze, Identity)``, then
+    an LSTM-style rank test on the result (``If(Size(Shape(s)) == 2, ...)``) nested in the
+    then branch, and a MatMul that needs the squeezed rank."""
+    rank_test = [
+        helper.make_node("Shape", ["squeezed"], ["sq_shape"]),
+        helper.make_node("Size", ["sq_shape"], ["sq_rank"]),
+        helper.make_node("Equal", ["sq_rank", "two"], ["is_2d"]),
+        helper.make_node("If", ["is_2d"], ["picked"], name="rank_if",
+                         then_branch=_branch("rank2", [helper.make_node(
+                             "Identity", ["squeezed"], ["kept"])], "kept", ["n", 4]),
+                         else_branch=_branch("rank3", [helper.make_node(
+                             "Squeeze", ["squeezed", "axis0"], ["dropped"])], "dropped",
+                             ["n", 4])),
+    ]
+    then_branch = _branch("squeeze", [helper.make_node("Squeeze", ["h", "axis2"],
+                                                       ["squeezed"])] + rank_test, "picked",
+                          ["n", 4])
+    else_branch = _branch("keep", [helper.make_node("Identity", ["h"], ["same"])], "same",
+                          ["n", 4, "k"])
+    return tiny_model(
+        [helper.make_node("Relu", ["x"], ["h"]),
+         helper.make_node("Shape", ["h"], ["shape"]),
+         helper.make_node("Gather", ["shape", "axis2_scalar"], ["extent"], axis=0),
+         helper.make_node("Equal", ["extent", "one"], ["is_one"]),
+         helper.make_node("If", ["is_one"], ["s"], name="squeeze_if",
+                          then_branch=then_branch, else_branch=else_branch),
+         helper.make_node("MatMul", ["s", "w"], ["y"])],
+        [tensor("x", TensorProto.FLOAT, ["n", 4, "k"])],
+        [tensor("y", TensorProto.FLOAT, ["n", 3])],
+        [const("axis2", [2]), const("axis0", [0]), const("axis2_scalar", 2), const("one", 1),
+         const("two", 2), const("w", np.ones((4, 3)) / 4, np.float32)],
+    )
+
+
+def _run(mod, feeds):
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    return vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()]).numpy()
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_if_on_a_constant_shape_test_is_inlined(batch):
+    model = squeeze_if_model()
+    feeds = {"x": np.random.default_rng(batch).standard_normal((batch, 4, 1)).astype("float32")}
+    mod, info = import_onnx(model, {"x": (batch, 4, 1)})
+    assert any("inline_constant_if: inlined 2 If node(s)" in n for n in info.notes)
+    np.testing.assert_allclose(_run(mod, feeds), run_onnxruntime(model, feeds)[0], rtol=1e-6)
+
+
+def test_if_on_a_shape_test_fails_without_inlining():
+    # TVM imports the branches as a Relax If: the rank test reads Size of a shape
+    with pytest.raises(UnsupportedOperatorError, match="'sq_rank' \\(op Size"):
+        import_onnx(squeeze_if_model(), {"x": (1, 4, 1)}, disable_steps=["inline_constant_if"])
+
+
+def test_if_on_a_run_time_value_stays():
+    """silero's ``If(sr == 16000)`` on an input: both branches kept, ORT's results."""
+    then_branch = _branch("double", [helper.make_node("Add", ["x", "x"], ["twice"])], "twice",
+                          [2, 3])
+    else_branch = _branch("negate", [helper.make_node("Neg", ["x"], ["minus"])], "minus",
+                          [2, 3])
+    model = tiny_model(
+        [helper.make_node("Equal", ["sr", "rate"], ["is_16k"]),
+         helper.make_node("If", ["is_16k"], ["y"], then_branch=then_branch,
+                          else_branch=else_branch)],
+        [tensor("x", TensorProto.FLOAT, [2, 3]), tensor("sr", TensorProto.INT64, [])],
+        [tensor("y", TensorProto.FLOAT, [2, 3])],
+        [const("rate", 16000)],
+    )
+    mod, info = import_onnx(model)
+    assert not any("inline_constant_if" in n for n in info.notes)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for rate in (16000, 8000):
+        feeds = {"x": x, "sr": np.array(rate, np.int64)}
+        np.testing.assert_allclose(_run(mod, feeds), run_onnxruntime(model, feeds)[0])
