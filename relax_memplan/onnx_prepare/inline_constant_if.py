@@ -12,8 +12,10 @@ silero_vad, akiki-vad).  The taken branch's nodes, with its initializers, move i
 enclosing graph, and an ``Identity`` gives each branch output the ``If``'s output name.
 
 After inlining, the branch's own shape tests may become constant in turn (nested
-``If``s of an LSTM cell), so the step alternates inlining with ``fold_constants`` until
-no constant ``If`` is left, at most ``max_rounds`` times.  ``If``s in subgraphs are
+``If``s of an LSTM cell), and a shape that ONNX shape inference could not see through a
+reshape target ``fold_constants`` has just folded is static on the next inference
+(akiki-vad's ``Squeeze`` test), so in a model with an ``If`` the step alternates inlining
+with ``fold_constants`` until neither changes anything, at most ``max_rounds`` times.  ``If``s in subgraphs are
 inlined the same way.  An ``If`` on a run-time value (silero's sample rate input ``sr``)
 is left alone, and so is a branch that defines a name the enclosing graph already has.
 
@@ -50,12 +52,14 @@ class InlineConstantIf:
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         inlined = 0
+        if not _has_if(copy.graph):
+            return copy, ""
         for _ in range(self.max_rounds):
             count = _inline_graph(copy.graph, {})
-            if not count:
-                break
             inlined += count
-            copy, _ = FoldConstants()(copy)
+            copy, folded = FoldConstants()(copy)
+            if not count and not folded:
+                break
         if not inlined:
             return copy, ""
         return copy, f"inlined {inlined} If node(s) with a constant condition"
@@ -98,6 +102,11 @@ def _taken_branch(node: onnx.NodeProto, known: dict) -> onnx.GraphProto | None:
         return None
     wanted = "then_branch" if bool(condition.reshape(())) else "else_branch"
     return next((attr.g for attr in node.attribute if attr.name == wanted), None)
+
+
+def _has_if(graph: onnx.GraphProto) -> bool:
+    return any(node.op_type == "If" or any(_has_if(body) for body in subgraphs(node))
+               for node in graph.node)
 
 
 def _defined_names(graph: onnx.GraphProto) -> set[str]:
