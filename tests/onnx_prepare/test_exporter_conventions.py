@@ -204,3 +204,34 @@ def test_if_constant_only_after_a_second_shape_inference_is_inlined():
     assert any("inline_constant_if: inlined 1 If node(s)" in n for n in info.notes)
     feeds = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
     np.testing.assert_allclose(_run(mod, feeds), run_onnxruntime(model, feeds)[0], rtol=1e-6)
+
+
+def pooled_squeeze_model():
+    """PP-OCRv4 rec's head: the height pooled to 1 (an expression of the input height that
+    is 1 only at the heights the model runs at), then squeezed."""
+    return tiny_model(
+        [helper.make_node("MaxPool", ["x"], ["pooled"], kernel_shape=[2], strides=[2]),
+         helper.make_node("Squeeze", ["pooled", "axis2"], ["rows"], name="squeeze_height"),
+         helper.make_node("MatMul", ["rows", "w"], ["y"])],
+        [tensor("x", TensorProto.FLOAT, ["n", 4, "h"])],
+        [tensor("y", TensorProto.FLOAT, ["n", 3])],
+        [const("axis2", [2]), const("w", np.arange(12).reshape(4, 3) / 12, np.float32)],
+    )
+
+
+def test_squeeze_of_a_symbolic_axis_is_checked_at_run_time():
+    model = pooled_squeeze_model()
+    with pytest.raises(UnsupportedOperatorError, match="'squeeze_height' \\(op Squeeze"):
+        import_onnx(model, keep_dynamic=True, disable_steps=["assume_equal_dims"])
+    feeds = [{"x": np.random.default_rng(n * h).standard_normal((n, 4, h)).astype("float32")}
+             for n, h in ((1, 2), (3, 3), (2, 2))]
+    mod = compile_and_compare(model, feeds)
+    assert param_dims(mod) == ["n", 4, "h"]
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
+    with pytest.raises(Exception):  # pooled height 2: onnxruntime fails too
+        run_onnxruntime(model, {"x": np.ones((1, 4, 4), np.float32)})
+    with pytest.raises(Exception, match="match_cast|shape|1"):
+        vm["main"](tvm.runtime.tensor(np.ones((1, 4, 4), np.float32)))
