@@ -60,8 +60,8 @@ class InlineConstantIf:
             copy, folded = FoldConstants()(copy)
             if not count and not folded:
                 break
-        if not inlined:
-            return copy, ""
+        if not inlined:  # what folding alone changed is fold_constants' to do (or not)
+            return model, ""
         return copy, f"inlined {inlined} If node(s) with a constant condition"
 
 
