@@ -86,7 +86,8 @@ def compile_onnx(
     """Import an ONNX model with fixed shapes, compile, run, verify and report:
     :func:`relax_memplan.compile.compile_model` without dim ranges.
 
-    ``shapes`` fixes dynamic dims (the others become 1); the other arguments are those of
+    ``shapes`` fixes the dynamic dims, all of them (a dim left free raises
+    :class:`~relax_memplan.errors.UndeclaredDimError`); the other arguments are those of
     :class:`~relax_memplan.compile.BuildOptions` and :class:`~relax_memplan.compile.CheckOptions`.
     """
     options = BuildOptions(target=target, plan_pass=plan_pass, dump_dir=dump_dir,
