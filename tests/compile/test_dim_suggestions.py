@@ -110,3 +110,24 @@ def test_silero_refusal_gives_the_smallest_sequence_that_works(capsys):
     ranges, shapes = _refusal(capsys, shared_model("silero-vad-op18-ifless.onnx"))
     assert shapes == {"input": (1, 192), "state": (2, 1, 128)}
     assert ranges["sequence"][0] == 192
+
+
+def test_suggested_range_starts_where_no_tensor_is_empty():
+    """openwakeword's melspectrogram: inspect suggested samples=1..64, which passed the range
+    checks and then failed at run (a conv over fewer samples than its kernel); onnxruntime
+    refuses such a length too. The suggestion now starts at the kernel's length."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from relax_memplan.reference import run_onnxruntime
+
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[8])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "samples"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones((1, 1, 8), np.float32), "w")])
+    model = onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert inspect_onnx(model).suggested_dims["samples"].startswith("8..")
+    with pytest.raises(Exception):
+        run_onnxruntime(model, {"x": np.ones((1, 1, 7), np.float32)})
+    assert run_onnxruntime(model, {"x": np.ones((1, 1, 8), np.float32)})[0].shape == (1, 1, 1)
