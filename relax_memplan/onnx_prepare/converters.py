@@ -25,6 +25,9 @@ by a subclass of TVM's own that handles the symbolic case and defers to TVM othe
     ``Expand`` of a tensor with symbolic dims to a constant shape (``x[n, 4]`` to
     ``[1, 1, 4]``) broadcasts with the symbolic dims kept (TVM reads ``dim.value`` of
     every input dim: "'Var' object has no attribute 'value'").
+``symbolic_auto_pad``
+    ``Conv`` with ``auto_pad`` ``SAME_*`` over symbolic dims pads by an expression of the
+    dims (tf2onnx's ``padding="same"``; :mod:`~relax_memplan.onnx_prepare.symbolic_auto_pad`).
 ``recurrent``
     ``LSTM`` and ``GRU`` (no TVM converter): a projection ``matmul`` and one time-loop
     kernel per node (:mod:`relax_memplan.onnx_prepare.recurrent`).
@@ -52,6 +55,7 @@ from ..errors import PrepareStepError
 from .pipeline import CONVERTER_STEP_NAMES
 from .loops import LOOP_CONVERTERS, importer_tracking
 from .recurrent import RECURRENT_CONVERTERS
+from .symbolic_auto_pad import SymbolicAutoPadConv
 from .unit_squeeze import unit_squeeze_converter
 
 __all__ = ["corrected_converters", "CONVERTER_STEPS", "added_ops"]
@@ -325,6 +329,7 @@ def _converter_table(converters: dict) -> dict[str, dict[str, type]]:
             **equal_dims, "Squeeze": unit_squeeze_converter(
                 lambda op: _record("assume_equal_dims", op))},
         "symbolic_expand": {"Expand": SymbolicExpand},
+        "symbolic_auto_pad": {"Conv": SymbolicAutoPadConv},
         "recurrent": dict(RECURRENT_CONVERTERS),
         "unroll_loops": dict(LOOP_CONVERTERS),
     }

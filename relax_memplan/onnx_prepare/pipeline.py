@@ -41,6 +41,7 @@ CONVERTER_STEP_NAMES: tuple[str, ...] = (
     "exact_resize",
     "assume_equal_dims",
     "symbolic_expand",
+    "symbolic_auto_pad",
     "recurrent",
     "unroll_loops",
 )
