@@ -154,6 +154,30 @@ def _run(path: Path, shapes, values, dims) -> dict:
     return row
 
 
+def _run_isolated(path: Path, shapes, values, dims) -> dict:
+    """:func:`_run` in a child process, so that a crash (TVM's build segfaults on some
+    graphs) is a row of the survey, not its end."""
+    spec = json.dumps({"path": str(path), "shapes": shapes, "values": values, "dims": dims})
+    start = time.perf_counter()
+    child = subprocess.run([sys.executable, __file__, "_one", spec], capture_output=True,
+                           text=True, cwd=REPO)
+    lines = child.stdout.strip().splitlines()
+    if child.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    return {"shapes": {k: list(v) for k, v in shapes.items()}, "dims": dims,
+            "result": "crashed", "error": f"the compile process exited with {child.returncode}"
+            + (f" (signal {-child.returncode})" if child.returncode < 0 else ""),
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def _one(spec: str) -> None:
+    """Child side of :func:`_run_isolated`: one run, its row as JSON on the last line."""
+    args = json.loads(spec)
+    dims = {k: tuple(v) for k, v in args["dims"].items()} if args["dims"] else None
+    shapes = {k: tuple(v) for k, v in args["shapes"].items()}
+    print(json.dumps(_run(Path(args["path"]), shapes, args["values"], dims)))
+
+
 def _write(json_path: Path, rows, only, left) -> None:
     """The results so far (written after every run, so a stopped survey keeps them);
     ``left``: the models not run yet."""
@@ -180,7 +204,7 @@ def survey(folder: Path, only, json_path: Path) -> int:
         runs = [(shapes, None)] + ([({}, dims)] if dims else [])
         for run_shapes, run_dims in runs:
             row = {"package": package, "file": file,
-                   **_run(path, run_shapes, values, run_dims)}
+                   **_run_isolated(path, run_shapes, values, run_dims)}
             rows.append(row)
             what = row.get("error") or f"max abs error {row['max_abs_error']:.3g}"
             print(f"{package}/{file} {run_dims or run_shapes}: {row['result']} ({what}) "
@@ -190,6 +214,10 @@ def survey(folder: Path, only, json_path: Path) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_one"]:
+        _one(argv[1])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["collect", "survey"])
     parser.add_argument("folder", type=Path)
