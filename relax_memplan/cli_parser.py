@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --dim: shapes to run at, the range ends first (default 3)")
     c.add_argument("--no-prepare", action="store_true",
                    help="import with TVM's ONNX frontend as it is, without our preparation "
-                   "steps (relax_memplan.onnx_prepare)")
+                   "steps (relax_memplan.frontend.prepare)")
     _add_verbosity(c)
     _add_tool_parsers(sub)
     return parser

@@ -9,7 +9,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .compile import BuildOptions, CheckOptions, compile_model
-from .compile.shapes import parse_dim_spec, parse_values_spec, sample_dims as _sample_dims  # noqa: F401 - old name, kept importable
+from .compile.specs import parse_dim_spec, parse_values_spec
 from .report import DynamicReport, ShapeMeasurement
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory

@@ -395,7 +395,7 @@ class CompileReport:
         fixed shapes.
     loops : list of LoopFacts
         Each ONNX loop or recurrence (LSTM, GRU, Loop, Scan) the import converted
-        (:class:`relax_memplan.onnx_prepare.loop_facts.LoopFacts`): its form, iterations,
+        (:class:`relax_memplan.frontend.prepare.loop_facts.LoopFacts`): its form, iterations,
         carried-state and body/scratch bytes, evaluated at every row of ``shapes``.
     """
 

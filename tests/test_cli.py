@@ -204,7 +204,7 @@ def test_input_value_that_does_not_fit_the_dtype_is_refused_with_or_without_meas
 def test_float64_values_for_a_float32_input_are_rounded_not_refused():
     """Review: a float64 .npy of ordinary random data for a float32 input was refused as
     'changes when cast'; an integer input still refuses a fractional value."""
-    from relax_memplan.reference import cast_value
+    from relax_memplan.frontend.reference import cast_value
     from relax_memplan.errors import ShapeSpecError
 
     data = np.random.default_rng(0).standard_normal((2, 3))
@@ -458,7 +458,7 @@ def test_a_zero_dim_range_is_refused(capsys, tmp_path):
 def test_a_float_input_holding_nan_is_accepted():
     """Regression: a float32 .npy with a NaN was refused as 'changes when cast to float32'."""
     from relax_memplan import frontend
-    from relax_memplan.examples import example_cnn
+    from relax_memplan.frontend.examples import example_cnn
 
     model = example_cnn()
     _mod, info = frontend.import_onnx(model)

@@ -32,8 +32,8 @@ from relax_memplan import frontend
 from relax_memplan.cli import main
 from relax_memplan.compiler import build, compile_module
 from relax_memplan.config import load_config
-from relax_memplan.examples import example_cnn
-from relax_memplan.onnx_prepare import STEP_NAMES
+from relax_memplan.frontend.examples import example_cnn
+from relax_memplan.frontend.prepare import STEP_NAMES
 from relax_memplan.pipeline import backend_phases, get_pipeline
 from relax_memplan.targets import DEFAULT_CUDA_ARCH, cuda_source, installed_cuda_arch
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory

@@ -80,7 +80,7 @@ def test_ultraface_reports_the_opset_upgrade():
     ultraface is checked by test_model_matches_onnxruntime_and_beats_tvm[ultraface-opset9],
     so this one imports only (suite time: was a whole compile)."""
     from relax_memplan.frontend import import_onnx
-    from relax_memplan.onnx_prepare import STEP_NAMES
+    from relax_memplan.frontend.prepare import STEP_NAMES
 
     _mod, info = import_onnx(str(shared_model("ultraface-rfb-320-opset9.onnx")), {},
                              prepare_steps=STEP_NAMES)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from relax_memplan.compiler import compile_onnx
-from relax_memplan.examples import example_tiny_matmuls
+from relax_memplan.frontend.examples import example_tiny_matmuls
 from tests.conftest import shared_model
 
 

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from relax_memplan import PlanStaticMemory, get_pipeline, import_onnx  # noqa: E402
-from relax_memplan.examples import example_cnn  # noqa: E402
+from relax_memplan.frontend.examples import example_cnn  # noqa: E402
 from relax_memplan.plot import byte_unit, live_bytes_per_step, plot_plan  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

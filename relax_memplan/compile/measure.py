@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import RelaxMemplanError
-from ..onnx_prepare.loop_facts import record_trip_counts
+from ..frontend.prepare.loop_facts import record_trip_counts
 from ..report import CompileReport, ShapeMeasurement
 from ..runtime import run_checked
 from ..transform.specialize_kernels import dispatch_path

@@ -19,9 +19,9 @@ import tvm
 
 from ..analysis.dims import DimRange
 from ..errors import IndexBoundsError, RelaxMemplanError, RunError, ShapeSpecError
-from ..onnx_prepare.loop_facts import loops_of, with_body_plans
+from ..frontend.prepare.loop_facts import loops_of, with_body_plans
 from ..pipeline import fusion_counts, fusion_passes
-from ..reference import cast_value
+from ..frontend.reference import cast_value
 from ..report import CompileReport
 from ..transform.hoist_loop_storage import HoistLoopStorage
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
@@ -97,7 +97,7 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
     Parameters
     ----------
     model : onnx.ModelProto or path, optional
-        ``None``: the built-in example (:func:`relax_memplan.examples.example_cnn`).
+        ``None``: the built-in example (:func:`relax_memplan.frontend.examples.example_cnn`).
     shapes : mapping of str to sequence of int, optional
         Full shapes of some inputs (``--shape``); without ``dim_ranges`` dims left dynamic
         become 1, with it they stay symbolic.
@@ -159,8 +159,8 @@ def _import(model, shapes, dims, prepare: bool, say):
     """(onnx model, report name, Relax module, ImportInfo, dim renames); dims stay symbolic
     with ranges; renames: :func:`~relax_memplan.compile.shapes.flag_spelling`."""
     from .. import frontend
-    from ..examples import example_cnn
-    from ..onnx_prepare import STEP_NAMES
+    from ..frontend.examples import example_cnn
+    from ..frontend.prepare import STEP_NAMES
 
     name = model_name(model)
     onnx_model = (example_cnn() if model is None else model if hasattr(model, "graph")
@@ -176,7 +176,7 @@ def _import(model, shapes, dims, prepare: bool, say):
 def _input_spelling(onnx_model, shapes):
     """``--shape`` keyed by the model's input names, an input also taken in its printed
     spelling (``input_1`` for ``input.1``, :func:`~.shapes.flag_spelling`)."""
-    from ..input_shapes import graph_inputs
+    from ..frontend.input_shapes import graph_inputs
 
     shapes = dict(shapes or {})
     names = [v.name for v in graph_inputs(onnx_model)]

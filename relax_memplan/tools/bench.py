@@ -114,7 +114,7 @@ def _ort_runner(onnx_model, feed: Dict[str, np.ndarray], threads: int) -> Callab
     import onnxruntime
 
     from ..errors import ReferenceRunError
-    from ..reference import _ort_message
+    from ..frontend.reference import _ort_message
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
@@ -152,7 +152,7 @@ def bench_onnx(
     Parameters
     ----------
     model : onnx.ModelProto or path, optional
-        ``None``: the built-in example (:func:`relax_memplan.examples.example_cnn`).
+        ``None``: the built-in example (:func:`relax_memplan.frontend.examples.example_cnn`).
     shapes : dict of str to sequence of int, optional
         Full input shapes (as ``--shape``; dims left dynamic are 1).
     repeat : int
@@ -203,8 +203,8 @@ def bench_onnx(
     from ..compile.model import model_name
     from ..schedules import host_target
     from ..errors import RunError, summarize_error
-    from ..examples import example_cnn
-    from ..onnx_prepare import STEP_NAMES
+    from ..frontend.examples import example_cnn
+    from ..frontend.prepare import STEP_NAMES
     from ..pipeline import fusion_passes
     from ..transform import PlanStaticMemory
 

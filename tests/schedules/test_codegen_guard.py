@@ -71,7 +71,7 @@ def test_vad_model_builds_quickly_for_the_host_cpu_subprocess():
     """Was > 15 min (two runs timed out); now about 1 s. Numerics against onnxruntime."""
     call = (
         "import time, tempfile, os, numpy as np, onnx, tvm; from tvm import relax\n"
-        "from relax_memplan.recurrent_example import vad_lstm_model\n"
+        "from relax_memplan.frontend.recurrent_example import vad_lstm_model\n"
         "from relax_memplan.frontend import import_onnx, run_onnxruntime\n"
         "from relax_memplan.pipeline import get_pipeline\n"
         "from relax_memplan.schedules import host_target\n"

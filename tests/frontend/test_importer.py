@@ -25,9 +25,9 @@ from relax_memplan.frontend import (
     parse_shape_spec,
     run_onnxruntime,
 )
-from relax_memplan.onnx_prepare import STEP_NAMES
+from relax_memplan.frontend.prepare import STEP_NAMES
 
-MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
+MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models"
 
 BERT_SHAPES = {name: (2, 16) for name in ("input_ids", "attention_mask", "token_type_ids")}
 SILERO_SHAPES = {"input": (1, 512), "state": (2, 1, 128)}
@@ -534,7 +534,7 @@ def test_a_named_dim_fixed_by_one_shape_applies_to_every_input_that_shares_it():
     from relax_memplan.errors import ShapeSpecError
     from tests.conftest import shared_model
 
-    from relax_memplan.onnx_prepare import STEP_NAMES
+    from relax_memplan.frontend.prepare import STEP_NAMES
 
     _, info = import_onnx(shared_model("bert-tiny-randw.onnx"), {"input_ids": (1, 7)},
                           prepare_steps=STEP_NAMES)
@@ -591,7 +591,7 @@ def test_unnamed_dims_are_independent_of_each_other(unnamed):
 @pytest.mark.parametrize("unnamed", ["?", None], ids=["question-mark", "empty"])
 def test_keep_dynamic_gives_each_unnamed_dim_its_own_var(unnamed):
     """Regression: TVM named every empty dim '' and made them one var (H == W == N)."""
-    from tests.onnx_prepare.helpers import compile_and_compare, param_dims
+    from tests.frontend.prepare.helpers import compile_and_compare, param_dims
 
     model = _classifier_like(unnamed)
     rng = np.random.default_rng(0)
@@ -670,7 +670,7 @@ def _relu_model(dims):
 def test_static_dim_zero_is_an_empty_dim_not_a_symbolic_one():
     """Newcomer trial: an input [0, 16] was taken as a symbolic dim x_dim0 (set to 1), and
     onnxruntime's refusal of it was cut mid-sentence."""
-    from relax_memplan.input_shapes import graph_inputs, input_dim_symbols
+    from relax_memplan.frontend.input_shapes import graph_inputs, input_dim_symbols
 
     model = _relu_model([0, 16])
     assert input_dim_symbols(graph_inputs(model)) == {"x": [0, 16]}
@@ -683,7 +683,7 @@ def test_static_dim_zero_is_an_empty_dim_not_a_symbolic_one():
 
 def test_onnxruntime_refusal_keeps_its_whole_message():
     from relax_memplan.errors import ReferenceRunError
-    from relax_memplan.reference import run_onnxruntime
+    from relax_memplan.frontend.reference import run_onnxruntime
 
     with pytest.raises(ReferenceRunError) as info:
         run_onnxruntime(_relu_model([2, 16]), {"x": np.ones((1, 16), "float32")})

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .errors import ModelLoadError, ShapeSpecError
-from .tools.flags import shape_flag
+from ..errors import ModelLoadError, ShapeSpecError
+from .flags import shape_flag
+from .suggested_ranges import suggest_dim_ranges
 
 __all__ = ["MAX_DIM", "parse_shape_spec", "InputPlan", "graph_inputs", "input_dim_symbols",
            "plan_inputs", "named_dims_from_shapes", "with_input_dims", "check_user_shape"]
@@ -271,7 +272,5 @@ def check_user_shape(name: str, shape, model_dims: list | None) -> tuple[int, ..
 def _grid_low(model, symbols) -> dict:
     """Each symbolic dim's smallest value on the model's grid (image sides of a stride-32
     model: 32), as ``inspect`` suggests it from the graph; the value hints suggest."""
-    from .tools.inspect import suggest_dim_ranges
-
     ranges = suggest_dim_ranges(symbols, model.graph)
     return {d: int(r.split("..")[0] or 1) for d, r in ranges.items()}

@@ -33,7 +33,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 
-from ..analysis.onnx_nodes import NAMED_OPS, ONNX_NODES_ATTR, describe_node
+from ...analysis.onnx_nodes import NAMED_OPS, ONNX_NODES_ATTR, describe_node
 
 __all__ = ["NodeNames", "name_onnx_nodes", "attach_node_names"]
 
@@ -101,7 +101,7 @@ def name_onnx_nodes():
     """Tag the Calls that :data:`NAMED_OPS` converters return with their ONNX node while the
     block imports a model.
 
-    Enter it inside :func:`~relax_memplan.onnx_prepare.converters.corrected_converters`
+    Enter it inside :func:`~relax_memplan.frontend.prepare.converters.corrected_converters`
     (it wraps whatever converter table is installed).  Imports inside the block are
     serialized.
 

@@ -13,9 +13,9 @@ import tvm
 from relax_memplan.cli import main
 from relax_memplan.errors import UnsupportedOperatorError
 from relax_memplan.frontend import import_onnx, run_onnxruntime
-from relax_memplan.onnx_prepare import recursive_loops
-from relax_memplan.onnx_prepare.loop_facts import loops_of
-from relax_memplan.onnx_prepare.recursive_loops import MAX_RECURSIVE_ITERATIONS
+from relax_memplan.frontend.prepare import recursive_loops
+from relax_memplan.frontend.prepare.loop_facts import loops_of
+from relax_memplan.frontend.prepare.recursive_loops import MAX_RECURSIVE_ITERATIONS
 from relax_memplan.pipeline import get_pipeline
 from relax_memplan.runtime import run_and_measure
 from relax_memplan.transform.hoist_loop_storage import HoistLoopStorage
@@ -300,7 +300,7 @@ def test_unknown_or_random_trip_count_is_said_never_minus_one():
     value used (0: the loop did not run) and ``--input M=...``."""
     from tvm import tirx
 
-    from relax_memplan.onnx_prepare.loop_facts import LoopFacts, record_trip_counts
+    from relax_memplan.frontend.prepare.loop_facts import LoopFacts, record_trip_counts
     from relax_memplan.report import CompileReport
 
     loop = LoopFacts(node="loop0", op="Loop", form="recursive",

@@ -14,7 +14,7 @@ from tvm import relax
 
 from relax_memplan.frontend import import_onnx, load_onnx, run_onnxruntime
 
-from ..conftest import shared_model
+from ...conftest import shared_model
 
 
 def _ints(rng, shape, high=2, dtype=np.int64):

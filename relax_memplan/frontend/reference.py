@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
-from .errors import ReferenceRunError, ShapeSpecError, summarize_error
+from ..errors import ReferenceRunError, ShapeSpecError, summarize_error
 from .input_shapes import graph_inputs
 
 if TYPE_CHECKING:
-    from .frontend import ImportInfo
+    from .importer import ImportInfo
 
 __all__ = ["SAMPLE_RATE_DEFAULT_HZ", "cast_value", "make_random_inputs", "run_onnxruntime"]
 
@@ -60,7 +60,7 @@ def make_random_inputs(
         When ``values`` names an unknown input or has a shape other than
         ``info.input_shapes``.
     """
-    from .frontend import _as_model  # frontend imports this module
+    from .importer import _as_model  # frontend imports this module
 
     model = _as_model(model)
     values = dict(values or {})

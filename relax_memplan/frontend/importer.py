@@ -2,10 +2,8 @@
 
 This is the first step of every pipeline: :func:`load_onnx` reads and checks a file,
 :func:`import_onnx` fixes the dynamic input dimensions (from the user's shapes, else 1:
-:mod:`relax_memplan.input_shapes`), calls TVM's ONNX frontend and, when TVM fails, names the
-ONNX node it failed on (:class:`~relax_memplan.errors.UnsupportedOperatorError`).
-:func:`make_random_inputs` and :func:`run_onnxruntime` (:mod:`relax_memplan.reference`, names
-kept here) give the reference run used to verify a compiled module.
+:mod:`relax_memplan.frontend.input_shapes`), calls TVM's ONNX frontend and, when TVM fails,
+names the ONNX node it failed on (:class:`~relax_memplan.errors.UnsupportedOperatorError`).
 
 Locating the failing node relies on two methods of TVM 0.27's ``ONNXGraphImporter``:
 ``_construct_nodes`` (loops over ``graph.node``, storing each node's outputs in the
@@ -28,38 +26,25 @@ import onnx.version_converter
 import tvm
 from tvm.relax.frontend.onnx import onnx_frontend
 
-from . import onnx_prepare
-from .input_shapes import (InputPlan, check_user_shape, graph_inputs, input_dim_symbols,
-                           named_dims_from_shapes, parse_shape_spec, plan_inputs, with_input_dims)
-from .errors import ModelLoadError, UnsupportedOperatorError, summarize_error
-from .onnx_prepare.converters import added_ops, corrected_converters, describe_usage
-from .onnx_prepare.loop_facts import attach_loops, collecting_loops
-from .onnx_prepare.node_names import attach_node_names, name_onnx_nodes
-from .reference import (SAMPLE_RATE_DEFAULT_HZ, _ort_message, make_random_inputs,  # noqa: F401
-                        run_onnxruntime)
+from ..errors import ModelLoadError, UnsupportedOperatorError, summarize_error
+from . import prepare as onnx_prepare
+from .input_shapes import InputPlan, plan_inputs, with_input_dims
+from .prepare.converters import added_ops, corrected_converters, describe_usage
+from .prepare.loop_facts import attach_loops, collecting_loops
+from .prepare.node_names import attach_node_names, name_onnx_nodes
 
 __all__ = [
     "ImportInfo",
-    "parse_shape_spec",
     "load_onnx",
     "import_onnx",
-    "make_random_inputs",
-    "run_onnxruntime",
     "unsupported_ops",
     "step_converted_ops",
     "UPGRADE_TARGET_OPSET",
-    "SAMPLE_RATE_DEFAULT_HZ",
 ]
 
 UPGRADE_TARGET_OPSET = 13
 """Default-domain opset that older models are converted to when TVM fails to import them."""
 
-
-# ----------------------------------------------------------------------------- input shapes
-# in relax_memplan.input_shapes; the old private names kept for existing callers
-_InputPlan, _graph_inputs, _input_dim_symbols = InputPlan, graph_inputs, input_dim_symbols
-_plan_inputs, _named_dims_from_shapes = plan_inputs, named_dims_from_shapes
-_with_input_dims, _check_user_shape = with_input_dims, check_user_shape
 
 
 @dataclass(frozen=True)
@@ -202,7 +187,7 @@ def import_onnx(
         Record which ONNX node each Gather, GatherElements, GatherND, ScatterElements,
         ScatterND and Slice binding came from, in ``main``'s attribute
         ``relax_memplan.onnx_nodes``, so that errors name the ONNX node
-        (:mod:`relax_memplan.onnx_prepare.node_names`).  The module is otherwise the same.
+        (:mod:`relax_memplan.frontend.prepare.node_names`).  The module is otherwise the same.
 
     Returns
     -------
@@ -414,7 +399,7 @@ def unsupported_ops(model_or_path, steps: Iterable[str] = ()) -> dict[str, int]:
     ----------
     model_or_path : onnx.ModelProto or str or os.PathLike
     steps : iterable of str
-        Converter step names (:data:`relax_memplan.onnx_prepare.CONVERTER_STEP_NAMES`) whose
+        Converter step names (:data:`relax_memplan.frontend.prepare.CONVERTER_STEP_NAMES`) whose
         added ops count as importable (``import_onnx`` runs all of them by default); default
         none, i.e. TVM's importer alone.
 

@@ -21,9 +21,8 @@ storage slots that swap every iteration once
 :class:`~relax_memplan.transform.hoist_loop_storage.HoistLoopStorage` has moved the
 body's allocations out of the loop: iteration ``t`` reads slot ``t % 2`` and writes slot
 ``(t + 1) % 2``.  Every chunk but the last has an even length, so each chunk starts
-writing the same slot.  The functions carry :data:`LOOP_BODY_ATTR`,
-:data:`LOOP_CARRIED_ATTR`, :data:`LOOP_DRIVER_ATTR` and :data:`LOOP_OUTER_ATTR`, which that
-pass reads.
+writing the same slot.  The functions carry the attributes of
+:mod:`relax_memplan.analysis.loop_form`, which that pass reads.
 
 Recursion depth
 ---------------
@@ -41,12 +40,13 @@ from typing import Dict, List, Optional, Sequence
 import tvm
 from tvm import relax, tirx
 
-from ..kernels.loop_rows import (copy_kernel, iteration_kernel, take_row_kernel,
+from ...analysis.loop_form import (LOOP_BODY_ATTR, LOOP_CARRIED_ATTR, LOOP_DRIVER_ATTR,
+                                   LOOP_OUTER_ATTR)
+from ...kernels.loop_rows import (copy_kernel, iteration_kernel, take_row_kernel,
                                   write_row_kernel)
 
 __all__ = ["emit_recursive_loop", "make_spec", "trip_count_var", "outer_names",
-           "MAX_RECURSIVE_ITERATIONS", "CHUNK_ITERATIONS", "LOOP_BODY_ATTR",
-           "LOOP_CARRIED_ATTR", "LOOP_DRIVER_ATTR", "LOOP_OUTER_ATTR"]
+           "MAX_RECURSIVE_ITERATIONS", "CHUNK_ITERATIONS"]
 
 CHUNK_ITERATIONS = 64
 """Iterations per call of the inner driver (even: see the module docstring)."""
@@ -55,19 +55,6 @@ MAX_RECURSIVE_ITERATIONS = CHUNK_ITERATIONS * 900
 """Largest iteration count of the recursive form (57,600), checked at run time: the
 recursion is then at most 900 + 64 calls deep (see the module docstring)."""
 
-LOOP_BODY_ATTR = "relax_memplan.loop_body"
-"""Function attribute of a loop body: the ONNX node name."""
-
-LOOP_CARRIED_ATTR = "relax_memplan.loop_carried"
-"""Function attribute of a loop body: how many of its leading outputs are loop-carried
-(the others are the scan-output buffers it wrote in place)."""
-
-LOOP_DRIVER_ATTR = "relax_memplan.loop_driver"
-"""Function attribute of the recursive function that drives a loop body: the body's name."""
-
-LOOP_OUTER_ATTR = "relax_memplan.loop_outer"
-"""Function attribute of the recursive function that runs the driver chunk by chunk: the
-driver's name."""
 
 
 def outer_names(graph) -> List[str]:

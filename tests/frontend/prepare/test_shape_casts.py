@@ -7,7 +7,7 @@ from onnx import TensorProto, helper
 
 from relax_memplan.errors import UnsupportedOperatorError
 from relax_memplan.frontend import import_onnx, run_onnxruntime
-from relax_memplan.onnx_prepare.shape_casts import Int64ShapeArithmetic
+from relax_memplan.frontend.prepare.shape_casts import Int64ShapeArithmetic
 
 from .helpers import compile_and_compare, const, output_dims, tensor, tiny_model
 

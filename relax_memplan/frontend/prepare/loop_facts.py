@@ -1,7 +1,7 @@
 """What the report says about each loop or recurrence the converters produced.
 
 The ``recurrent`` and ``unroll_loops`` converter steps call :func:`record_loop` for every
-node they convert (while :func:`~relax_memplan.onnx_prepare.converters.corrected_converters`
+node they convert (while :func:`~relax_memplan.frontend.prepare.converters.corrected_converters`
 is active); the importer then stores the records on ``main`` as the function attribute
 ``relax_memplan.loops`` (:func:`attach_loops`), and the compile report reads them back
 with :func:`loops_of` and evaluates them at each measured shape (:meth:`LoopFacts.at`).
@@ -19,7 +19,7 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 
-from ..analysis.dims import evaluate_bytes
+from ...analysis.dims import evaluate_bytes
 
 __all__ = ["LoopFacts", "record_loop", "collecting_loops", "attach_loops", "loops_of",
            "with_body_plans", "record_trip_counts", "LOOPS_ATTR"]
@@ -43,7 +43,7 @@ class LoopFacts:
     form : str
         ``"kernel"`` (the time loop inside one TIR kernel), ``"unrolled"`` or
         ``"recursive"`` (a body function called once per iteration by a self-calling
-        driver, see :mod:`~relax_memplan.onnx_prepare.recursive_loops`).
+        driver, see :mod:`~relax_memplan.frontend.prepare.recursive_loops`).
     iterations : int or PrimExpr
         Steps per call (a symbolic sequence length for a kernel).
     carried_state_bytes : int or PrimExpr

@@ -19,11 +19,11 @@ Which form, when, and why
   length, a trip count given as an input or computed from a shape), or a reversed scan.
   The body becomes a Relax function called by a self-calling driver function, the scan
   outputs are allocated once and written row by row in place
-  (:mod:`~relax_memplan.onnx_prepare.recursive_loops`), and
+  (:mod:`~relax_memplan.frontend.prepare.recursive_loops`), and
   :class:`~relax_memplan.transform.hoist_loop_storage.HoistLoopStorage` moves the body's
   storage out of the loop, so an iteration allocates nothing.  Each iteration is a few VM
   calls, and the recursion depth is limited
-  (:data:`~relax_memplan.onnx_prepare.recursive_loops.MAX_RECURSIVE_ITERATIONS`, checked
+  (:data:`~relax_memplan.frontend.prepare.recursive_loops.MAX_RECURSIVE_ITERATIONS`, checked
   at run time).
 
 Supported: ``Loop`` with a trip count ``M`` (a constant, an input or a computed scalar),

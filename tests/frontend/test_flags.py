@@ -6,9 +6,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from relax_memplan.cli import main
-from relax_memplan.compile.shapes import check_dims_up_front, parse_dim_spec
+from relax_memplan.compile.shapes import check_dims_up_front
+from relax_memplan.compile.specs import parse_dim_spec
 from relax_memplan.errors import ShapeSpecError
-from relax_memplan.tools.flags import dim_flag, shape_flag
+from relax_memplan.frontend.flags import dim_flag, shape_flag
 from relax_memplan.tools.inspect import inspect_onnx
 
 

@@ -13,7 +13,7 @@ import tvm
 from relax_memplan.cli import main
 from relax_memplan.frontend import import_onnx, run_onnxruntime
 from relax_memplan.pipeline import get_pipeline
-from relax_memplan.recurrent_example import vad_lstm_model
+from relax_memplan.frontend.recurrent_example import vad_lstm_model
 from relax_memplan.runtime import run_and_measure
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
 

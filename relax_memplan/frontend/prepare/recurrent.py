@@ -28,7 +28,7 @@ from tvm import relax, tirx
 from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 
 from .loop_facts import record_loop, tensor_bytes
-from ..kernels.recurrence import RecurrenceSpec, gru_kernel, last_step_kernel, lstm_kernel
+from ...kernels.recurrence import RecurrenceSpec, gru_kernel, last_step_kernel, lstm_kernel
 
 __all__ = ["LSTMConverter", "GRUConverter", "RECURRENT_CONVERTERS"]
 

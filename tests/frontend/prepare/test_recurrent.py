@@ -146,7 +146,7 @@ def test_one_call_tir_and_no_per_step_relax_ops():
     (dict(direction="bidirectional"), 2 * (2 * 2 * 8 * 4), 0),  # h and c, both directions
 ])
 def test_loop_facts_for_the_report(kwargs, carried, scratch):
-    from relax_memplan.onnx_prepare.loop_facts import loops_of
+    from relax_memplan.frontend.prepare.loop_facts import loops_of
 
     mod, _ = import_onnx(rnn_model(**kwargs), keep_dynamic=True)
     [facts] = loops_of(mod)

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper
 
 from relax_memplan.errors import UnsupportedOperatorError
 from relax_memplan.frontend import import_onnx, run_onnxruntime
-from relax_memplan.onnx_prepare.fold_constants import FoldConstants
+from relax_memplan.frontend.prepare.fold_constants import FoldConstants
 
 from .helpers import compile_and_compare, const, param_dims, tensor, tiny_model
 

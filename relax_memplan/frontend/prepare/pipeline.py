@@ -5,9 +5,9 @@ Two kinds of step, both named and switchable off:
 * **graph steps** rewrite the ONNX model (``ModelProto -> (ModelProto, note)``) before
   TVM sees it; they run in :data:`GRAPH_STEPS` order.
 * **converter steps** replace one of TVM 0.27's ONNX op converters while
-  :func:`~relax_memplan.onnx_prepare.converters.corrected_converters` is active (only
+  :func:`~relax_memplan.frontend.prepare.converters.corrected_converters` is active (only
   during an import); they are listed in
-  :data:`~relax_memplan.onnx_prepare.converters.CONVERTER_STEPS`.
+  :data:`~relax_memplan.frontend.prepare.converters.CONVERTER_STEPS`.
 
 This module does not import TVM.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from ..errors import PrepareStepError
+from ...errors import PrepareStepError
 from .fold_constants import FoldConstants
 from .shape_casts import Int64ShapeArithmetic
 

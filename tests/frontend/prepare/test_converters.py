@@ -10,7 +10,7 @@ from tvm.relax.frontend.onnx import onnx_frontend
 
 from relax_memplan.errors import PrepareStepError, UnsupportedOperatorError
 from relax_memplan.frontend import import_onnx
-from relax_memplan.onnx_prepare.converters import CONVERTER_STEPS, corrected_converters
+from relax_memplan.frontend.prepare.converters import CONVERTER_STEPS, corrected_converters
 
 from .helpers import compile_and_compare, const, output_dims, tensor, tiny_model
 

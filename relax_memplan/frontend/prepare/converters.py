@@ -26,10 +26,10 @@ by a subclass of TVM's own that handles the symbolic case and defers to TVM othe
     every input dim: "'Var' object has no attribute 'value'").
 ``recurrent``
     ``LSTM`` and ``GRU`` (no TVM converter): a projection ``matmul`` and one time-loop
-    kernel per node (:mod:`relax_memplan.onnx_prepare.recurrent`).
+    kernel per node (:mod:`relax_memplan.frontend.prepare.recurrent`).
 ``unroll_loops``
     ``Loop`` and ``Scan`` (no TVM converter) with a small constant trip count, unrolled
-    (:mod:`relax_memplan.onnx_prepare.loops`).
+    (:mod:`relax_memplan.frontend.prepare.loops`).
 
 :func:`corrected_converters` installs the selected ones by wrapping
 ``onnx_frontend._get_convert_map`` and restores it on exit; nothing is patched on import.
@@ -47,7 +47,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 
-from ..errors import PrepareStepError
+from ...errors import PrepareStepError
 from .pipeline import CONVERTER_STEP_NAMES
 from .loops import LOOP_CONVERTERS, importer_tracking
 from .recurrent import RECURRENT_CONVERTERS

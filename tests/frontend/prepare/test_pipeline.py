@@ -3,7 +3,7 @@
 import pytest
 
 from relax_memplan.errors import PrepareStepError
-from relax_memplan.onnx_prepare import CONVERTER_STEP_NAMES, STEP_NAMES, prepare, select_steps
+from relax_memplan.frontend.prepare import CONVERTER_STEP_NAMES, STEP_NAMES, prepare, select_steps
 
 from .test_fold_constants import scalar_constant_of_shape_model
 
