@@ -60,7 +60,7 @@ def _compile(args) -> int:
     from .compile import CheckOptions, compile_strategies
     from .config import load_config
     from .frontend import parse_shape_spec
-    from .report_text import format_side_by_side
+    from .report.text import format_side_by_side
 
     check_distinct_paths([("model", args.model), ("config", args.config)]
                          + input_files(args.input),
@@ -235,7 +235,7 @@ def _run_hint(result) -> str:
 
 def _plot(path, results, plan_pass) -> None:
     """The arena plan (fixed shapes) or the per-shape bytes chart (symbolic dims)."""
-    from .plot import plot_plan, plot_shapes
+    from .report.plot import plot_plan, plot_shapes
 
     if "static" in results:
         plot_plan(plan_pass.plans["main"], path, title=results["static"].report.model)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .compile import BuildOptions, CheckOptions, compile_model
 from .compile.specs import parse_dim_spec, parse_values_spec
-from .report import DynamicReport, ShapeMeasurement
+from .report.records import DynamicReport, ShapeMeasurement
 from .transform.plan_dynamic_memory import PlanDynamicMemory
 from .transform.plan_static_memory import PlanStaticMemory
 

@@ -146,7 +146,7 @@ def fusion_counts(passes) -> dict:
     reader, the live bytes would not improve or the threads' scratch would not be smaller,
     ``conv_chain_candidates``: strided convs the pass looked at, fused or not, each once: the
     same in every mode, the reasons of the others in
-    :func:`~relax_memplan.compile.fusion_summary.fusion_skips`); a pattern whose pass did not
+    :func:`~relax_memplan.report.fusion_summary.fusion_skips`); a pattern whose pass did not
     run is absent."""
     by_name = {p.info.name: p for p in passes}
     counts = {}

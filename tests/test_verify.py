@@ -111,7 +111,7 @@ def test_a_nonfinite_mismatch_says_which_side_produced_it():
     assert "(1 non-finite on both sides with different values)" in both.describe()
     # kept by a report row and printed from it
     from relax_memplan.report import ShapeMeasurement
-    from relax_memplan.report_text import _check_lines
+    from relax_memplan.report.text import _check_lines
 
     row = ShapeMeasurement({"n": 2}, None, 0, 0)
     row.record_comparison(_cmp([1.0, NAN], [1.0, 1.0]))

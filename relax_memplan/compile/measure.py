@@ -22,7 +22,7 @@ from ..transform.specialize_kernels import dispatch_path
 from ..verify import compare_outputs, input_sensitivity
 from .options import CheckOptions
 from .shapes import fit_values, shapes_at, with_shapes
-from .summary import arena_at, lower_bound_without_inplace_at, tensors_at
+from ..report.summary import arena_at, lower_bound_without_inplace_at, tensors_at
 
 __all__ = ["ModelSource", "StrategyBuild", "add_rows", "measure_point", "max_abs_error", "reference_sensitivity",
            "physical_memory_bytes"]

@@ -29,14 +29,14 @@ from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.record_storage import RecordStorage
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
-from .fusion_summary import fusion_skips, summarize_fusion
-from .not_applied import features_not_applied
+from ..report.fusion_summary import fusion_skips, summarize_fusion
+from ..report.not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .shape_casts import check_shape_casts
 from .options import BuildOptions, CheckOptions, library_path_for
 from .shapes import (undeclared_dims_fix, check_dims_up_front, fit_values, flag_spelling, sample_dims, shapes_at,
                      symbolic_dims)
-from .summary import static_functions, summarize_dynamic
+from ..report.summary import static_functions, summarize_dynamic
 
 __all__ = ["CompileResult", "compile_model", "compile_strategies", "compile_and_measure",
            "model_name"]

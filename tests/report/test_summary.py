@@ -3,7 +3,7 @@
 from types import SimpleNamespace
 
 from relax_memplan.compile.options import library_path_for
-from relax_memplan.compile.summary import planned_tensors
+from relax_memplan.report.summary import planned_tensors
 
 
 def _tensor(uid, size, start, end, producer=None):
@@ -41,7 +41,8 @@ def test_dynamic_tensors_are_listed_with_expressions_and_bytes_per_shape():
     and the peak set per shape (here it moves from step 1 to step 2 as seq grows)."""
     from tvm import tirx
 
-    from relax_memplan.compile.summary import concrete_tensors, dynamic_tensors, tensors_at
+    from relax_memplan.report.summary import dynamic_tensors, tensors_at
+    from relax_memplan.report.tensor_rows import concrete_tensors
     from relax_memplan.report import CompileReport, ShapeMeasurement
 
     seq = tirx.Var("seq", "int64")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import List
 
-from .analysis.dims import DimRange
+from ..analysis.dims import DimRange
 
 __all__ = ["dispatch_lines", "FULL_GRID_LIMIT"]
 

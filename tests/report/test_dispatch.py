@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from relax_memplan.compile import BuildOptions, CheckOptions, compile_model
-from relax_memplan.report_dispatch import dispatch_lines
+from relax_memplan.report.dispatch import dispatch_lines
 from tests.conftest import mlp_model
 
 

@@ -1,4 +1,4 @@
-"""relax_memplan.plot: the picture of an arena plan."""
+"""relax_memplan.report.plot: the picture of an arena plan."""
 
 from types import SimpleNamespace
 
@@ -8,7 +8,7 @@ pytest.importorskip("matplotlib")
 
 from relax_memplan import PlanStaticMemory, get_pipeline, import_onnx  # noqa: E402
 from relax_memplan.frontend.examples import example_cnn  # noqa: E402
-from relax_memplan.plot import byte_unit, live_bytes_per_step, plot_plan  # noqa: E402
+from relax_memplan.report.plot import byte_unit, live_bytes_per_step, plot_plan  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -61,7 +61,7 @@ def _row(dims, lb, arena, ours=None, tvm_run=None):
 
 
 def test_shape_series_follow_the_rows_in_increasing_shape_order():
-    from relax_memplan.plot import shape_series
+    from relax_memplan.report.plot import shape_series
     from relax_memplan.report import CompileReport
 
     exact = CompileReport(model="m", strategy="exact", dims={"seq": (1, 64)}, shapes=[
@@ -80,7 +80,7 @@ def test_shape_series_follow_the_rows_in_increasing_shape_order():
 
 
 def test_shape_chart_without_a_run_has_no_run_series(tmp_path):
-    from relax_memplan.plot import plot_shapes, shape_series
+    from relax_memplan.report.plot import plot_shapes, shape_series
     from relax_memplan.report import CompileReport
 
     report = CompileReport(model="m", strategy="exact", dims={"b": (1, 4)},
@@ -93,7 +93,7 @@ def test_shape_chart_without_a_run_has_no_run_series(tmp_path):
 
 def test_shape_series_draw_no_arena_for_a_plan_that_placed_nothing():
     """Regression: an unplanned dynamic build (all left to TVM) drew its 0 B arena and lower bound."""
-    from relax_memplan.plot import shape_series
+    from relax_memplan.report.plot import shape_series
     from relax_memplan.report import CompileReport
 
     rows = [_row({"b": 1}, 0, 0, 700, 700), _row({"b": 4}, 0, 0, 900, 900)]
@@ -112,7 +112,7 @@ def test_shape_series_draw_no_arena_for_a_plan_that_placed_nothing():
 def test_long_model_path_titles_fit_the_figure():
     """Newcomer trial: a model given by a long path made the plan title run off the figure;
     the title names the file and wraps at 70 characters."""
-    from relax_memplan.plot import _fit_title, _short_name
+    from relax_memplan.report.plot import _fit_title, _short_name
 
     path = "/home/someone/projects/deploy/models/ultraface-rfb-320-opset9.onnx"
     assert _short_name(path) == "ultraface-rfb-320-opset9.onnx"
@@ -128,7 +128,7 @@ def test_live_bytes_count_tensors_placed_inside_one_another_once():
     bytes are the bytes covered; the report's peak rows the same."""
     from types import SimpleNamespace
 
-    from relax_memplan.compile.summary import live_storage_bytes, peak_of
+    from relax_memplan.report.tensor_rows import live_storage_bytes, peak_of
     from relax_memplan.planner.buffer import union_bytes
 
     def t(start, end, size):
@@ -154,7 +154,7 @@ def test_peak_counts_a_group_root_over_its_reserved_span():
     """A concat output's storage is reserved from its first input's definition (the planner's
     merged buffer, the lower bound): with that span the peak rows cover the output's bytes
     at a step where only an input has been written."""
-    from relax_memplan.compile.summary import live_storage_bytes, peak_of
+    from relax_memplan.report.tensor_rows import live_storage_bytes, peak_of
 
     rows = [{"name": "out", "size_bytes": 300, "live_range": [3, 5], "offset_bytes": 0},
             {"name": "a", "size_bytes": 100, "live_range": [1, 4], "offset_bytes": 0},

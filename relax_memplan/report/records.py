@@ -18,7 +18,7 @@ One report type for every build (:class:`CompileReport`): one row
 (:class:`ShapeMeasurement`) per measured shape. A fixed-shape build is the one-row case
 (dims ``{}``, strategy ``"static"``) and also carries the static plan of each function
 (:class:`FunctionMemoryReport`); a build with symbolic dims carries the ranges, the
-strategy and the dynamic plan's summary. Text formatting: :mod:`relax_memplan.report_text`.
+strategy and the dynamic plan's summary. Text formatting: :mod:`relax_memplan.report.text`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
+
+from .text import format_report
 
 __all__ = ["CompileReport", "FunctionMemoryReport", "ShapeMeasurement", "MemoryReport",
            "DynamicReport"]
@@ -378,11 +380,11 @@ class CompileReport:
     fusion_skipped : dict of str to int
         Patterns found but left unfused by the build's mode, by reason in words
         (``{"dense consumer under --schedule": 1}``,
-        :func:`~relax_memplan.compile.fusion_summary.fusion_skips`); JSON ``fusion.skipped``.
+        :func:`~relax_memplan.report.fusion_summary.fusion_skips`); JSON ``fusion.skipped``.
     fusion_summary : dict, optional
         Fixed shapes with fusion on: kernels per call, intermediate bytes and lower bound of
         ``main`` with TVM's FuseOps alone and with ours, and onnxruntime's optimized-graph node
-        count (:class:`~relax_memplan.compile.fusion_summary.FusionSummary`).
+        count (:class:`~relax_memplan.report.fusion_summary.FusionSummary`).
     inplace_calls : int, optional
         Symbolic dims with in-place reuse on: kernel calls of ``main`` whose output shares
         the storage of an input that dies there (byte sizes proved equal as expressions);
@@ -391,7 +393,7 @@ class CompileReport:
     not_applied : dict of str to str
         Symbolic dims: memory features a fixed-shape build would apply that this one did not,
         and why (``inplace``, ``concat_inplace``, ``conv_chain`` ->
-        ``"static shapes only (...)"``; :mod:`relax_memplan.compile.not_applied`); ``{}`` for
+        ``"static shapes only (...)"``; :mod:`relax_memplan.report.not_applied`); ``{}`` for
         fixed shapes.
     loops : list of LoopFacts
         Each ONNX loop or recurrence (LSTM, GRU, Loop, Scan) the import converted
@@ -478,8 +480,6 @@ class CompileReport:
 
     def format_text(self) -> str:
         """The text report: the static plan of each function, or a table of the rows."""
-        from .report_text import format_report
-
         return format_report(self)
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..analysis.dims import evaluate_int, expr_text
-from ..report import CompileReport, FunctionMemoryReport
-from ..planner.buffer import union_bytes
+from .records import CompileReport, FunctionMemoryReport
+from .tensor_rows import _storage_rows, concrete_tensors, peak_of
 
-__all__ = ["static_functions", "summarize_dynamic", "arena_at", "lower_bound_without_inplace_at", "planned_tensors", "peak_of", "storage_buffers",
-           "storage_rows",
-           "dynamic_tensors", "tensors_at", "concrete_tensors"]
+__all__ = ["static_functions", "summarize_dynamic", "arena_at", "lower_bound_without_inplace_at",
+           "planned_tensors", "storage_buffers", "dynamic_tensors", "tensors_at"]
 
 
 def static_functions(plan_pass, ours_rec, tvm_rec, hoist=None, reorder_pass=None,
@@ -198,52 +197,6 @@ def _mark_groups(fplan, rows: List[Dict]) -> None:
                                                else "concat input"}, group=root)
 
 
-def storage_rows(rows: Sequence[Dict]) -> List[Dict]:
-    """The rows that hold storage (not those placed inside another), a group's root with the
-    bytes and span of its whole group (``group_size_bytes``, ``group_live_range``)."""
-    return [dict(r, size_bytes=r.get("group_size_bytes", r["size_bytes"]),
-                 live_range=list(r.get("group_live_range", r["live_range"])))
-            for r in rows if "inside" not in r]
-
-
-def peak_of(rows: Sequence[Dict]) -> Tuple[Optional[int], List[str]]:
-    """The step where the storage of ``rows`` (``size_bytes``, half-open ``live_range``)
-    peaks, and the names of the rows holding storage there, largest first; ``(None, [])``
-    for no rows. Members of a placement group (``inside``) hold no storage of their own:
-    their root does, over the group's span (:func:`storage_rows`, the lower bound's rule);
-    rows without groups that overlap in bytes count once (:func:`live_storage_bytes`)."""
-    rows = storage_rows(rows)
-    if not rows:
-        return None, []
-
-    def live_at(step):
-        return [r for r in rows if r["live_range"][0] <= step < r["live_range"][1]]
-
-    best, peak_step = -1, None
-    for step in sorted({r["live_range"][0] for r in rows}):  # bytes rise only where one starts
-        live = live_storage_bytes(live_at(step))
-        if live > best:
-            best, peak_step = live, step
-    at_peak = sorted(live_at(peak_step), key=lambda r: (-r["size_bytes"], r["name"]))
-    return peak_step, [r["name"] for r in at_peak]
-
-
-def live_storage_bytes(rows: Sequence[Dict]) -> int:
-    """Bytes the tensors of ``rows`` occupy together: with ``offset_bytes`` (and ``arena``),
-    the union of their byte ranges per arena (a concatenation's inputs placed inside its
-    output, an in-place chain at one offset: counted once); else the sum of ``size_bytes``.
-
-    Regression (newcomer trial): yolov8n's report said "live at the peak: 4 tensors,
-    2,457,600 B" above its 2,048,000 B arena, counting the concat output and its three inputs
-    placed inside it twice."""
-    if not all("offset_bytes" in r for r in rows):
-        return sum(r["size_bytes"] for r in rows)
-    arenas: Dict[int, List[Tuple[int, int]]] = {}
-    for r in rows:
-        arenas.setdefault(r.get("arena", 0), []).append((r["offset_bytes"], r["size_bytes"]))
-    return sum(union_bytes(ranges) for ranges in arenas.values())
-
-
 def dynamic_tensors(fplan) -> List[Dict]:
     """Each tensor of a dynamic plan's arena: name, producing kernel, shape and bytes as
     expressions of the dims (strings), dtype, half-open live range, ``shares_storage_with``
@@ -272,26 +225,6 @@ def tensors_at(report: CompileReport, dyn, dims, row) -> None:
         t["size_bytes_at_shapes"].append(evaluate_int(exprs[t["name"]], dims))
         t["offset_bytes_at_shapes"].append(offsets[t["name"]])
     row.peak_step, row.live_at_peak = peak_of(_storage_rows(concrete_tensors(report.tensors, -1)))
-
-
-def _storage_rows(rows: Sequence[Dict]) -> List[Dict]:
-    """One row per storage: an in-place group as its first tensor's row, live over the group's
-    span (its tensors share one offset, so their bytes count once)."""
-    by_name = {r["name"]: dict(r) for r in rows}
-    for r in rows:
-        first = by_name.get(r.get("shares_storage_with"))
-        if first is not None:
-            first["live_range"] = [min(first["live_range"][0], r["live_range"][0]),
-                                   max(first["live_range"][1], r["live_range"][1])]
-    return [r for r in by_name.values() if not r.get("shares_storage_with")]
-
-
-def concrete_tensors(tensors: Sequence[Dict], k: int) -> List[Dict]:
-    """``tensors`` of a dynamic report at its ``k``-th sampled shape: ``size_bytes`` and
-    ``offset_bytes`` as in a static report's rows."""
-    return [dict(t, size_bytes=t["size_bytes_at_shapes"][k],
-                 offset_bytes=t["offset_bytes_at_shapes"][k]) for t in tensors]
-
 
 
 def _dim(d):

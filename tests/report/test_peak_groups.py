@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from relax_memplan import PlanStaticMemory, get_pipeline, import_onnx
-from relax_memplan.compile.summary import planned_tensors
-from relax_memplan.report_text import _peak_lines
+from relax_memplan.report.summary import planned_tensors
+from relax_memplan.report.text import _peak_lines
 
 
 def _conv(name, x, out, cin, cout, rng):
@@ -95,7 +95,7 @@ def test_json_rows_say_who_lives_inside_whom(plan):
 
 
 def test_plot_live_bytes_peak_is_the_lower_bound(plan):
-    from relax_memplan.plot import arena_live_bytes, live_bytes_per_step
+    from relax_memplan.report.plot import arena_live_bytes, live_bytes_per_step
 
     (arena,) = plan.arenas
     steps = plan.liveness.num_steps

@@ -7,12 +7,16 @@ The CLI prints these; :meth:`relax_memplan.report.CompileReport.format_text` cal
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
 
-from .analysis.dims import DimRange
-from .report_dispatch import dispatch_lines
-from .report import CompileReport, FunctionMemoryReport, ShapeMeasurement, _ratio
-from .verify import WEAK_VERIFICATION, Comparison
+from ..analysis.dims import DimRange
+from ..verify import WEAK_VERIFICATION, Comparison
+from .dispatch import dispatch_lines
+from .not_applied import FEATURE_WORDS
+from .tensor_rows import concrete_tensors, live_storage_bytes, storage_rows
+
+if TYPE_CHECKING:  # the records call format_report: their types name the arguments only
+    from .records import CompileReport, FunctionMemoryReport, ShapeMeasurement
 
 __all__ = ["format_report", "format_side_by_side"]
 
@@ -58,7 +62,7 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
     lb = f.lower_bound_bytes
 
     def row(label, n, base=lb):
-        r = _ratio(n, base)
+        r = None if n is None or not base else round(n / base, 4)
         return f"  {label:<38}{_fmt_bytes(n):>30}" + (f"  {r:.3f} x LB" if r is not None else "")
 
     lines.append(row("lower bound (peak live, aligned)", lb))
@@ -230,8 +234,6 @@ def _dynamic_inplace_lines(report: CompileReport) -> List[str]:
 
 def _not_applied_lines(report: CompileReport) -> List[str]:
     """Each memory feature a fixed-shape build would apply that this one did not, and why."""
-    from .compile.not_applied import FEATURE_WORDS
-
     return [f"  {FEATURE_WORDS.get(k, k)}: not applied, {why}"
             for k, why in report.not_applied.items()]
 
@@ -443,8 +445,6 @@ def _dynamic_peak_lines(report: CompileReport) -> List[str]:
         return []
     k = max(range(len(report.shapes)), key=lambda i: report.shapes[i].lower_bound_bytes)
     row = report.shapes[k]
-    from .compile.summary import concrete_tensors
-
     return _peak_lines(concrete_tensors(report.tensors, k), row.peak_step, row.live_at_peak,
                        where=f" at {_dims_text(row.dims)}")
 
@@ -457,8 +457,6 @@ def _peak_lines(tensors: List[Dict], peak_step: Optional[int], live_at_peak: Lis
     bytes add up to the total."""
     if peak_step is None or not live_at_peak:
         return []
-    from .compile.summary import live_storage_bytes, storage_rows  # package imports us first
-
     by_name = {t["name"]: t for t in storage_rows(tensors)}
     live = [by_name[n] for n in live_at_peak]
     total = live_storage_bytes(live)  # tensors placed inside one another count once

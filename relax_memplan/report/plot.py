@@ -14,8 +14,8 @@ import textwrap
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import RelaxMemplanError
-from .planner.buffer import union_bytes
+from ..errors import RelaxMemplanError
+from ..planner.buffer import union_bytes
 
 __all__ = ["plot_plan", "plot_shapes", "shape_series", "live_bytes_per_step", "arena_live_bytes",
            "byte_unit"]
@@ -284,13 +284,13 @@ def arena_live_bytes(function_plan, arena, num_steps: int) -> List[int]:
     """Bytes of ``arena`` holding storage at each step ``0 .. num_steps - 1``, by the lower
     bound's rule: a placement group's root (a concatenation's output holding its inputs, an
     in-place chain) holds the group's bytes over the group's span
-    (:func:`~relax_memplan.compile.summary.storage_buffers`), so the peak is
+    (:func:`~relax_memplan.report.summary.storage_buffers`), so the peak is
     ``arena.unaligned_lower_bound_bytes`` (exact sizes, the line the report's peak rows add
     up to).
 
     Regression (newcomer trial): yolov8n's curve peaked at 1,900 KiB, below its 2,000 KiB
     lower bound, counting a concat output only over its own live range."""
-    from .compile.summary import storage_buffers
+    from .summary import storage_buffers
 
     return live_bytes_per_step(storage_buffers(function_plan, arena), num_steps)
 

@@ -4,7 +4,7 @@ say so)."""
 
 from tvm.script import ir as I, relax as R
 
-from relax_memplan.compile.not_applied import features_not_applied, symbolic_call_counts
+from relax_memplan.report.not_applied import features_not_applied, symbolic_call_counts
 from relax_memplan.report import CompileReport, ShapeMeasurement
 
 

@@ -1,7 +1,7 @@
 """The memory report: like-for-like savings against TVM's default build, and the fallback."""
 
-from relax_memplan.report import CompileReport, FunctionMemoryReport, MemoryReport, ShapeMeasurement
-from relax_memplan.report_text import format_side_by_side
+from relax_memplan.report.records import CompileReport, FunctionMemoryReport, MemoryReport, ShapeMeasurement
+from relax_memplan.report.text import format_side_by_side
 
 
 def _report(**fields):
@@ -182,7 +182,7 @@ def test_fusion_line_names_the_skipped_chains_and_the_bound_baseline():
 
 
 def test_fusion_skips_gives_every_reason_a_chain_was_not_fused():
-    from relax_memplan.compile.fusion_summary import fusion_skips
+    from relax_memplan.report.fusion_summary import fusion_skips
     from relax_memplan.pipeline import fusion_counts
     from relax_memplan.transform.fuse_conv_chain import FuseConvChain
 
