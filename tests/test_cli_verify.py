@@ -236,7 +236,7 @@ def test_onnxruntime_refusing_the_inputs_is_one_line_with_dim(capsys, tmp_path, 
 
 def test_runtime_failure_is_one_line_naming_function_and_shapes(capsys, tmp_path, monkeypatch):
     import tvm
-    import relax_memplan.runtime as runtime
+    import relax_memplan.runtime.vm as runtime
 
     def fails(*_args, **_kw):
         raise tvm.error.InternalError("Check failed: (x) is false: boom\n  0: some frame\n")
@@ -262,7 +262,7 @@ def test_interrupt_in_the_run_step_is_one_line(capsys, monkeypatch, tmp_path):
 def test_interrupt_inside_the_vm_call_is_one_line(capsys, monkeypatch, tmp_path):
     """Regression: a KeyboardInterrupt raised in the VM's instrument hook reaches us as a bare
     RuntimeError from TVM's FFI, and printed a traceback."""
-    import relax_memplan.runtime as runtime
+    import relax_memplan.runtime.vm as runtime
 
     def interrupted(_args):
         raise KeyboardInterrupt
@@ -327,7 +327,7 @@ def test_real_sigint_during_the_run_is_one_line(tmp_path):
     """A SIGINT to the process while the VM runs (in the instrument hook, slowed down)."""
     script = textwrap.dedent("""
         import sys, time
-        import relax_memplan.runtime as runtime
+        import relax_memplan.runtime.vm as runtime
         from relax_memplan.cli import main
         real = runtime._storage_bytes
         def slow(args):

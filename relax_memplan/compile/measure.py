@@ -19,7 +19,7 @@ from ..frontend.prepare.loop_facts import record_trip_counts
 from ..report import CompileReport, ShapeMeasurement
 from ..runtime import run_checked
 from ..transform.specialize_kernels import dispatch_path
-from ..verify import compare_outputs, input_sensitivity
+from ..runtime.verify import compare_outputs, input_sensitivity
 from .options import CheckOptions
 from .shapes import fit_values, shapes_at, with_shapes
 from ..report.summary import arena_at, lower_bound_without_inplace_at, tensors_at
@@ -108,7 +108,7 @@ def max_abs_error(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) 
 def reference_sensitivity(onnx_model, info, reference: Sequence[np.ndarray], rtol: float,
                           atol: float, seed: int, values=None) -> Optional[Dict]:
     """Run onnxruntime on a second random input (seed ``seed + 1``) and measure how much the
-    reference moves (:func:`relax_memplan.verify.input_sensitivity`); None when every input
+    reference moves (:func:`relax_memplan.runtime.verify.input_sensitivity`); None when every input
     is given in ``values`` (nothing to draw)."""
     from .. import frontend
 

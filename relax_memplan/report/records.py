@@ -121,7 +121,7 @@ class FunctionMemoryReport:
         and the other way round.
     input_sensitivity : dict or None
         How much the reference moves on a second random input
-        (:func:`relax_memplan.verify.input_sensitivity`), with ``verify``.
+        (:func:`relax_memplan.runtime.verify.input_sensitivity`), with ``verify``.
     max_abs_diff_vs_tvm_default : float or None
         Our outputs against TVM's default build on the same inputs.
     tensors : list of dict
@@ -223,7 +223,7 @@ class FunctionMemoryReport:
         return not self.nonfinite_mismatches and self.max_abs_error <= self.error_tolerance
 
     def record_comparison(self, comparison) -> None:
-        """Keep a :class:`relax_memplan.verify.Comparison` against the reference."""
+        """Keep a :class:`relax_memplan.runtime.verify.Comparison` against the reference."""
         self.max_abs_error, self.error_tolerance = comparison.max_abs_error, comparison.tolerance
         self.nonfinite_mismatches = comparison.nonfinite_mismatches
         self.nonfinite_matched = comparison.nonfinite_matched
@@ -268,7 +268,7 @@ _MEASURED = ("runtime_alloc_bytes", "runtime_num_allocs", "tvm_default_runtime_a
 @dataclass
 class ShapeMeasurement:
     """Bytes at one shape (all sizes in bytes), and the check against onnxruntime there
-    (``max_abs_error`` and the other fields of :class:`~relax_memplan.verify.Comparison`,
+    (``max_abs_error`` and the other fields of :class:`~relax_memplan.runtime.verify.Comparison`,
     ``input_sensitivity``; ``nonfinite_only_ours``/``nonfinite_only_reference``: the side of a
     NaN/Inf mismatch). ``dims`` is ``{}`` for a fixed-shape build. With a dynamic plan,
     ``peak_step`` and ``live_at_peak`` (names, largest first) say where the arena's tensors'
@@ -299,7 +299,7 @@ class ShapeMeasurement:
     nonfinite_only_reference: Optional[int] = None
 
     def record_comparison(self, comparison) -> None:
-        """Keep a :class:`relax_memplan.verify.Comparison` with the reference at this shape."""
+        """Keep a :class:`relax_memplan.runtime.verify.Comparison` with the reference at this shape."""
         self.max_abs_error, self.error_tolerance = comparison.max_abs_error, comparison.tolerance
         self.nonfinite_mismatches = comparison.nonfinite_mismatches
         self.nonfinite_matched = comparison.nonfinite_matched

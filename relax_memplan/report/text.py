@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
 
 from ..analysis.dims import DimRange
-from ..verify import WEAK_VERIFICATION, Comparison
+from ..runtime.verify import WEAK_VERIFICATION, Comparison
 from .dispatch import dispatch_lines
 from .not_applied import FEATURE_WORDS
 from .tensor_rows import concrete_tensors, live_storage_bytes, storage_rows
@@ -347,7 +347,7 @@ def _verdict(s: ShapeMeasurement) -> str:
 
 
 def _comparison(r) -> Comparison:
-    """The :class:`~relax_memplan.verify.Comparison` kept in a function report or a row."""
+    """The :class:`~relax_memplan.runtime.verify.Comparison` kept in a function report or a row."""
     return Comparison(r.max_abs_error, r.error_tolerance, r.nonfinite_mismatches or 0,
                       r.nonfinite_matched or 0,
                       nonfinite_only_ours=r.nonfinite_only_ours or 0,

@@ -10,7 +10,7 @@ from typing import Dict, List, Mapping, Sequence
 import numpy as np
 
 from ..errors import ModelLoadError, RelaxMemplanError, ShapeSpecError, summarize_error
-from ..vm_errors import describe_loader_error
+from ..runtime.vm_errors import describe_loader_error
 from .library_file import check_elf_complete
 
 __all__ = ["RunOutputs", "function_params", "npz_path", "refuse_compiled_library", "run_command",

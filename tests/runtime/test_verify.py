@@ -1,11 +1,11 @@
-"""relax_memplan.verify: one comparison for every path, NaN and Inf compared by position."""
+"""relax_memplan.runtime.verify: one comparison for every path, NaN and Inf compared by position."""
 
 import numpy as np
 import pytest
 
 from relax_memplan.compiler import max_abs_error
 from relax_memplan.errors import VerificationError
-from relax_memplan.verify import compare_outputs, input_sensitivity
+from relax_memplan.runtime.verify import compare_outputs, input_sensitivity
 
 NAN, INF = float("nan"), float("inf")
 

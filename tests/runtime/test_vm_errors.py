@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from relax_memplan.vm_errors import describe_input_mismatch, describe_loader_error
+from relax_memplan.runtime.vm_errors import describe_input_mismatch, describe_loader_error
 
 _SHAPE = ('Check failed: input_shape[i] == reg (1 vs. 5) : ErrorContext(fn=main, loc=param[0], '
           'param=x, annotation=R.Tensor((5, 3, 96, 96), dtype="float32"))  match_cast error,  '

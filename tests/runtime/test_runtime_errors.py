@@ -4,7 +4,7 @@ IndexValueError, without the shape hint (the input's value is at fault)."""
 import numpy as np
 import pytest
 
-from relax_memplan import runtime
+from relax_memplan.runtime import vm as runtime
 from relax_memplan.errors import INDEX_CHECK_MESSAGE, IndexValueError, RunError
 
 HINT = " (does the model accept this shape?)"

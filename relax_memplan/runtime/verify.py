@@ -21,7 +21,7 @@ from typing import Dict, Sequence, Tuple
 
 import numpy as np
 
-from .errors import VerificationError
+from ..errors import VerificationError
 
 __all__ = ["Comparison", "OutputComparison", "compare_outputs", "input_sensitivity", "WEAK_VERIFICATION"]
 

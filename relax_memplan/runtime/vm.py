@@ -23,8 +23,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .analysis.liveness import dtype_size_bytes
-from .errors import INDEX_CHECK_MESSAGE, IndexValueError, RunError, summarize_error
+from ..analysis.liveness import dtype_size_bytes
+from ..errors import INDEX_CHECK_MESSAGE, IndexValueError, RunError, summarize_error
 from .vm_errors import describe_input_mismatch
 
 __all__ = ["RuntimeMemory", "kernel_profile", "kernels_per_call", "run_and_measure",
@@ -211,7 +211,7 @@ def run_checked(executable: tvm.runtime.Executable, inputs: Sequence[np.ndarray]
         The call stopped at one of our index checks (:data:`INDEX_CHECK_MESSAGE`).
     RunError
         An input's shape or dtype differs from the function's annotation (the input and the
-        expected shape named: :func:`relax_memplan.vm_errors.describe_input_mismatch`), or
+        expected shape named: :func:`relax_memplan.runtime.vm_errors.describe_input_mismatch`), or
         the call failed otherwise (TVM's error summarized on one line: :func:`summarize_error`).
     KeyboardInterrupt
         Ctrl-C during the call, whatever type TVM turned it into.
