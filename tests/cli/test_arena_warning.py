@@ -5,7 +5,7 @@ from onnx import TensorProto, helper, numpy_helper, save
 
 from relax_memplan.cli import main
 from relax_memplan.dynamic_compile import DynamicReport, ShapeMeasurement
-from relax_memplan.tools.arena_warning import large_arena_warning, machine_memory_bytes
+from relax_memplan.cli.arena_warning import large_arena_warning, machine_memory_bytes
 
 
 def _report(rows):

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from relax_memplan.tools.interrupt import EXIT_INTERRUPTED, INTERRUPTED_LINE, OutputGuard
+from relax_memplan.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED_LINE, OutputGuard
 from tests.conftest import REPO_ROOT, shared_model
 
 

@@ -479,12 +479,12 @@ def test_output_under_a_file_names_the_file(capsys, tmp_path):
 def test_a_closed_pipe_ends_quietly(capsys, monkeypatch):
     """Newcomer trial: `relax-memplan inspect --json model | head` printed a BrokenPipeError
     traceback."""
-    import relax_memplan.cli as cli
+    import relax_memplan.cli.entry as cli
 
     def closed_pipe(_args):
         raise BrokenPipeError(32, "Broken pipe")
 
-    monkeypatch.setitem(cli._COMMANDS, "inspect", closed_pipe)
+    monkeypatch.setitem(cli.COMMANDS, "inspect", closed_pipe)
     assert main(["inspect", "x.onnx"]) == cli.EXIT_BROKEN_PIPE
     assert "Traceback" not in capsys.readouterr().err
 
@@ -612,7 +612,7 @@ def test_dim_with_target_cuda_builds_and_reports_the_plan_without_run_rows(tmp_p
 def test_output_paths_create_missing_folders_and_say_so(tmp_path, capsys):
     """Newcomer trial: --report/--plot/-o created missing folders without a word. They are
     still created (as export_library users expect), with one line naming the first one."""
-    from relax_memplan.cli_args import check_output_path
+    from relax_memplan.cli.args import check_output_path
 
     target = tmp_path / "new" / "deeper" / "r.json"
     check_output_path("--report", str(target))
@@ -699,7 +699,7 @@ def test_on_and_off_flags_are_mutually_exclusive(argv, capsys):
 
 
 def test_on_off_flag_alone_sets_its_value():
-    from relax_memplan.cli_parser import build_parser
+    from relax_memplan.cli.parser import build_parser
 
     parse = build_parser().parse_args
     assert [parse(["compile", *a]).fusion for a in ([], ["--fusion"], ["--no-fusion"])] == [

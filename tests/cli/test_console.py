@@ -3,7 +3,7 @@
 import io
 import os
 
-from relax_memplan.tools.console import PhaseProgress, native_log, summarize_native_log
+from relax_memplan.cli.console import PhaseProgress, native_log, summarize_native_log
 
 
 def test_progress_prints_each_phase_with_seconds_and_the_total():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from .cli_args import int_at_least, positive_seconds
-from .targets import DEFAULT_CUDA_ARCH
+from .args import int_at_least, positive_seconds
+from ..targets import DEFAULT_CUDA_ARCH
 
 __all__ = ["build_parser"]
 
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Memory planning for Apache TVM Relax: compile a model with an arena planner "
         "and compare its memory with the lower bound and TVM's default planner.",
     )
-    from ._version import __version__
+    from .._version import __version__
 
     parser.add_argument("--version", action="version", version=f"relax-memplan {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

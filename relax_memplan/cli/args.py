@@ -12,8 +12,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import RelaxMemplanError, ShapeSpecError
-from .targets import check_cuda_arch
+from ..errors import RelaxMemplanError, ShapeSpecError
+from ..targets import check_cuda_arch
 
 __all__ = ["check_environment", "positive_seconds", "int_at_least", "check_output_path",
            "check_distinct_paths", "input_files", "parse_inputs", "parse_repeated"]

@@ -1,41 +1,27 @@
-"""``relax-memplan``: compile ONNX models with relax_memplan's planner and report memory.
-
-Subcommands: ``compile`` (:func:`relax_memplan.compile.compile_strategies`), ``run``
-(:func:`relax_memplan.tools.run.run_library`), ``inspect``
+"""The four commands of ``relax-memplan``, each a function of the parsed arguments that
+returns the exit status: ``compile`` (:func:`relax_memplan.compile.compile_strategies`),
+``run`` (:func:`relax_memplan.tools.run.run_library`), ``inspect``
 (:func:`relax_memplan.tools.inspect.inspect_onnx`) and ``bench``
-(:func:`relax_memplan.tools.bench.bench_onnx`). Only argument parsing and printing live here.
-
-Exit status: 0 success, 1 a clear error (printed on one line), 2 bad usage
-(argparse's message and usage), 3 ``--verify`` found an error above tolerance or a
-NaN/Inf not matched by the reference (at any sampled shape with ``--dim``),
-130 interrupted (Ctrl-C).
+(:func:`relax_memplan.tools.bench.bench_onnx`). They check the arguments, call the library
+function and print; :func:`relax_memplan.cli.main` runs them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import json
-import os
 import sys
-import warnings
 from pathlib import Path
-from typing import List, Optional
 
-from .cli_args import (check_distinct_paths, check_environment, check_num_threads_env,
-                       check_output_path, input_files, parse_inputs, parse_repeated)
-from .cli_parser import build_parser
-from .errors import RelaxMemplanError, summarize_error
-from .tools.console import native_log
-from .tools.interrupt import EXIT_INTERRUPTED, INTERRUPTED_LINE, OutputGuard, exit_on_interrupt
-from .tools.run import npz_path, refuse_compiled_library
+from ..errors import RelaxMemplanError, summarize_error
+from ..tools.run import npz_path, refuse_compiled_library
+from .args import (check_distinct_paths, check_environment, check_output_path, input_files,
+                   parse_inputs, parse_repeated)
+from .console import native_log
 
-__all__ = ["main", "build_parser"]
+__all__ = ["COMMANDS", "EXIT_VERIFY_FAILED"]
 
-EXIT_ERROR = 1
 EXIT_VERIFY_FAILED = 3
-EXIT_BROKEN_PIPE = 141
 
 
 def _log_mode(args) -> str:
@@ -46,7 +32,7 @@ def _log_mode(args) -> str:
 
 def _progress(args):
     """The progress callback: each phase with its seconds (``None`` with -q)."""
-    from .tools.console import PhaseProgress
+    from .console import PhaseProgress
 
     return None if args.quiet else PhaseProgress()
 
@@ -57,10 +43,10 @@ def _finish(progress) -> None:
 
 
 def _compile(args) -> int:
-    from .compile import CheckOptions, compile_strategies
-    from .config import load_config
-    from .frontend import parse_shape_spec
-    from .report.text import format_side_by_side
+    from ..compile import CheckOptions, compile_strategies
+    from ..config import load_config
+    from ..frontend import parse_shape_spec
+    from ..report.text import format_side_by_side
 
     check_distinct_paths([("model", args.model), ("config", args.config)]
                          + input_files(args.input),
@@ -95,9 +81,9 @@ def _compile(args) -> int:
 
 def _warn_large_arena(args, reports) -> None:
     """One warning line when the arena at the largest sampled shape exceeds this machine's
-    memory (:func:`~relax_memplan.tools.arena_warning.large_arena_warning`); none with -q.
+    memory (:func:`~relax_memplan.cli.arena_warning.large_arena_warning`); none with -q.
     Printed before the report (newcomer trial: after the table it scrolled by unseen)."""
-    from .tools.arena_warning import large_arena_warning
+    from .arena_warning import large_arena_warning
 
     warning = None if args.quiet else large_arena_warning(reports)
     if warning:
@@ -107,7 +93,7 @@ def _warn_large_arena(args, reports) -> None:
 
 def _build_options(args, config):
     """(declared dim ranges, BuildOptions) from the command line and the config."""
-    from .compile import BuildOptions
+    from ..compile import BuildOptions
 
     planner = config.planner
     plan_pass, reorder_pass = _planner_passes(planner, args.time_limit, args.inplace,
@@ -132,7 +118,7 @@ def _build_options(args, config):
     if strategy == "buckets" and not buckets:
         raise RelaxMemplanError("--strategy buckets needs --bucket NAME=V1,V2,... "
                                 "(or planner.buckets)")
-    from .compile import STRATEGIES
+    from ..compile import STRATEGIES
 
     strategies = ([s for s in STRATEGIES if s != "buckets" or buckets] if strategy == "all"
                   else [strategy])
@@ -144,8 +130,8 @@ def _build_options(args, config):
 def _planner_passes(planner, time_limit=None, inplace=None, reorder=None):
     """(PlanStaticMemory, ReorderForMemory or None) from the config's ``planner`` section, the
     command line's values (None: the config's) overriding it; compile and bench share it."""
-    from .transform.plan_static_memory import PlanStaticMemory
-    from .transform.reorder_for_memory import ReorderForMemory
+    from ..transform.plan_static_memory import PlanStaticMemory
+    from ..transform.reorder_for_memory import ReorderForMemory
 
     plan_pass = PlanStaticMemory(
         alignment_bytes=planner.alignment_bytes, algorithms=planner.algorithms,
@@ -158,7 +144,7 @@ def _planner_passes(planner, time_limit=None, inplace=None, reorder=None):
 
 def _dynamic_specs(args, config):
     """(--dim ranges, --bucket values, --dispatch values), config first, checked."""
-    from .compile import parse_dim_spec, parse_values_spec
+    from ..compile import parse_dim_spec, parse_values_spec
 
     if args.model is None:
         raise RelaxMemplanError("--dim needs a model with symbolic dims (the built-in example "
@@ -179,25 +165,6 @@ def _dynamic_specs(args, config):
             raise RelaxMemplanError(f"{option} {', '.join(unknown)}: not a dim given with --dim "
                                     f"(dims: {', '.join(sorted(ranges))})")
     return ranges, buckets, dispatch
-
-
-def _release_quietly(err: BaseException) -> None:
-    """Drop what a failed import/build still references, with C++ stderr muted.
-
-    TVM's C++ BlockBuilder logs "destroyed with remaining blocks" when an importer
-    that failed half-way is garbage-collected; that would follow our one-line error.
-    """
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            # muted first: dropping the traceback frees what only it held, right away
-            err.__cause__ = err.__context__ = err.__traceback__ = None
-            gc.collect()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def _write_outputs(args, results, plan_pass) -> None:
@@ -224,7 +191,7 @@ def _write_outputs(args, results, plan_pass) -> None:
 def _run_hint(result) -> str:
     """``; run it with: ...``, the command line that runs the library just written, quoted to
     paste; empty for a cuda library (``relax-memplan run`` runs CPU libraries)."""
-    from .tools.run import run_command
+    from ..tools.run import run_command
 
     if result.report.target != "llvm":
         return ""
@@ -235,7 +202,7 @@ def _run_hint(result) -> str:
 
 def _plot(path, results, plan_pass) -> None:
     """The arena plan (fixed shapes) or the per-shape bytes chart (symbolic dims)."""
-    from .report.plot import plot_plan, plot_shapes
+    from ..report.plot import plot_plan, plot_shapes
 
     if "static" in results:
         plot_plan(plan_pass.plans["main"], path, title=results["static"].report.model)
@@ -247,7 +214,7 @@ def _plot(path, results, plan_pass) -> None:
 
 
 def _run(args) -> int:
-    from .tools.run import run_library, save_outputs
+    from ..tools.run import run_library, save_outputs
 
     check_distinct_paths([("library", args.library)] + input_files(args.input),
                          [("--output", args.output and npz_path(args.output))])
@@ -263,7 +230,7 @@ def _run(args) -> int:
 
 
 def _inspect(args) -> int:
-    from .tools.inspect import inspect_onnx
+    from ..tools.inspect import inspect_onnx
 
     refuse_compiled_library(args.model, "inspect")
     summary = inspect_onnx(args.model)
@@ -272,9 +239,9 @@ def _inspect(args) -> int:
 
 
 def _bench(args) -> int:
-    from .frontend import parse_shape_spec
-    from .config import load_config
-    from .tools.bench import bench_onnx
+    from ..frontend import parse_shape_spec
+    from ..config import load_config
+    from ..tools.bench import bench_onnx
 
     if not args.no_onnxruntime:
         try:
@@ -342,100 +309,5 @@ def _check_bench_config(config, path) -> None:
                                     f"fixed shapes: give full shapes in 'shapes' or --shape)")
 
 
-@contextlib.contextmanager
-def _warnings_as_lines(quiet: bool):
-    """Our warnings (:class:`~relax_memplan.errors.UndeclaredDimWarning`) printed at once as
-    ``relax-memplan: warning: ...``, one line, no source location (none with -q: the report's
-    notes keep them); others as Python shows them."""
-    from .errors import UndeclaredDimWarning
-
-    with warnings.catch_warnings():
-        shown = warnings.showwarning
-
-        def show(message, category, *rest, **kwargs):
-            if issubclass(category, UndeclaredDimWarning):
-                print(f"relax-memplan: warning: {message}", file=sys.stderr, flush=True)
-            else:
-                shown(message, category, *rest, **kwargs)
-
-        warnings.simplefilter("ignore" if quiet else "always", UndeclaredDimWarning)
-        warnings.showwarning = show
-        yield
-
-
-_COMMANDS = {"compile": _compile, "run": _run, "inspect": _inspect, "bench": _bench}
-
-
-def _output_files(args) -> List[str]:
-    """The files the command may write, guarded so that a Ctrl-C leaves none half-written:
-    compile's library (one per strategy with several), report and plot; run's outputs;
-    bench's times."""
-    if args.command == "compile":
-        from .compile import STRATEGIES, library_path_for
-
-        libraries = ([args.output] + [library_path_for(args.output, s, True) for s in STRATEGIES]
-                     if args.output else [])
-        return libraries + [args.report, args.plot]
-    if args.command == "run":
-        return [npz_path(args.output)] if args.output else []
-    return [getattr(args, "json", None)] if args.command == "bench" else []
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of ``relax-memplan``; returns the exit status.
-
-    Errors of this package (bad model, unsupported ONNX node, bad shape, bad
-    config, TVM build failure, a run-time failure, onnxruntime refusing the
-    inputs) are printed as one line without a traceback. Ctrl-C prints
-    ``relax-memplan: interrupted`` and returns 130, also when TVM turned the
-    KeyboardInterrupt into another error or it came while handling one; while TVM's C++
-    code runs (the build), the process ends within about half a second with status 130
-    (:func:`~relax_memplan.tools.interrupt.exit_on_interrupt`). Either way the output
-    files the command had created or begun to overwrite are removed. Output piped
-    into a reader that stops early (``| head``) ends quietly with 141 (128 + SIGPIPE).
-    """
-    args = build_parser().parse_args(argv)
-    from .runtime import recording_interrupts
-
-    guard = OutputGuard([])
-    with recording_interrupts() as interrupted, _warnings_as_lines(getattr(args, "quiet", False)):
-        try:
-            try:
-                guard = OutputGuard(_output_files(args))
-                if args.command != "inspect":  # compile, run, bench run TVM's thread pool
-                    check_num_threads_env(os.environ)
-                with exit_on_interrupt(guard):  # also while TVM's C++ code runs
-                    status = _COMMANDS[args.command](args)
-                if interrupted:  # a Ctrl-C that a fallback inside TVM's build swallowed
-                    raise KeyboardInterrupt
-                sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
-                return status
-            except RelaxMemplanError as err:
-                if interrupted:
-                    raise KeyboardInterrupt from None
-                message = str(err)
-                _release_quietly(err)
-                del err
-                print(f"relax-memplan: error: {message}", file=sys.stderr)
-                return EXIT_ERROR
-            except Exception:
-                if interrupted:  # a Ctrl-C that TVM's FFI turned into another error
-                    raise KeyboardInterrupt from None
-                raise
-        except KeyboardInterrupt as err:
-            _release_quietly(err)  # the interrupted importer's BlockBuilder, muted
-            del err
-            guard.remove_partial()
-            print(INTERRUPTED_LINE, file=sys.stderr)
-            return EXIT_INTERRUPTED
-        except BrokenPipeError:
-            # the reader of our stdout is gone: no traceback, and none at exit either
-            try:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            except (OSError, ValueError):  # a stdout with no file descriptor (captured)
-                pass
-            return EXIT_BROKEN_PIPE
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMANDS = {"compile": _compile, "run": _run, "inspect": _inspect, "bench": _bench}
+"""The function of each command, by name."""

@@ -22,7 +22,7 @@ from relax_memplan import frontend
 from relax_memplan.cli import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_VERIFY_FAILED, main
 from relax_memplan.compile import sample_dims as _sample_dims
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _save(tmp_path, name, nodes, inputs, outputs, initializers=()):
@@ -279,7 +279,7 @@ def test_interrupt_swallowed_inside_the_build_still_stops(capsys, monkeypatch, t
 
     import contextlib
 
-    import relax_memplan.cli as cli
+    import relax_memplan.cli.entry as cli
     import relax_memplan.compile.model as compile_model
 
     real = compile_model.build
@@ -293,7 +293,7 @@ def test_interrupt_swallowed_inside_the_build_still_stops(capsys, monkeypatch, t
 
     monkeypatch.setattr(compile_model, "build", build_with_swallowed_interrupt)
     # the path under test is the main thread's; exit_on_interrupt's helper would end this
-    # (pytest's) process when the build runs past its grace (tests/tools/test_interrupt.py)
+    # (pytest's) process when the build runs past its grace (tests/cli/test_interrupt.py)
     monkeypatch.setattr(cli, "exit_on_interrupt", lambda _guard: contextlib.nullcontext())
     lib = tmp_path / "lib.so"
     status = main(["compile", _matmul_model(tmp_path, dim=2), "-q", "--time-limit", "0.2",
