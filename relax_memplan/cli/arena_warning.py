@@ -39,7 +39,7 @@ def large_arena_warning(reports: Iterable, limit_bytes: Optional[int] = None) ->
 
     Parameters
     ----------
-    reports : iterable of DynamicReport
+    reports : iterable of CompileReport
         The reports of one ``compile --dim`` (one per strategy); static ones have no rows with
         dims and give nothing.
     limit_bytes : int, optional

@@ -49,7 +49,7 @@ class StrategyBuild:
 class ModelSource:
     """The model being compiled and where a shape's inputs and reference outputs come from:
     random inputs (or the given ``values``) for an ONNX model with onnxruntime as reference,
-    or arrays given as they are (:func:`relax_memplan.compiler.compile_module`).
+    or arrays given as they are (a Relax module built as it is, with its own inputs).
 
     ``name`` and ``notes`` (import notes) go into the report."""
 

@@ -30,8 +30,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .text import format_report
 
-__all__ = ["CompileReport", "FunctionMemoryReport", "ShapeMeasurement", "MemoryReport",
-           "DynamicReport"]
+__all__ = ["CompileReport", "FunctionMemoryReport", "ShapeMeasurement"]
 
 
 def _ratio(a: Optional[int], b: Optional[int]) -> Optional[float]:
@@ -482,8 +481,3 @@ class CompileReport:
         """The text report: the static plan of each function, or a table of the rows."""
         return format_report(self)
 
-
-MemoryReport = CompileReport
-"""Deprecated alias: the report of a fixed-shape build is a :class:`CompileReport`."""
-DynamicReport = CompileReport
-"""Deprecated alias: the report of a build with symbolic dims is a :class:`CompileReport`."""

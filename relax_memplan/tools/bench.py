@@ -2,7 +2,7 @@
 
 The three run the same inputs in interleaved rounds (ours, TVM's, onnxruntime, then again),
 so that a slow phase of the machine hits all of them; the first ``warmup`` rounds are not
-counted. Both TVM builds use the same kernels (:func:`relax_memplan.compiler.build`, which
+counted. Both TVM builds use the same kernels (:func:`relax_memplan.compile.build`, which
 differs only in the memory planner) and the VM's default pooled allocator; onnxruntime runs
 with as many intra-op threads as TVM's thread pool (``tvm.runtime.num_threads()``, set by
 ``TVM_NUM_THREADS``), its profiler off. Times are wall-clock per call, in milliseconds.

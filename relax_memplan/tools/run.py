@@ -168,7 +168,7 @@ def _load(path):
 
 def function_params(vm, func_name: str = "main") -> List[str]:
     """Parameter names of ``func_name`` in a Relax VM, in call order (the ONNX graph order for
-    a model compiled by :func:`relax_memplan.compiler.compile_onnx`).
+    a model compiled by :func:`relax_memplan.compile.compile_model`).
 
     Raises
     ------

@@ -4,12 +4,12 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper, save
 
 from relax_memplan.cli import main
-from relax_memplan.dynamic_compile import DynamicReport, ShapeMeasurement
+from relax_memplan.report import CompileReport, ShapeMeasurement
 from relax_memplan.cli.arena_warning import large_arena_warning, machine_memory_bytes
 
 
 def _report(rows):
-    report = DynamicReport(model="m", strategy="exact",
+    report = CompileReport(model="m", strategy="exact",
                            dims={"batch": (1, 1_000_000), "seq": (8, 128)})
     for dims, arena in rows:
         report.shapes.append(ShapeMeasurement(dims=dims, runtime_alloc_bytes=None,

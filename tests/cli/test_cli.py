@@ -371,9 +371,9 @@ def test_every_symbolic_dim_needs_a_range(capsys):
 
 def test_dynamic_table_keeps_columns_apart_at_large_ratios():
     """Regression: a ratio >= 100 ran into the next column ('917,504292.571')."""
-    from relax_memplan.dynamic_compile import DynamicReport, ShapeMeasurement
+    from relax_memplan.report import CompileReport, ShapeMeasurement
 
-    report = DynamicReport(model="m", strategy="upper_bound", dims={"seq": (1, 128)})
+    report = CompileReport(model="m", strategy="upper_bound", dims={"seq": (1, 128)})
     report.shapes.append(ShapeMeasurement(dims={"seq": 1}, runtime_alloc_bytes=918_016,
                                           arena_bytes=917_504, lower_bound_bytes=3_136))
     row = report.format_text().splitlines()[3]
@@ -443,7 +443,7 @@ def test_a_zero_dim_range_is_refused(capsys, tmp_path):
     """Regression: --dim seq=0..8 compiled, the plan silently skipped seq=0 ("16 shapes in
     range" of 18) and the library failed at seq=0."""
     from relax_memplan.config import ConfigError, load_config
-    from relax_memplan.dynamic_compile import parse_dim_spec
+    from relax_memplan.compile import parse_dim_spec
 
     line = _one_line_error(capsys, ["compile", str(shared_model("bert-tiny-randw.onnx")), "-q",
                                     "--dim", "batch=1..1", "--dim", "seq=0..8"])
@@ -629,9 +629,9 @@ def test_output_paths_create_missing_folders_and_say_so(tmp_path, capsys):
 def test_dynamic_table_widens_byte_columns_to_the_longest_number():
     """Newcomer trial: --dim batch=1..1000000 ran the cells together
     ('393,216,000,000393,216,000,000')."""
-    from relax_memplan.dynamic_compile import DynamicReport, ShapeMeasurement
+    from relax_memplan.report import CompileReport, ShapeMeasurement
 
-    report = DynamicReport(model="m", strategy="exact", dims={"batch": (1, 1_000_000)})
+    report = CompileReport(model="m", strategy="exact", dims={"batch": (1, 1_000_000)})
     report.shapes.append(ShapeMeasurement(dims={"batch": 1_000_000},
                                           runtime_alloc_bytes=393_216_000_064,
                                           arena_bytes=393_216_000_000,

@@ -649,11 +649,12 @@ def test_shape_reaches_the_preparation_steps():
 
 def test_unnamed_dims_are_ranged_by_their_generated_names():
     """ppocr-cls's [?, 3, ?, ?]: H and W take different values at each sampled shape."""
-    from relax_memplan.dynamic_compile import compile_onnx_dynamic
+    from relax_memplan.compile import BuildOptions, CheckOptions, compile_model
 
     ranges = {"x_dim0": (1, 2), "x_dim2": (8, 8), "x_dim3": (4, 40, 4)}
-    _, report = compile_onnx_dynamic(_classifier_like("?"), ranges, sample_shapes=2,
-                                     verify=True, compare_with_tvm=False)
+    report = compile_model(_classifier_like("?"), None, ranges,
+                           options=BuildOptions(compare_with_tvm=False),
+                           check=CheckOptions(sample_shapes=2, verify=True)).report
     assert [s.dims for s in report.shapes][:2] == [{"x_dim0": 1, "x_dim2": 8, "x_dim3": 4},
                                                   {"x_dim0": 2, "x_dim2": 8, "x_dim3": 40}]
     assert all(s.max_abs_error < 1e-5 for s in report.shapes)

@@ -1,12 +1,12 @@
 """The memory report: like-for-like savings against TVM's default build, and the fallback."""
 
-from relax_memplan.report.records import CompileReport, FunctionMemoryReport, MemoryReport, ShapeMeasurement
+from relax_memplan.report import CompileReport, FunctionMemoryReport, ShapeMeasurement
 from relax_memplan.report.text import format_side_by_side
 
 
 def _report(**fields):
     f = FunctionMemoryReport(name="main", num_tensors=3, num_planned=2, **fields)
-    return MemoryReport(model="m", target="llvm", inputs={}, functions={"main": f})
+    return CompileReport(model="m", target="llvm", inputs={}, functions={"main": f})
 
 
 def test_saved_compares_whole_builds_per_call():

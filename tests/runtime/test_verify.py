@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from relax_memplan.compiler import max_abs_error
+from relax_memplan.compile import max_abs_error
 from relax_memplan.errors import VerificationError
 from relax_memplan.runtime.verify import compare_outputs, input_sensitivity
 

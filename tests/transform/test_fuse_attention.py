@@ -142,7 +142,7 @@ def test_bert_tiny_fused_matches_onnxruntime_at_seq_1_77_128(tmp_path):
 
 
 def test_fusion_lowers_the_lower_bound_where_the_scores_dominate():
-    from relax_memplan.compiler import build
+    from relax_memplan.compile import build
     from relax_memplan.transform.plan_static_memory import PlanStaticMemory
 
     model = _onnx_attention(True, "Mul")

@@ -177,10 +177,11 @@ def test_expand_to_a_constant_shape_keeps_the_symbolic_dim(target, out):
 
 @pytest.mark.parametrize("target", [[1, 4], [1, 1, 4]])
 def test_expand_matches_onnxruntime_through_the_dynamic_path(target):
-    from relax_memplan.dynamic_compile import compile_onnx_dynamic
+    from relax_memplan.compile import BuildOptions, CheckOptions, compile_model
 
-    _, report = compile_onnx_dynamic(expand_model(target), {"n": (1, 8)}, sample_shapes=2,
-                                     verify=True, compare_with_tvm=False)
+    report = compile_model(expand_model(target), None, {"n": (1, 8)},
+                           options=BuildOptions(compare_with_tvm=False),
+                           check=CheckOptions(sample_shapes=2, verify=True)).report
     assert [s.dims for s in report.shapes] == [{"n": 1}, {"n": 8}]
     assert all(s.max_abs_error == 0.0 for s in report.shapes)
 
