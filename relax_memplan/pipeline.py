@@ -33,7 +33,9 @@ and numerics never differ between them).
 Unlike ``tvm.compile``'s bare default (``default_build_pipeline``), these
 phases fold constants and fuse operators.
 
-The pipeline is registered as ``relax.get_pipeline("relax_memplan", target=...)``.
+Importing this module registers the pipeline as
+``relax.get_pipeline("relax_memplan", target=...)`` (the first use of a name of
+:mod:`relax_memplan` imports it).
 """
 
 from __future__ import annotations

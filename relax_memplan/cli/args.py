@@ -8,12 +8,13 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import RelaxMemplanError, ShapeSpecError
 from ..targets import check_cuda_arch
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["check_environment", "positive_seconds", "int_at_least", "check_output_path",
            "check_distinct_paths", "input_files", "parse_inputs", "parse_repeated"]
@@ -145,6 +146,8 @@ def int_at_least(minimum: int):
 
 
 def parse_inputs(specs: List[str]) -> Dict[str, np.ndarray]:
+    import numpy as np  # when a command runs: the parser alone loads no numpy
+
     values: Dict[str, np.ndarray] = {}
     for spec in specs:
         name, sep, text = spec.partition("=")

@@ -4,6 +4,9 @@ returns the exit status: ``compile`` (:func:`relax_memplan.compile.compile_strat
 (:func:`relax_memplan.tools.inspect.inspect_onnx`) and ``bench``
 (:func:`relax_memplan.tools.bench.bench_onnx`). They check the arguments, call the library
 function and print; :func:`relax_memplan.cli.main` runs them.
+
+Each command imports the library it calls when it runs: ``--help``, ``--version`` and bad
+arguments are answered without loading TVM, onnx or numpy.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import sys
 from pathlib import Path
 
 from ..errors import RelaxMemplanError, summarize_error
-from ..tools.run import npz_path, refuse_compiled_library
 from .args import (check_distinct_paths, check_environment, check_output_path, input_files,
                    parse_inputs, parse_repeated)
 from .console import native_log
@@ -47,6 +49,7 @@ def _compile(args) -> int:
     from ..config import load_config
     from ..frontend import parse_shape_spec
     from ..report.text import format_side_by_side
+    from ..tools.run import refuse_compiled_library
 
     check_distinct_paths([("model", args.model), ("config", args.config)]
                          + input_files(args.input),
@@ -214,7 +217,7 @@ def _plot(path, results, plan_pass) -> None:
 
 
 def _run(args) -> int:
-    from ..tools.run import run_library, save_outputs
+    from ..tools.run import npz_path, run_library, save_outputs
 
     check_distinct_paths([("library", args.library)] + input_files(args.input),
                          [("--output", args.output and npz_path(args.output))])
@@ -231,6 +234,7 @@ def _run(args) -> int:
 
 def _inspect(args) -> int:
     from ..tools.inspect import inspect_onnx
+    from ..tools.run import refuse_compiled_library
 
     refuse_compiled_library(args.model, "inspect")
     summary = inspect_onnx(args.model)
@@ -242,6 +246,7 @@ def _bench(args) -> int:
     from ..frontend import parse_shape_spec
     from ..config import load_config
     from ..tools.bench import bench_onnx
+    from ..tools.run import refuse_compiled_library
 
     if not args.no_onnxruntime:
         try:

@@ -23,7 +23,6 @@ import warnings
 from typing import List, Optional
 
 from ..errors import RelaxMemplanError
-from ..tools.run import npz_path
 from .args import check_num_threads_env
 from .commands import COMMANDS, EXIT_VERIFY_FAILED
 from .interrupt import EXIT_INTERRUPTED, INTERRUPTED_LINE, OutputGuard, exit_on_interrupt
@@ -86,6 +85,8 @@ def _output_files(args) -> List[str]:
                      if args.output else [])
         return libraries + [args.report, args.plot]
     if args.command == "run":
+        from ..tools.run import npz_path
+
         return [npz_path(args.output)] if args.output else []
     return [getattr(args, "json", None)] if args.command == "bench" else []
 
