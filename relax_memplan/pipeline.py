@@ -6,7 +6,7 @@ Phases (from ``tvm.relax.backend.<target>.pipeline``):
    (index-value checks, see that module), then the target's library dispatch passes;
 2. ``legalize`` -- ``ClampEmptySlices`` (ours: empty dynamic slices), with ``fusion=True``
    ``FoldConstantsFirst`` (ours: TVM's FoldConstant once, so that the fusion passes' peak
-   checks do not fold again per trial)
+   checks do not fold again for each rewrite they try)
    and our graph-level fusion (:func:`fusion_passes`),
    ``ExpandIntegerPower`` (ours: ``x**3`` as multiplications; TVM's CUDA ``pow`` gives NaN for
    a negative base), LegalizeOps,
@@ -281,8 +281,8 @@ def backend_phases(
         # scheduled convs: yolov8n, one thread, 40.4 ms with them fused, 27.0 ms without)
         legalize = list(fusion_pass_list or fusion_passes(
             target, schedule=schedule and kind == "llvm")) + legalize
-        # constants folded once, before the fusion passes: their peak checks lower trial
-        # modules, whose FoldConstant would otherwise evaluate every constant subgraph again
+        # constants folded once, before the fusion passes: their peak checks lower each
+        # rewritten module, whose FoldConstant would otherwise evaluate every constant again
         # (gpt2-tiny: 1.9 CPU s per lowering); TVM's FoldConstant after LegalizeOps stays
         legalize.insert(0, FoldConstantsFirst())
     # before LegalizeOps (and any folding): TVM's dynamic_strided_slice gives a negative extent

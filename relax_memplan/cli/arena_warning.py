@@ -1,8 +1,8 @@
 """The warning ``relax-memplan compile --dim`` prints when the arena at the largest sampled
 shape (the upper bounds of the declared ranges) would not fit in this machine's memory.
 
-Newcomer trial: ``--dim batch=1..1000000`` planned a 393 GB arena without a word; a range
-that generous is usually a typo or a bound copied from a placeholder.
+``--dim batch=1..1000000`` plans a 393 GB arena; a range that generous is usually a typo or
+a bound copied from a placeholder, and without the warning nothing says so.
 """
 
 from __future__ import annotations

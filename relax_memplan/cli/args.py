@@ -53,7 +53,7 @@ def check_output_path(option: str, path: str, directory: bool = False) -> None:
 
     Missing folders on the way are created, as ``tvm.contrib.utils``/``export_library``
     users expect ``-o out/model.so`` to work, and one line on stderr names the first one
-    created (newcomer trial: folders appeared without a word, a typo in a path went unseen).
+    created (a folder appearing without a word hides a typo in the path).
 
     Raises
     ------
@@ -101,8 +101,8 @@ def check_distinct_paths(inputs: Sequence[Tuple[str, Optional[str]]],
                          outputs: Sequence[Tuple[str, Optional[str]]]) -> None:
     """Refuse, before any work, an output path naming an input file or another output.
 
-    Newcomer trial: ``compile m.onnx --report m.onnx`` and ``compile x.so -o x.so`` replaced
-    the ONNX model with the report / library and exited 0.
+    Unchecked, ``compile m.onnx --report m.onnx`` and ``compile x.so -o x.so`` replace the
+    ONNX model with the report / library and exit 0.
 
     Parameters
     ----------
@@ -240,8 +240,8 @@ def check_environment(args) -> None:
 def check_num_threads_env(environ) -> None:
     """Refuse a ``TVM_NUM_THREADS`` that is not a positive integer.
 
-    TVM 0.27 reads ``0``, ``-1`` or ``abc`` as one thread, without a word (newcomer trial:
-    ``TVM_NUM_THREADS=0`` ran single-threaded silently).
+    TVM 0.27 reads ``0``, ``-1`` or ``abc`` as one thread, without a word
+    (``TVM_NUM_THREADS=0`` runs single-threaded silently).
 
     Raises
     ------

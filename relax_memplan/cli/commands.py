@@ -85,7 +85,7 @@ def _compile(args) -> int:
 def _warn_large_arena(args, reports) -> None:
     """One warning line when the arena at the largest sampled shape exceeds this machine's
     memory (:func:`~relax_memplan.cli.arena_warning.large_arena_warning`); none with -q.
-    Printed before the report (newcomer trial: after the table it scrolled by unseen)."""
+    Printed before the report: after the table it scrolls by unseen."""
     from .arena_warning import large_arena_warning
 
     warning = None if args.quiet else large_arena_warning(reports)
@@ -284,8 +284,8 @@ def _bench(args) -> int:
 
 
 def _bench_settings_line(args, config, schedule: bool, fusion: bool) -> str:
-    """The settings both TVM builds of bench use and where they came from (newcomer trial:
-    bench did not say which config settings it applied)."""
+    """The settings both TVM builds of bench use and where they came from (the config's
+    settings apply to both builds: the line says which)."""
     planner = config.planner
     source = f"config {args.config}" if args.config else "defaults"
     flags = [f for f, given in (("--schedule", args.schedule), ("--fusion", args.fusion))
@@ -302,8 +302,8 @@ def _bench_settings_line(args, config, schedule: bool, fusion: bool) -> str:
 
 def _check_bench_config(config, path) -> None:
     """bench times fixed shapes on this CPU: a config asking for symbolic dims, kernel
-    dispatch or another target is refused, naming the key (newcomer trial: bench used a
-    config's planner settings but silently ignored its shapes, dims and target)."""
+    dispatch or another target is refused, naming the key (bench uses a config's planner
+    settings; its dims, dispatch and target would otherwise be ignored silently)."""
     where = f"config {path}" if path else "config"
     if config.target != "llvm":
         raise RelaxMemplanError(f"{where}: target {config.target!r} is not supported by bench "

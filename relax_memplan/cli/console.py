@@ -31,8 +31,8 @@ NOT_SHOWN = ("BlockBuilder destroyed with remaining blocks!",)
 """TVM messages the summary leaves out: TVM's C++ ``BlockBuilder`` logs this when an importer
 or pass that stopped half-way (an import we retry with the opset upgraded, a Ctrl-C) is freed.
 What stopped it is already said in our words (the report's note on the retry, the error or
-``interrupted`` line), so the line carries nothing for the user (newcomer trial: it showed
-after ``bench`` on ultraface and after Ctrl-C). ``-v`` still shows TVM's log raw."""
+``interrupted`` line), so the line carries nothing for the user (it would follow ``bench``
+on ultraface and a Ctrl-C). ``-v`` still shows TVM's log raw."""
 
 
 class PhaseProgress:
@@ -40,8 +40,8 @@ class PhaseProgress:
 
     On a terminal a phase is one line, ``importing model.onnx ... 1.3 s``, its start shown
     while it runs; elsewhere (a log, a pipe) ``importing model.onnx ...`` is written when the
-    phase starts and ``importing model.onnx: 1.3 s`` when it ends (newcomer trial: a log
-    showed nothing for the 45 s of a build, then its line).
+    phase starts and ``importing model.onnx: 1.3 s`` when it ends (a line written only at
+    the end would leave a log empty for the 45 s of a build).
 
     Parameters
     ----------
@@ -144,7 +144,7 @@ def native_log(mode: str = "once") -> Iterator[None]:
             # objects of the block left in reference cycles (an importer's BlockBuilder
             # from a failed first import) are freed here, not later at garbage collection
             # or interpreter exit, where their C++ destructor logs to the real fd 2
-            # (newcomer trial: "BlockBuilder destroyed with remaining blocks!" after -q)
+            # ("BlockBuilder destroyed with remaining blocks!", even with -q)
             gc.collect()
             if on_fd2:
                 sys.stderr.flush()

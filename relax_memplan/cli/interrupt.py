@@ -3,8 +3,8 @@
 Python runs a SIGINT handler only when the main thread executes Python code. During
 ``tvm.compile`` the main thread spends tens of seconds in C++ (TIR lowering, LLVM code
 generation) and the ``KeyboardInterrupt`` raised in one of our passes (Python callbacks) is
-turned into another error by TVM's FFI, which a fallback may swallow; a Ctrl-C then waited
-for the build to finish (newcomer trial: 17 s to 46 s on yolov8n).
+turned into another error by TVM's FFI, which a fallback may swallow; a Ctrl-C would then
+wait for the build to finish (17 s to 46 s on yolov8n).
 
 :func:`exit_on_interrupt` watches for SIGINT from a helper thread, woken through
 :func:`signal.set_wakeup_fd` by CPython's C-level signal handler (it needs no Python code in

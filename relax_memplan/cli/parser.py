@@ -146,8 +146,8 @@ def _add_tool_parsers(sub) -> None:
 
 
 def _on_off(parser, name: str, help: str) -> None:
-    """``--NAME`` / ``--no-NAME``, mutually exclusive (newcomer trial: ``--fusion --no-fusion``
-    was accepted, the last one winning), both setting ``NAME`` (None when neither is given)."""
+    """``--NAME`` / ``--no-NAME``, mutually exclusive (``--fusion --no-fusion`` is refused,
+    not decided by the last one), both setting ``NAME`` (None when neither is given)."""
     group = parser.add_mutually_exclusive_group()
     dest = name.replace("-", "_")
     group.add_argument(f"--{name}", dest=dest, action="store_const", const=True, default=None,

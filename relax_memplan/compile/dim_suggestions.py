@@ -8,8 +8,8 @@ symbolic dims and runs the checks compile runs on declared ranges before buildin
 (:func:`~relax_memplan.compile.shape_casts.check_shape_casts`, then
 :class:`~relax_memplan.transform.CheckIndexBounds` on the module annotated by
 :class:`~relax_memplan.transform.AnnotateDimRanges`). A range refused there is moved up its
-grid to the smallest lower end that passes (newcomer trial: silero's ``sequence=1..128``
-was refused, its frame count ``(sequence - 192) // 512 + 1`` needs ``sequence >= 192``).
+grid to the smallest lower end that passes (silero's ``sequence=1..128`` is refused: its
+frame count ``(sequence - 192) // 512 + 1`` needs ``sequence >= 192``).
 """
 
 from __future__ import annotations

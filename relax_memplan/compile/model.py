@@ -353,8 +353,8 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                 conv_chain=options.fusion_conv_chain, schedule=options.schedule,
                 plan_pass=b.plan_pass, reorder=options.reorder_pass is not None).to_dict()
         return
-    # the values planned: those outside the dim's range are skipped, with a note (newcomer
-    # trial: the header listed a skipped value)
+    # the values planned: those outside the dim's range are skipped, with a note, and the
+    # header lists none of them
     b.report.buckets = {n: [x for x in v if n not in dims or x in DimRange(*dims[n])]
                         for n, v in (b.dyn.buckets or {}).items()} \
         if b.strategy == "buckets" else {}

@@ -41,7 +41,7 @@ def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
         raise ShapeSpecError(f"bad dim spec {text!r}: a step must be >= 1 and needs HI")
     if (upper - lower) % step if step > 1 else False:
         below = lower + (upper - lower) // step * step
-        # newcomer trial: 1..64:100 suggested "e.g. 1..1:100", a range of one value
+        # the values around HI that are on the grid: for 1..64:100 not "1..1:100" (one value)
         near = [f"{lower}..{v}:{step}" for v in (below, below + step) if v > lower]
         raise ShapeSpecError(f"bad dim spec {text!r}: HI must be LO + k * STEP (e.g. "
                              f"{' or '.join(near)})")
@@ -54,7 +54,7 @@ def parse_values_spec(text: str, option: str = "--bucket") -> Tuple[str, Tuple[i
     ------
     ShapeSpecError
         Malformed text, or a value below 1; the message names ``option`` and what is wrong
-        (newcomer trial: ``--dispatch seq=0`` said "bad bucket spec").
+        (``--dispatch seq=0`` names ``--dispatch``, not ``--bucket``).
     """
     name, sep, rest = text.rpartition("=")
     try:

@@ -1,9 +1,8 @@
 """Command-line flags as the tool suggests them: one spelling, quoted for a POSIX shell.
 
-Newcomer trial: a dim named ``seq len`` was suggested as ``--dim seq len=1..128`` (two
-arguments when pasted) and a dim named ``a=b`` as ``--dim a=b=1..64``; every suggested
-``--dim``/``--shape`` flag is now built here, its value ``shlex.quote``-d, and ``--dim``
-splits its value on the last ``=`` (so ``a=b=1..64`` is dim ``a=b``).
+Every suggested ``--dim``/``--shape`` flag is built here, its value ``shlex.quote``-d, so that
+a dim named ``seq len`` is suggested as ``--dim 'seq len=1..128'`` (one argument when
+pasted); ``--dim`` splits its value on the last ``=`` (so ``a=b=1..64`` is dim ``a=b``).
 """
 
 from __future__ import annotations

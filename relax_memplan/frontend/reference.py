@@ -180,8 +180,8 @@ def run_onnxruntime(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 def _ort_message(err: BaseException) -> str:
     """onnxruntime's message without its ``[ONNXRuntimeError] : 2 : INVALID_ARGUMENT :`` prefix,
-    its lines joined (newcomer trial: "Got invalid dimensions for input: x for the following
-    indices" ended there; the indices and sizes are on the next lines)."""
+    its lines joined ("Got invalid dimensions for input: x for the following indices" is
+    followed by the indices and sizes on the next lines)."""
     joined = RuntimeError("; ".join(line.strip() for line in str(err).splitlines() if line.strip()))
     return re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*", "",
                   summarize_error(joined, max_chars=400))

@@ -11,11 +11,11 @@ FuseOps/FuseTIR alone) and ``fusion=True`` (our passes first), both with our pla
   tensor once, before any reuse), and the lower bound (peak live bytes) of our plan, both runs
   with the build's planner settings (in-place reuse, concat in place, reordering: the same
   baseline as the report's lower bound, so ``lower_bound_bytes_ours`` is that bound and the
-  difference is fusion's effect alone; newcomer trial on yolov8n: the summary's bound, computed
-  without concat in place, said fusion changed nothing while turning conv chains off raised
-  the report's bound), and the build's kernels: with ``schedule`` both runs apply our CPU
-  schedules (newcomer trial on bert-tiny ``--schedule``: the runs had unscheduled kernels, so
-  "-> 393,216 B" was the unscheduled build's bound beside a report bound of 458,752 B). The
+  difference is fusion's effect alone; on yolov8n a bound computed without concat in place
+  says fusion changes nothing while turning conv chains off raises the report's bound), and
+  the build's kernels: with ``schedule`` both runs apply our CPU schedules (on bert-tiny
+  ``--schedule``, runs with unscheduled kernels would print "-> 393,216 B", the unscheduled
+  build's bound, beside a report bound of 458,752 B). The
   build's own bound is kept beside it (``lower_bound_bytes_build``); the text says so when
   they differ;
 * onnxruntime's reference: the node count of its optimized graph for the same ONNX model
@@ -60,9 +60,9 @@ class FusionSummary:
 
     Bytes are bytes; ``ort_nodes`` is ``None`` when onnxruntime could not optimize the model
     (or was given none); it counts the nodes of If/Loop/Scan bodies too, ``ort_subgraph_nodes``
-    of them (newcomer trial: silero's "4 nodes" were Reshape, Gather, Equal and an If holding
-    the model). ``conv_chain_scratch_bytes``: the largest kernel-local scratch of one
-    parallel iteration of a :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain`
+    of them (silero's 4 nodes are Reshape, Gather, Equal and an If holding the model).
+    ``conv_chain_scratch_bytes``: the largest kernel-local scratch of one parallel iteration
+    of a :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain`
     kernel (TVM's CPU workspace pool, once per running thread; not in the lower bound).
     ``planner_settings``: the planner features both lower bounds were computed with
     (``"in-place, concat in place, reordering"``; ``"none"``), the build's.
@@ -142,9 +142,9 @@ def fusion_skips(passes) -> dict:
     3}``), every reason of :class:`~relax_memplan.transform.fuse_conv_chain.FuseConvChain`
     (``skipped``); empty when none or fusion is off. With the fused chains they add up to the
     candidates (``fusion_counts()["conv_chain_candidates"]``), the same in every mode.
-    Newcomer trials: yolov8n under ``--schedule`` printed "conv chains fused 0x, conv chains
-    refused 0x", its stem pair skipped without a word; without it "fused 2x, refused 4x" with
-    no reason, and one of its 7 strided convs in no count."""
+    Without the reasons, yolov8n under ``--schedule`` reads "conv chains fused 0x, conv chains
+    refused 0x" (its stem pair skipped without a word), and without ``--schedule`` "fused 2x,
+    refused 4x" with no reason and one of its 7 strided convs in no count."""
     skips = {}
     for p in passes or []:
         if p.info.name == "FuseConvChain":

@@ -288,8 +288,8 @@ def arena_live_bytes(function_plan, arena, num_steps: int) -> List[int]:
     ``arena.unaligned_lower_bound_bytes`` (exact sizes, the line the report's peak rows add
     up to).
 
-    Regression (newcomer trial): yolov8n's curve peaked at 1,900 KiB, below its 2,000 KiB
-    lower bound, counting a concat output only over its own live range."""
+    A concat output counted only over its own live range would put yolov8n's curve's peak at
+    1,900 KiB, below its 2,000 KiB lower bound."""
     from .summary import storage_buffers
 
     return live_bytes_per_step(storage_buffers(function_plan, arena), num_steps)

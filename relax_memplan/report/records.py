@@ -190,8 +190,8 @@ class FunctionMemoryReport:
         """Bytes per call TVM's default build allocates more than ours (static plans); None
         when the function runs recursive loop bodies (``loop_storage_bytes``): TVM's static
         figure leaves out what they allocate on every iteration, so only the run-time bytes
-        compare (newcomer trial: a 20-iteration Loop read "saved -49,152 B" while TVM's build
-        allocated 655,360 B at run time against our 49,152 B)."""
+        compare (a 20-iteration Loop would read "saved -49,152 B" while TVM's build allocates
+        655,360 B at run time against our 49,152 B)."""
         if self.loop_storage_bytes or self.tvm_default_bytes is None:
             return None
         return self.tvm_default_bytes - self.expected_runtime_alloc_bytes

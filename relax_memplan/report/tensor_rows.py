@@ -48,9 +48,9 @@ def live_storage_bytes(rows: Sequence[Dict]) -> int:
     the union of their byte ranges per arena (a concatenation's inputs placed inside its
     output, an in-place chain at one offset: counted once); else the sum of ``size_bytes``.
 
-    Regression (newcomer trial): yolov8n's report said "live at the peak: 4 tensors,
-    2,457,600 B" above its 2,048,000 B arena, counting the concat output and its three inputs
-    placed inside it twice."""
+    Counted as a sum, yolov8n's report would say "live at the peak: 4 tensors, 2,457,600 B",
+    above its 2,048,000 B arena: the concat output and its three inputs placed inside it
+    twice."""
     if not all("offset_bytes" in r for r in rows):
         return sum(r["size_bytes"] for r in rows)
     arenas: Dict[int, List[Tuple[int, int]]] = {}

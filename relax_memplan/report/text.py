@@ -69,8 +69,8 @@ def _format_function(f: FunctionMemoryReport) -> List[str]:
     if f.unaligned_lower_bound_bytes != lb:
         lines.append(row("  same, exact sizes", f.unaligned_lower_bound_bytes))
     # each "without" row: this build's bound with that feature off, the others as built
-    # (newcomer trial: yolov8n's 2,457,600 -> 2,048,000 B came from concat in place, while
-    # the rows and the steps line credited in-place reuse)
+    # (so that each feature is credited with its own bytes: yolov8n's 2,457,600 -> 2,048,000 B
+    # come from concat in place, not from in-place reuse)
     if f.inplace_capable_kernels is not None:
         lines.append(row("  without in-place reuse" + (" or concat" if f.concat_inplace
                                                         is not None else ""),
@@ -164,14 +164,14 @@ def _dims_text(dims: Mapping[str, int]) -> str:
 
 
 def _dims_width(shapes: List[ShapeMeasurement]) -> int:
-    """Width of the dims column: 28, or the longest dims text and two spaces (newcomer
-    trial: long dim names pushed the cells of their rows out of the columns)."""
+    """Width of the dims column: 28, or the longest dims text and two spaces (long dim names
+    would push the cells of their rows out of the columns)."""
     return max([28] + [len(_dims_text(s.dims)) + 2 for s in shapes])
 
 
 def _bytes_width(shapes: List[ShapeMeasurement]) -> int:
     """Width of each bytes column: 12, or the longest number with its commas and two spaces
-    (newcomer trial: at batch=1..1000000 the cells ran together, '393,216,000,000393,...')."""
+    (at batch=1..1000000 the cells would run together, '393,216,000,000393,...')."""
     values = [v for s in shapes for v in (s.lower_bound_bytes, s.arena_bytes,
                                           s.runtime_alloc_bytes, s.tvm_default_runtime_alloc_bytes)
               if v is not None]
@@ -466,8 +466,8 @@ def _peak_lines(tensors: List[Dict], peak_step: Optional[int], live_at_peak: Lis
         kernel = t["producer"] or "-"
         kernel = kernel if len(kernel) <= 34 else kernel[:31] + "..."
         rows.append((t, (t["name"], kernel, shape, f"{t['size_bytes']:,}", f"{t['offset_bytes']:,}")))
-    # each column widened to its content plus a space (newcomer trial: a long shape ran into
-    # the bytes, 'float328,847,360,000,000')
+    # each column widened to its content plus a space (a long shape would run into the
+    # bytes, 'float328,847,360,000,000')
     w = [max([width] + [len(cells[i]) + 1 for _, cells in rows])
          for i, width in enumerate((16, 36, 22, 12, 12))]
     lines = [f"  live at the peak{where} (step {peak_step}): {len(live)} tensors, {total:,} B"

@@ -97,8 +97,7 @@ class Comparison:
     nonfinite_only_ours, nonfinite_only_reference : int
         Of ``nonfinite_mismatches``, over all outputs: NaN/Inf in ours where the reference is
         finite, and in the reference where ours is finite (the rest: both non-finite, different
-        values, e.g. NaN against Inf). Newcomer trial: a NaN mismatch did not say which side
-        produced the NaN.
+        values, e.g. NaN against Inf), so that a NaN mismatch says which side produced the NaN.
     """
 
     max_abs_error: float

@@ -160,8 +160,8 @@ def recording_interrupts() -> Iterator[List[int]]:
     finally:
         signal.signal(signal.SIGINT, previous)
         # by identity: nested blocks that each recorded [2] compare equal, and list.remove
-        # took the outer block's list (newcomer trial: ValueError traceback, exit 1 on Ctrl-C
-        # while TVM's default build ran)
+        # would take the outer block's list (a ValueError traceback and exit 1 on a Ctrl-C
+        # while TVM's default build runs)
         del _RECORDING[next(i for i, r in enumerate(_RECORDING) if r is received)]
 
 

@@ -144,7 +144,7 @@ def loop_forms(onnx_model) -> Dict[str, Dict[str, int]]:
     graph constant (a Scan: a declared static length, forward) of at most
     :data:`~relax_memplan.frontend.prepare.loops.MAX_UNROLLED_ITERATIONS`, else ``recursive``.
     Read from the graph before import: a trip count that constant folding computes counts as
-    recursive here (newcomer trial: inspect named ``unroll_loops`` for a loop that takes the
+    recursive here (so that inspect does not name ``unroll_loops`` for a loop that takes the
     recursive form)."""
     from ..frontend.prepare.loops import MAX_UNROLLED_ITERATIONS
 
