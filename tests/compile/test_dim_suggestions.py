@@ -8,9 +8,10 @@ import pytest
 
 from relax_memplan import frontend
 from relax_memplan.compile.dim_suggestions import check_dim_ranges
-from relax_memplan.compile.shapes import check_dims_up_front, parse_dim_spec
+from relax_memplan.compile.shapes import check_dims_up_front
+from relax_memplan.compile.specs import parse_dim_spec
 from relax_memplan.errors import IndexBoundsError
-from relax_memplan.onnx_prepare import STEP_NAMES
+from relax_memplan.frontend.prepare import STEP_NAMES
 from relax_memplan.tools.inspect import inspect_onnx
 from tests.conftest import shared_model
 
