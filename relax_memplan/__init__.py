@@ -1,17 +1,23 @@
 """relax_memplan: memory planning passes, an ONNX compile path and reports for TVM Relax.
 
-``import relax_memplan`` loads no TVM, so that ``relax-memplan --help`` answers at once: the
-names below are imported on first use (PEP 562). The first use of any of them imports
-:mod:`relax_memplan.pipeline`, which registers the ``"relax_memplan"`` pipeline with TVM, so
-``tvm.relax.get_pipeline("relax_memplan", target="llvm")`` works after, e.g.,
-``from relax_memplan import get_pipeline`` (or ``import relax_memplan.pipeline``).
+``import relax_memplan`` registers the ``"relax_memplan"`` pipeline with TVM, so
+``tvm.relax.get_pipeline("relax_memplan", target=...)`` and
+``tvm.compile(mod, target, relax_pipeline="relax_memplan")`` work after it. The one exception
+is the ``relax-memplan`` console entry (:mod:`relax_memplan_launch`): there the package loads no
+TVM, so that ``--help``, ``--version`` and argument errors answer at once; each command imports
+what it runs. The public names below are imported on first use (PEP 562).
 
 Examples
 --------
 >>> from relax_memplan import get_pipeline, PlanStaticMemory, import_onnx
 """
 
+import sys as _sys
+
 from ._version import __version__
+
+if "relax_memplan_launch" not in _sys.modules:
+    from . import pipeline as _pipeline  # noqa: F401  (registers the pipeline with TVM)
 
 __all__ = ["__version__", "get_pipeline", "PlanStaticMemory", "PlanDynamicMemory", "import_onnx"]
 
