@@ -61,7 +61,7 @@ _CAST_CHECK = re.compile(r"^(?:Check failed: )?input_shape\[i\] == heap_data\[re
 def _readable_cast_error(text: str) -> str:
     """The VM's failed ``R.match_cast`` (``input_shape[i] == heap_data[reg] (2 vs. 1) :
     ErrorContext(match_cast, ty=R.Tensor(<a long shape>)) ...``) in a few words, so that the
-    line is not cut inside the shape (newcomer trial: it ended ``match_cast e...``)."""
+    line is not cut inside the shape (it would end ``match_cast e...``)."""
     match = _CAST_CHECK.match(text)
     if match is None:
         return text

@@ -1,14 +1,15 @@
 """The ``--dim`` ranges the tool suggests, checked as compile checks a declared range.
 
 One source for every suggestion (``inspect``, the "not declared" warning, the "missing --dim"
-error): :func:`~relax_memplan.tools.inspect.suggest_dim_ranges` proposes ranges from the ONNX
+error, :func:`missing_dims_advice`):
+:func:`~relax_memplan.frontend.suggested_ranges.suggest_dim_ranges` proposes ranges from the ONNX
 graph (names, the image grid); :func:`checked_dim_ranges` then imports the model with
 symbolic dims and runs the checks compile runs on declared ranges before building
 (:func:`~relax_memplan.compile.shape_casts.check_shape_casts`, then
 :class:`~relax_memplan.transform.CheckIndexBounds` on the module annotated by
 :class:`~relax_memplan.transform.AnnotateDimRanges`). A range refused there is moved up its
-grid to the smallest lower end that passes (newcomer trial: silero's ``sequence=1..128``
-was refused, its frame count ``(sequence - 192) // 512 + 1`` needs ``sequence >= 192``).
+grid to the smallest lower end that passes (silero's ``sequence=1..128`` is refused: its
+frame count ``(sequence - 192) // 512 + 1`` needs ``sequence >= 192``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from typing import Dict, Mapping, Optional, Sequence
 
 from ..analysis.dims import DimRange
 from ..errors import RelaxMemplanError
-from ..tools.flags import tvm_dim_name
+from ..frontend.flags import dim_flag, tvm_dim_name
+from ..frontend.suggested_ranges import dim_locations, suggest_dim_range, suggest_dim_ranges
+from .specs import parse_dim_spec
 
-__all__ = ["check_dim_ranges", "checked_dim_ranges", "range_text"]
+__all__ = ["check_dim_ranges", "checked_dim_ranges", "missing_dims_advice", "range_text"]
 
 _PROBE_LIMIT = 1 << 20
 """Largest lower end tried when moving a refused range up (elements)."""
@@ -150,8 +153,7 @@ def checked_dim_ranges(onnx_model, input_dims: Mapping[str, Optional[Sequence]],
         the graph's suggestions unchecked (compile then says why it cannot import).
     """
     from .. import frontend
-    from ..onnx_prepare import STEP_NAMES
-    from ..tools.inspect import suggest_dim_range, suggest_dim_ranges
+    from ..frontend.prepare import STEP_NAMES
 
     graph_ranges = suggest_dim_ranges(input_dims, onnx_model.graph)
     wanted = list(names) if names is not None else list(graph_ranges)
@@ -160,8 +162,6 @@ def checked_dim_ranges(onnx_model, input_dims: Mapping[str, Optional[Sequence]],
         mod, _ = frontend.import_onnx(onnx_model, {}, keep_dynamic=True, prepare_steps=STEP_NAMES)
     except Exception:  # noqa: BLE001 - any import failure: compile reports it itself
         return texts
-    from .shapes import parse_dim_spec
-
     ranges = {tvm_dim_name(n): DimRange(*parse_dim_spec(f"x={t}")[1])
               for n, t in {**graph_ranges, **texts}.items()}
     for name in texts:
@@ -172,3 +172,26 @@ def checked_dim_ranges(onnx_model, input_dims: Mapping[str, Optional[Sequence]],
                 ranges[key] = moved
                 texts[name] = range_text(moved)
     return texts
+
+
+def missing_dims_advice(missing: Sequence[str], input_dims: Mapping[str, Optional[Sequence]],
+                        graph=None, model=None) -> str:
+    """What to type for symbolic dims given no ``--dim`` range: ``"missing --dim for s27 (axis 1
+    of input_ids); add --dim s27=1..64 (placeholder range: ...), or --dim s27=1..1 to keep it
+    fixed"``. Ranges as ``inspect`` suggests them with the ONNX ``model``
+    (:func:`checked_dim_ranges`), else from :func:`suggest_dim_ranges` (the model's grid) with
+    ``graph``, else by name; the fixed value is the range's lower end (an image side on a
+    stride-32 grid: 32)."""
+    where = dim_locations(input_dims)
+    if model is not None:
+        ranges = checked_dim_ranges(model, input_dims, missing)
+    else:
+        ranges = suggest_dim_ranges(input_dims, graph) if graph is not None else {}
+    ranges = {n: ranges.get(n) or suggest_dim_range(n) for n in missing}
+    them = "it" if len(missing) == 1 else "them"
+    keep = " ".join(dim_flag(n, f"{r.split('..')[0]}..{r.split('..')[0]}") for n, r in ranges.items())
+    return ("missing --dim for "
+            + ", ".join(f"{n} ({where[n]})" if n in where else n for n in missing)
+            + f"; add {' '.join(dim_flag(n, r) for n, r in ranges.items())} (placeholder "
+            f"range{'s' if len(missing) > 1 else ''}: set {them} to the values you will run), "
+            f"or {keep} to keep {them} fixed")

@@ -19,9 +19,9 @@ import tvm
 
 from ..analysis.dims import DimRange
 from ..errors import RelaxMemplanError, RunError, ShapeSpecError
-from ..onnx_prepare.loop_facts import loops_of, with_body_plans
+from ..frontend.prepare.loop_facts import loops_of, with_body_plans
 from ..pipeline import fusion_counts, fusion_passes
-from ..reference import cast_value
+from ..frontend.reference import cast_value
 from ..report import CompileReport
 from ..transform.hoist_loop_storage import HoistLoopStorage
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
@@ -29,14 +29,14 @@ from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.record_storage import RecordStorage
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
-from .fusion_summary import fusion_skips, summarize_fusion
-from .not_applied import features_not_applied
+from ..report.fusion_summary import fusion_skips, summarize_fusion
+from ..report.not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .shape_casts import check_shape_casts
 from .options import BuildOptions, CheckOptions, library_path_for
 from .shapes import (check_dims_up_front, fit_values, flag_spelling, sample_dims, shapes_at,
                      symbolic_dims)
-from .summary import static_functions, summarize_dynamic
+from ..report.summary import static_functions, summarize_dynamic
 
 __all__ = ["CompileResult", "compile_model", "compile_strategies", "compile_and_measure",
            "model_name"]
@@ -97,7 +97,7 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
     Parameters
     ----------
     model : onnx.ModelProto or path, optional
-        ``None``: the built-in example (:func:`relax_memplan.examples.example_cnn`).
+        ``None``: the built-in example (:func:`relax_memplan.frontend.examples.example_cnn`).
     shapes : mapping of str to sequence of int, optional
         Full shapes of some inputs (``--shape``); without ``dim_ranges`` they must fix every
         symbolic dim of the model, with it the dims they leave free stay symbolic.
@@ -144,8 +144,8 @@ def _import(model, shapes, dims, prepare: bool, say):
     """(onnx model, report name, Relax module, ImportInfo, dim renames); dims stay symbolic
     with ranges; renames: :func:`~relax_memplan.compile.shapes.flag_spelling`."""
     from .. import frontend
-    from ..examples import example_cnn
-    from ..onnx_prepare import STEP_NAMES
+    from ..frontend.examples import example_cnn
+    from ..frontend.prepare import STEP_NAMES
 
     name = model_name(model)
     onnx_model = (example_cnn() if model is None else model if hasattr(model, "graph")
@@ -161,7 +161,7 @@ def _import(model, shapes, dims, prepare: bool, say):
 def _input_spelling(onnx_model, shapes):
     """``--shape`` keyed by the model's input names, an input also taken in its printed
     spelling (``input_1`` for ``input.1``, :func:`~.shapes.flag_spelling`)."""
-    from ..input_shapes import graph_inputs
+    from ..frontend.input_shapes import graph_inputs
 
     shapes = dict(shapes or {})
     names = [v.name for v in graph_inputs(onnx_model)]
@@ -338,8 +338,8 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                 conv_chain=options.fusion_conv_chain, schedule=options.schedule,
                 plan_pass=b.plan_pass, reorder=options.reorder_pass is not None).to_dict()
         return
-    # the values planned: those outside the dim's range are skipped, with a note (newcomer
-    # trial: the header listed a skipped value)
+    # the values planned: those outside the dim's range are skipped, with a note, and the
+    # header lists none of them
     b.report.buckets = {n: [x for x in v if n not in dims or x in DimRange(*dims[n])]
                         for n, v in (b.dyn.buckets or {}).items()} \
         if b.strategy == "buckets" else {}

@@ -8,9 +8,10 @@ import pytest
 
 from relax_memplan import frontend
 from relax_memplan.compile.dim_suggestions import check_dim_ranges
-from relax_memplan.compile.shapes import check_dims_up_front, parse_dim_spec
+from relax_memplan.compile.shapes import check_dims_up_front
+from relax_memplan.compile.specs import parse_dim_spec
 from relax_memplan.errors import IndexBoundsError
-from relax_memplan.onnx_prepare import STEP_NAMES
+from relax_memplan.frontend.prepare import STEP_NAMES
 from relax_memplan.tools.inspect import inspect_onnx
 from tests.conftest import shared_model
 
@@ -119,7 +120,7 @@ def test_suggested_range_starts_where_no_tensor_is_empty():
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    from relax_memplan.reference import run_onnxruntime
+    from relax_memplan.frontend import run_onnxruntime
 
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[8])], "conv",
