@@ -240,12 +240,12 @@ class TargetError(RelaxMemplanError, ValueError):
 __all__ += ["TargetError"]
 
 
-class UndeclaredDimWarning(UserWarning):
-    """A symbolic dim of the model has neither a ``--dim`` range nor a ``--shape`` value and
-    is compiled at 1; the message gives the flags that declare it. Issued before the import."""
+class UndeclaredDimError(ShapeSpecError):
+    """A symbolic dim of the model has neither a ``--dim`` range nor a ``--shape`` value;
+    the message gives the flags that declare it. Raised before the import."""
 
 
-__all__ += ["UndeclaredDimWarning"]
+__all__ += ["UndeclaredDimError"]
 
 
 INDEX_CHECK_MESSAGE = "relax_memplan: index out of range in"

@@ -15,11 +15,9 @@ NaN/Inf not matched by the reference (at any sampled shape with ``--dim``),
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import sys
-import warnings
 from typing import List, Optional
 
 from ..errors import RelaxMemplanError
@@ -51,27 +49,6 @@ def _release_quietly(err: BaseException) -> None:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-
-
-@contextlib.contextmanager
-def _warnings_as_lines(quiet: bool):
-    """Our warnings (:class:`~relax_memplan.errors.UndeclaredDimWarning`) printed at once as
-    ``relax-memplan: warning: ...``, one line, no source location (none with -q: the report's
-    notes keep them); others as Python shows them."""
-    from ..errors import UndeclaredDimWarning
-
-    with warnings.catch_warnings():
-        shown = warnings.showwarning
-
-        def show(message, category, *rest, **kwargs):
-            if issubclass(category, UndeclaredDimWarning):
-                print(f"relax-memplan: warning: {message}", file=sys.stderr, flush=True)
-            else:
-                shown(message, category, *rest, **kwargs)
-
-        warnings.simplefilter("ignore" if quiet else "always", UndeclaredDimWarning)
-        warnings.showwarning = show
-        yield
 
 
 def _output_files(args) -> List[str]:
@@ -108,7 +85,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ..runtime import recording_interrupts
 
     guard = OutputGuard([])
-    with recording_interrupts() as interrupted, _warnings_as_lines(getattr(args, "quiet", False)):
+    with recording_interrupts() as interrupted:
         try:
             try:
                 guard = OutputGuard(_output_files(args))

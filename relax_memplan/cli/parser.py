@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", nargs="?", help="path to an .onnx file (default: built-in example)")
     c.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
                    help="full shape of an input, fixing its dynamic dims (repeatable); "
-                   "dims not fixed default to 1 (with --dim: stay symbolic)")
+                   "without --dim every symbolic dim needs one (with --dim: the dims it leaves free "
+                   "stay symbolic)")
     c.add_argument("--input", action="append", default=[], metavar="NAME=VALUE|FILE.npy",
                    help="use this value for an input instead of random data, e.g. sr=16000")
     c.add_argument("--config", metavar="YAML", help="configuration file (see configs/default.yaml)")
@@ -125,7 +126,7 @@ def _add_tool_parsers(sub) -> None:
                        "thread count) in interleaved rounds; print min/median/max per call.")
     b.add_argument("model", nargs="?", help="path to an .onnx file (default: built-in example)")
     b.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
-                   help="full shape of an input (repeatable); dynamic dims not fixed are 1")
+                   help="full shape of an input (repeatable); every symbolic dim needs one")
     b.add_argument("--input", action="append", default=[], metavar="NAME=VALUE|FILE.npy",
                    help="use this value for an input instead of random data")
     b.add_argument("--repeat", type=int_at_least(1), default=20, metavar="N",

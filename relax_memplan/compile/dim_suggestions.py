@@ -64,17 +64,48 @@ def check_dim_ranges(mod, ranges: Mapping[str, tuple]) -> None:
         raise check.refused from None
 
 
+def _extents_positive(mod, dims: Mapping[str, int]) -> bool:
+    """Every tensor bound in the module has extents >= 1 at ``dims`` (module dim names).
+
+    A conv over fewer samples than its kernel has an output extent <= 0 at such a value
+    (openwakeword's melspectrogram below 512 samples): the range checks do not see it, the
+    run fails (onnxruntime: "Invalid input shape"), so a suggestion must not start there.
+    An extent that does not evaluate (a data-dependent dim) counts as positive.
+    """
+    from tvm import relax
+
+    from ..analysis.dims import evaluate_int
+
+    extents = []
+
+    def visit(expr):
+        ty = getattr(expr, "ty", None)
+        if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
+            extents.extend(ty.shape.values)
+
+    for function in mod.functions.values():
+        if isinstance(function, relax.Function):
+            relax.analysis.post_order_visit(function, visit)
+    for extent in extents:
+        try:
+            if evaluate_int(extent, dims) < 1:
+                return False
+        except (ValueError, TypeError, ZeroDivisionError):
+            continue
+    return True
+
+
 def _passes(mod, ranges: Mapping[str, DimRange]) -> bool:
     """The checks pass on the ranges and with every dim at its lower end (CheckIndexBounds
     tries the upper ends: an index valid only for large dims, silero's frame count, is
-    refused at the lower ends only)."""
+    refused at the lower ends only), and no tensor is empty or negative there."""
     lower_ends = {n: (r.lower, r.lower) for n, r in ranges.items()}
     try:
         check_dim_ranges(mod, {n: (r.lower, r.upper, r.step) for n, r in ranges.items()})
         check_dim_ranges(mod, lower_ends)
     except RelaxMemplanError:
         return False
-    return True
+    return _extents_positive(mod, {n: r.lower for n, r in ranges.items()})
 
 
 def _moved_up(mod, ranges: Dict[str, DimRange], name: str) -> Optional[DimRange]:

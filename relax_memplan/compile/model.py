@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 
 from ..analysis.dims import DimRange
-from ..errors import IndexBoundsError, RelaxMemplanError, RunError, ShapeSpecError
+from ..errors import RelaxMemplanError, RunError, ShapeSpecError
 from ..frontend.prepare.loop_facts import loops_of, with_body_plans
 from ..pipeline import fusion_counts, fusion_passes
 from ..frontend.reference import cast_value
@@ -34,7 +34,7 @@ from ..report.not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .shape_casts import check_shape_casts
 from .options import BuildOptions, CheckOptions, library_path_for
-from .shapes import (undeclared_dims_fix, check_dims_up_front, fit_values, flag_spelling, sample_dims, shapes_at,
+from .shapes import (check_dims_up_front, fit_values, flag_spelling, sample_dims, shapes_at,
                      symbolic_dims)
 from ..report.summary import static_functions, summarize_dynamic
 
@@ -99,8 +99,8 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
     model : onnx.ModelProto or path, optional
         ``None``: the built-in example (:func:`relax_memplan.frontend.examples.example_cnn`).
     shapes : mapping of str to sequence of int, optional
-        Full shapes of some inputs (``--shape``); without ``dim_ranges`` dims left dynamic
-        become 1, with it they stay symbolic.
+        Full shapes of some inputs (``--shape``); without ``dim_ranges`` they must fix every
+        symbolic dim of the model, with it the dims they leave free stay symbolic.
     dim_ranges : mapping of str to (int, int or None[, int]), optional
         Declared ranges of every symbolic dim (``--dim``); none: a fixed-shape build.
     options : BuildOptions
@@ -119,8 +119,9 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
     ------
     ModelLoadError, UnsupportedOperatorError, ShapeSpecError, CompileError,
     ReferenceRunError, RunError
-        Bad model, bad shapes or dims, a failed build, onnxruntime refusing the inputs,
-        a build failing at run time.
+        Bad model, bad shapes or dims (:class:`~relax_memplan.errors.UndeclaredDimError`: a
+        symbolic dim neither fixed by ``shapes`` nor ranged by ``dim_ranges``, before any
+        import), a failed build, onnxruntime refusing the inputs, a build failing at run time.
     """
     say = progress or (lambda _msg: None)
     dims = dict(dim_ranges or {})
@@ -131,28 +132,12 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
                          values=dict(input_values or {}),
                          notes=[n for n in info.notes if not dims or "kept symbolic" not in n])
     points = _points(source, dims, check)
-    try:
-        results = compile_and_measure(source, dims, points, options, check, say)
-    except IndexBoundsError as err:
-        if dims or not info.defaulted_dims:
-            raise
-        raise IndexBoundsError(f"{err} (undeclared dims compiled at 1; the smallest shapes "
-                               f"that work: {undeclared_dims_fix(onnx_model, _dims(info))[1]})"
-                               ) from None
+    results = compile_and_measure(source, dims, points, options, check, say)
     if not dims:
         for result in results.values():
             result.report.inputs = {n: {"shape": list(s), "dtype": info.input_dtypes[n]}
                                     for n, s in info.input_shapes.items()}
     return results
-
-
-def _dims(info):
-    """Each input's dims with the defaulted ones named again (for :func:`undeclared_dims_fix`)."""
-    dims = {n: list(s) for n, s in info.input_shapes.items()}
-    for name, pairs in info.defaulted_dims.items():
-        for axis, symbol in pairs:
-            dims[name][axis] = symbol
-    return dims
 
 
 def _import(model, shapes, dims, prepare: bool, say):

@@ -10,13 +10,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-import warnings
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
 from ..analysis.dims import DimRange, evaluate_int
-from ..errors import ShapeSpecError, UndeclaredDimWarning
+from ..errors import ShapeSpecError, UndeclaredDimError
 from ..frontend.input_shapes import plan_inputs
 from ..frontend.flags import dim_flag, shape_flag, tvm_dim_name
 from ..transform._dynamic_plan import sample_points
@@ -147,12 +146,26 @@ def undeclared_dims_fix(onnx_model, input_dims) -> Tuple[str, str]:
     return " ".join(dim_flag(n, r) for n, r in ranges.items()), shape_flags
 
 
-def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> Dict[str, str]:
+def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple],
+                       command: str = "compile") -> Dict[str, str]:
     """Before importing: the ONNX model's symbolic dims against ``--shape`` and ``--dim``.
 
     With ranges, :func:`check_declared_dims` (an error before any import or build). Without,
-    a dim that no ``--shape`` fixes is compiled at 1: an :class:`UndeclaredDimWarning` says
-    so and how to declare it.
+    every symbolic dim must be fixed by a ``--shape``: a dim left free is refused with the
+    ``--dim`` ranges ``inspect`` suggests and the ``--shape`` flags at their lower ends, each
+    passing compile's checks (:func:`undeclared_dims_fix`). No size is guessed: a model
+    compiled at 1 for a dim the user did not choose gives a report about a shape nobody runs.
+
+    Parameters
+    ----------
+    onnx_model : onnx.ModelProto
+    shapes : mapping of str to sequence of int
+        ``--shape`` values by input name.
+    dim_ranges : mapping of str to tuple
+        ``--dim`` ranges by dim name.
+    command : {"compile", "bench"}
+        The command named in the refusal; ``bench`` times fixed shapes only, so its refusal
+        suggests ``--shape`` alone.
 
     Returns
     -------
@@ -165,6 +178,9 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
     ------
     ShapeSpecError
         A bad ``--shape`` (unknown input, wrong rank, ...) or a dim range that does not fit.
+    UndeclaredDimError
+        A symbolic dim with neither a ``--shape`` value nor a ``--dim`` range; the message
+        gives the flags to add.
     """
     plan = plan_inputs(onnx_model, dict(shapes or {}), keep_dynamic=True)
     symbolic = list(dict.fromkeys(d for dims in plan.input_dims.values() for d in dims
@@ -176,11 +192,22 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
                                                    for n, r in dim_ranges.items()},
                             plan.input_dims, onnx_model)
     elif symbolic:
-        flags, fix = undeclared_dims_fix(onnx_model, plan.input_dims)
-        warnings.warn(UndeclaredDimWarning(
-            f"symbolic dim(s) {', '.join(symbolic)} not declared: compiled at 1 (compile once "
-            f"for a range with {flags}, or fix them with {fix})"), stacklevel=3)
+        raise _undeclared(onnx_model, plan.input_dims, symbolic, command)
     return {n: tvm_dim_name(m) for n, m in onnx_names.items() if tvm_dim_name(m) != n}
+
+
+def _undeclared(onnx_model, input_dims, symbolic, command: str) -> UndeclaredDimError:
+    """The refusal of ``symbolic`` dims left free, with the flags that declare them."""
+    from ..frontend.suggested_ranges import dim_locations
+
+    flags, fix = undeclared_dims_fix(onnx_model, input_dims)
+    where = dim_locations(input_dims)
+    dims = ", ".join(f"{d} ({where[d]})" for d in symbolic)
+    # bench times fixed shapes only: no --dim to suggest
+    ranged = "" if command == "bench" else f"add {flags} to compile once for those ranges, or "
+    return UndeclaredDimError(
+        f"symbolic dim(s) {dims} not declared and {command} does not guess a size: {ranged}fix "
+        f"them with {fix} (placeholders: set them to the sizes you will run)")
 
 
 def shapes_at(mod, dims: Mapping[str, int]) -> Dict[str, Tuple[int, ...]]:

@@ -28,7 +28,7 @@ from tvm.relax.frontend.onnx import onnx_frontend
 
 from ..errors import ModelLoadError, UnsupportedOperatorError, summarize_error
 from . import prepare as onnx_prepare
-from .input_shapes import InputPlan, plan_inputs, with_input_dims
+from .input_shapes import InputPlan, plan_inputs, with_input_dims, without_negative_dims
 from .prepare.converters import added_ops, corrected_converters, describe_usage
 from .prepare.loop_facts import attach_loops, collecting_loops
 from .prepare.node_names import attach_node_names, name_onnx_nodes
@@ -212,8 +212,9 @@ def import_onnx(
     """
     model = _as_model(model_or_path)
     plan = plan_inputs(model, dict(shapes or {}), keep_dynamic)
-    # the steps and TVM see the model as if the chosen shapes were written in it
-    model = with_input_dims(model, plan.input_dims)
+    # the steps and TVM see the model as if the chosen shapes were written in it, and a
+    # negative dim_value elsewhere (paddle2onnx's -1) as the unknown dim it means
+    model, _ = without_negative_dims(with_input_dims(model, plan.input_dims))
     if prepare_steps is None:
         prepare_steps = onnx_prepare.STEP_NAMES
     plan.steps = onnx_prepare.select_steps(prepare_steps, disable_steps)

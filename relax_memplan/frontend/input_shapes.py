@@ -20,7 +20,8 @@ from .flags import shape_flag
 from .suggested_ranges import suggest_dim_ranges
 
 __all__ = ["MAX_DIM", "parse_shape_spec", "InputPlan", "graph_inputs", "input_dim_symbols",
-           "plan_inputs", "named_dims_from_shapes", "with_input_dims", "check_user_shape"]
+           "plan_inputs", "named_dims_from_shapes", "with_input_dims", "check_user_shape",
+           "static_dim", "without_negative_dims"]
 
 #: Largest dim accepted in a shape spec (TVM shape arithmetic is int64; a tensor
 #: this long in one dim is far beyond any memory).
@@ -99,17 +100,57 @@ _UNNAMED_DIMS = frozenset({"", "?"})
 """``dim_param`` values that name no dim: each such dim is unknown and independent."""
 
 
+def static_dim(dim: onnx.TensorShapeProto.Dimension) -> int | None:
+    """The static extent of one declared dim, None when it is unknown.
+
+    A ``dim_value`` that is set and not negative is static, 0 included (ONNX Runtime runs
+    an input declared 0 only at size 0). A negative ``dim_value`` is unknown: paddle2onnx
+    writes ``-1`` for a dynamic dim, and ONNX Runtime reads any negative value so.
+    """
+    if dim.WhichOneof("value") == "dim_value" and dim.dim_value >= 0:
+        return dim.dim_value
+    return None
+
+
+def without_negative_dims(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """A copy of ``model`` whose declared shapes (inputs, outputs, ``value_info``, in
+    subgraphs too) have no negative ``dim_value``: each becomes an unnamed dim, the form
+    ONNX shape inference and TVM's importer read as unknown; with the number replaced.
+    The model itself is returned when it has none."""
+    def dims(graph):
+        for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+            if value.type.HasField("tensor_type"):
+                yield from value.type.tensor_type.shape.dim
+        for node in graph.node:
+            for attr in node.attribute:
+                for body in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH
+                             else attr.graphs):
+                    yield from dims(body)
+
+    if not any(d.WhichOneof("value") == "dim_value" and d.dim_value < 0
+               for d in dims(model.graph)):
+        return model, 0
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    count = 0
+    for dim in dims(copy.graph):
+        if dim.WhichOneof("value") == "dim_value" and dim.dim_value < 0:
+            dim.Clear()
+            count += 1
+    return copy, count
+
+
 def input_dim_symbols(inputs) -> dict[str, list[int | str] | None]:
     """Each input's dims: an int for a static dim, the ``dim_param`` for a named dynamic
     dim, and a fresh unique name ``<input>_dim<axis>`` for an unnamed one (``dim_param``
-    empty or ``?``), so that only a name shared in the model ties two dims together. A
-    ``dim_value`` of 0 set in the model is the static size 0, not an unknown dim.
-    None for an input of unknown rank."""
+    empty or ``?``, or a negative ``dim_value``: :func:`static_dim`), so that only a name
+    shared in the model ties two dims together. A ``dim_value`` of 0 set in the model is
+    the static size 0, not an unknown dim. None for an input of unknown rank."""
     taken = {
         dim.dim_param
         for value in inputs
         for dim in value.type.tensor_type.shape.dim
-        if dim.dim_value <= 0 and dim.dim_param not in _UNNAMED_DIMS
+        if static_dim(dim) is None and dim.dim_param not in _UNNAMED_DIMS
     }
     symbols = {}
     for value in inputs:
@@ -119,9 +160,9 @@ def input_dim_symbols(inputs) -> dict[str, list[int | str] | None]:
             continue
         dims = []
         for axis, dim in enumerate(tensor_type.shape.dim):
-            if dim.dim_value > 0 or dim.WhichOneof("value") == "dim_value":
+            if static_dim(dim) is not None:
                 dims.append(dim.dim_value)  # 0 set explicitly: a static empty dim
-            elif dim.dim_param not in _UNNAMED_DIMS:
+            elif dim.WhichOneof("value") == "dim_param" and dim.dim_param not in _UNNAMED_DIMS:
                 dims.append(dim.dim_param)
             else:  # a name TVM's shape parser reads as one symbol, unique in the model
                 base = re.sub(r"\W", "_", f"{value.name}_dim{axis}")

@@ -154,7 +154,7 @@ def bench_onnx(
     model : onnx.ModelProto or path, optional
         ``None``: the built-in example (:func:`relax_memplan.frontend.examples.example_cnn`).
     shapes : dict of str to sequence of int, optional
-        Full input shapes (as ``--shape``; dims left dynamic are 1).
+        Full input shapes (as ``--shape``); they must fix every symbolic dim of the model.
     repeat : int
         Timed calls per runner (>= 1).
     warmup : int
@@ -192,7 +192,8 @@ def bench_onnx(
     ValueError
         ``repeat < 1`` or ``warmup < 0``.
     ModelLoadError, ShapeSpecError, CompileError, ReferenceRunError
-        As :func:`relax_memplan.compile.compile_model`.
+        As :func:`relax_memplan.compile.compile_model`; ``UndeclaredDimError`` (a
+        ``ShapeSpecError``) for a symbolic dim that ``shapes`` leaves free, before the import.
     RunError
         A call failed (one line: which runner, the input shapes, the reason).
     """
@@ -201,6 +202,7 @@ def bench_onnx(
     from .. import frontend
     from ..compile import build
     from ..compile.model import model_name
+    from ..compile.shapes import check_dims_up_front
     from ..schedules import host_target
     from ..errors import RunError, summarize_error
     from ..frontend.examples import example_cnn
@@ -214,6 +216,7 @@ def bench_onnx(
     name = model_name(model)
     onnx_model = (example_cnn() if model is None
                   else model if hasattr(model, "graph") else frontend.load_onnx(model))
+    check_dims_up_front(onnx_model, shapes, {}, command="bench")  # no size guessed
     say(f"importing {name}")
     mod, info = frontend.import_onnx(onnx_model, shapes, prepare_steps=STEP_NAMES if prepare else ())
     feed = frontend.make_random_inputs(onnx_model, info, seed=seed, values=input_values)

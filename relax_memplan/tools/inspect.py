@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Union
 
+from ..frontend.input_shapes import static_dim
 from ..frontend.flags import dim_flag
 from ..frontend.suggested_ranges import graph_constants
 
@@ -133,7 +134,7 @@ def _static_dim(graph, name: str, axis: int):
     for value in list(graph.input) + list(graph.value_info) + list(graph.output):
         if value.name == name:
             dims = value.type.tensor_type.shape.dim
-            if axis < len(dims) and dims[axis].HasField("dim_value"):
+            if axis < len(dims) and static_dim(dims[axis]) is not None:
                 return int(dims[axis].dim_value)
     return None
 

@@ -154,16 +154,19 @@ def test_unknown_config_key(capsys, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "model, node, op",
+    "model, shapes, node, op",
     [
-        ("bert-tiny-randw.onnx", "/m/ConstantOfShape", "ConstantOfShape"),
-        ("gpt2-tiny-randw.onnx", "node_Reshape_54", "Reshape"),
-        ("magika-1.0.3.onnx", "MagikaV2/Reshape", "Reshape"),
+        ("bert-tiny-randw.onnx", ["input_ids=2,16", "attention_mask=2,16", "token_type_ids=2,16"],
+         "/m/ConstantOfShape", "ConstantOfShape"),
+        ("gpt2-tiny-randw.onnx", ["input_ids=2,16"], "node_Reshape_54", "Reshape"),
+        ("magika-1.0.3.onnx", ["bytes=1,2048"], "MagikaV2/Reshape", "Reshape"),
     ],
 )
-def test_unimportable_model_names_node_and_op(capsys, model, node, op):
+def test_unimportable_model_names_node_and_op(capsys, model, shapes, node, op):
     """TVM's importer alone (--no-prepare) fails on these; the error names node and op."""
-    line = _one_line_error(capsys, ["compile", str(shared_model(model)), "-q", "--no-prepare"])
+    flags = [word for shape in shapes for word in ("--shape", shape)]
+    line = _one_line_error(capsys, ["compile", str(shared_model(model)), "-q", "--no-prepare",
+                                    *flags])
     assert node in line and f"op {op}" in line
 
 
@@ -548,32 +551,33 @@ def test_an_undeclared_dim_is_refused_before_the_import(capsys, monkeypatch, mod
                     f"missing --dim for {missing}")
 
 
-def test_dims_left_to_1_are_a_warning_before_the_import(capsys, monkeypatch):
+def test_undeclared_dims_are_refused_before_the_import(capsys, monkeypatch):
+    """No silent size 1: gpt2 compiled at seq 1 with a warning; refused with the flags."""
     _no_import(monkeypatch)
-    assert main(["compile", str(shared_model("gpt2-tiny-randw.onnx"))]) == EXIT_ERROR
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[0] == ("relax-memplan: warning: symbolic dim(s) s77, s27 not declared: compiled at "
-                      "1 (compile once for a range with --dim s77=1..64 --dim s27=1..64, or fix "
-                      "them with --shape input_ids=1,1)")
-    assert err[-1] == "relax-memplan: error: import started"
-    main(["compile", str(shared_model("gpt2-tiny-randw.onnx")), "-q"])  # -q: the notes only
-    assert "warning" not in capsys.readouterr().err
+    line = _one_line_error(capsys, ["compile", str(shared_model("gpt2-tiny-randw.onnx"))])
+    assert line == ("relax-memplan: error: symbolic dim(s) s77 (axis 0 of input_ids), s27 (axis "
+                    "1 of input_ids) not declared and compile does not guess a size: add --dim "
+                    "s77=1..64 --dim s27=1..64 to compile once for those ranges, or fix them "
+                    "with --shape input_ids=1,1 (placeholders: set them to the sizes you will "
+                    "run)")
+    _one_line_error(capsys, ["compile", str(shared_model("gpt2-tiny-randw.onnx")), "-q"])
 
 
 def test_undeclared_image_dims_suggest_values_on_the_models_grid(capsys, monkeypatch):
     """Review: the warning suggested --shape images=1,3,1,1, which does not import (yolov8n's
     stride-32 neck); it suggests the grid's first value, as inspect does."""
     _no_import(monkeypatch)
-    main(["compile", str(shared_model("yolov8n-nudenet-320n.onnx"))])
-    assert capsys.readouterr().err.splitlines()[0].endswith(
-        "(compile once for a range with --dim batch=1..8 --dim height=32..320:32 --dim "
-        "width=32..320:32, or fix them with --shape images=1,3,32,32)")
+    line = _one_line_error(capsys, ["compile", str(shared_model("yolov8n-nudenet-320n.onnx"))])
+    assert ": add --dim batch=1..8 --dim height=32..320:32 --dim width=32..320:32 to compile " \
+        "once" in line
+    assert "or fix them with --shape images=1,3,32,32 (placeholders" in line
 
 
-def test_fixed_dims_give_no_warning(capsys, monkeypatch):
+def test_fixed_dims_are_not_refused(capsys, monkeypatch):
     _no_import(monkeypatch)
-    main(["compile", str(shared_model("gpt2-tiny-randw.onnx")), "--shape", "input_ids=1,8"])
-    assert "warning" not in capsys.readouterr().err
+    line = _one_line_error(capsys, ["compile", str(shared_model("gpt2-tiny-randw.onnx")),
+                                    "--shape", "input_ids=1,8"])
+    assert line == "relax-memplan: error: import started"
 
 
 def _not_run_cuda() -> str:

@@ -5,7 +5,7 @@ import shlex
 import pytest
 from onnx import TensorProto, helper
 
-from relax_memplan.cli import main
+from relax_memplan.cli import EXIT_ERROR, main
 from relax_memplan.compile.shapes import check_dims_up_front
 from relax_memplan.compile.specs import parse_dim_spec
 from relax_memplan.errors import ShapeSpecError
@@ -53,9 +53,11 @@ def test_every_spelling_of_an_odd_dim_name_is_accepted(dim, spellings, module_na
 def test_compile_takes_the_quoted_suggestion_of_a_dim_with_a_space(tmp_path, capsys):
     path = tmp_path / "space.onnx"
     path.write_bytes(_model("seq len").SerializeToString())
-    assert main(["compile", str(path), "--no-measure"]) == 0
+    assert main(["compile", str(path), "--no-measure"]) == EXIT_ERROR  # no size guessed
     err = capsys.readouterr().err
     assert "--dim 'seq len=1..128'" in err and "--shape 'in put=1,16'" in err
+    assert main(["compile", str(path), "--no-measure", "--shape", "in put=1,16"]) == 0
+    capsys.readouterr()
     assert main(["compile", str(path), "--no-measure", "--dim", "seq len=1..8"]) == 0
     assert "seqlen in [1, 8]" in capsys.readouterr().out
 

@@ -19,11 +19,15 @@ by a subclass of TVM's own that handles the symbolic case and defers to TVM othe
     ``Concat`` and broadcasting element-wise ops whose symbolic dims must be equal by
     ONNX's rules but are not provably equal (``2 * ((H - 1) // 32 + 1)`` against
     ``(H - 1) // 16 + 1``) ``match_cast`` the later input to the first input's dims, a
-    check done at run time, instead of losing the output's shape.
+    check done at run time, instead of losing the output's shape; so does ``Squeeze`` of a
+    symbolic axis, cast to 1 (:mod:`~relax_memplan.onnx_prepare.unit_squeeze`).
 ``symbolic_expand``
     ``Expand`` of a tensor with symbolic dims to a constant shape (``x[n, 4]`` to
     ``[1, 1, 4]``) broadcasts with the symbolic dims kept (TVM reads ``dim.value`` of
     every input dim: "'Var' object has no attribute 'value'").
+``symbolic_auto_pad``
+    ``Conv`` with ``auto_pad`` ``SAME_*`` over symbolic dims pads by an expression of the
+    dims (tf2onnx's ``padding="same"``; :mod:`~relax_memplan.onnx_prepare.symbolic_auto_pad`).
 ``recurrent``
     ``LSTM`` and ``GRU`` (no TVM converter): a projection ``matmul`` and one time-loop
     kernel per node (:mod:`relax_memplan.frontend.prepare.recurrent`).
@@ -51,6 +55,8 @@ from ...errors import PrepareStepError
 from .pipeline import CONVERTER_STEP_NAMES
 from .loops import LOOP_CONVERTERS, importer_tracking
 from .recurrent import RECURRENT_CONVERTERS
+from .symbolic_auto_pad import symbolic_auto_pad_converter
+from .unit_squeeze import unit_squeeze_converter
 
 __all__ = ["corrected_converters", "CONVERTER_STEPS", "added_ops"]
 
@@ -319,8 +325,12 @@ def _converter_table(converters: dict) -> dict[str, dict[str, type]]:
         "symbolic_range": {"Range": SymbolicRange},
         "shape_value_reshape": {"Reshape": ShapeValueReshape},
         "exact_resize": {"Resize": ExactResize},
-        "assume_equal_dims": equal_dims,
+        "assume_equal_dims": {
+            **equal_dims, "Squeeze": unit_squeeze_converter(
+                lambda op: _record("assume_equal_dims", op))},
         "symbolic_expand": {"Expand": SymbolicExpand},
+        "symbolic_auto_pad": {"Conv": symbolic_auto_pad_converter(
+            lambda op: _record("symbolic_auto_pad", op))},
         "recurrent": dict(RECURRENT_CONVERTERS),
         "unroll_loops": dict(LOOP_CONVERTERS),
     }

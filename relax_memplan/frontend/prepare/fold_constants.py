@@ -31,6 +31,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
+from ..input_shapes import static_dim
 from ._graph import constant_values, consumers, has_subgraph, subgraph_reads, subgraphs
 
 __all__ = ["FoldConstants"]
@@ -145,9 +146,7 @@ def _collect_static_shapes(graph: onnx.GraphProto, shapes: dict) -> None:
     for value in list(graph.input) + list(graph.value_info) + list(graph.output):
         tensor_type = value.type.tensor_type
         if value.type.HasField("tensor_type") and tensor_type.HasField("shape"):
-            shapes[value.name] = [
-                d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim
-            ]
+            shapes[value.name] = [static_dim(d) for d in tensor_type.shape.dim]
     for init in graph.initializer:
         shapes[init.name] = list(init.dims)
     for node in graph.node:

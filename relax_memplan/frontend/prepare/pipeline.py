@@ -21,6 +21,7 @@ import onnx
 
 from ...errors import PrepareStepError
 from .fold_constants import FoldConstants
+from .inline_constant_if import InlineConstantIf
 from .shape_casts import Int64ShapeArithmetic
 
 __all__ = ["GRAPH_STEPS", "CONVERTER_STEP_NAMES", "STEP_NAMES", "PreparedModel", "prepare"]
@@ -29,6 +30,7 @@ GraphStep = Callable[[onnx.ModelProto], tuple[onnx.ModelProto, str]]
 
 GRAPH_STEPS: dict[str, Callable[[], GraphStep]] = {
     FoldConstants.name: FoldConstants,
+    InlineConstantIf.name: InlineConstantIf,
     Int64ShapeArithmetic.name: Int64ShapeArithmetic,
 }
 """Graph step name to a factory of the step with its default arguments, in run order."""
@@ -39,6 +41,7 @@ CONVERTER_STEP_NAMES: tuple[str, ...] = (
     "exact_resize",
     "assume_equal_dims",
     "symbolic_expand",
+    "symbolic_auto_pad",
     "recurrent",
     "unroll_loops",
 )
