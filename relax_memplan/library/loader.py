@@ -105,6 +105,19 @@ def release_embedded_constants(path) -> int:
     return last - first if libc.madvise(first, last - first, _MADV_DONTNEED) == 0 else 0
 
 
+def _loader_message(path: str, err: Exception) -> Optional[str]:
+    """Our one line for TVM's loader error (a CUDA library without a GPU, ...), or None.
+    With TVM's runtime alone :mod:`relax_memplan.runtime` cannot be imported (it needs
+    ``tvm.relax``): TVM's own message is kept."""
+    import tvm
+
+    if tvm.base._RUNTIME_ONLY:
+        return None
+    from ..runtime.vm_errors import describe_loader_error
+
+    return describe_loader_error(path, str(err), tvm.cuda(0).exist)
+
+
 def load_library(path, device=None, *, memory_cfg: Optional[str] = None,
                  verify: bool = True, inputs: Optional[Mapping[str, object]] = None
                  ) -> LoadedLibrary:
@@ -143,7 +156,6 @@ def load_library(path, device=None, *, memory_cfg: Optional[str] = None,
     from tvm.runtime.vm import VirtualMachine
 
     from ..tools.library_file import check_elf_complete
-    from ..vm_errors import describe_loader_error
 
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -158,7 +170,7 @@ def load_library(path, device=None, *, memory_cfg: Optional[str] = None,
     try:
         module = tvm.runtime.load_module(path)
     except Exception as err:  # noqa: BLE001 - TVM raises many types; one clear message
-        message = describe_loader_error(path, str(err), tvm.cuda(0).exist)
+        message = _loader_message(path, err)
         raise ModelLoadError(message or f"{path}: cannot load as a Relax VM library: "
                                         f"{summarize_error(err)}") from None
     released = release_embedded_constants(path)
