@@ -10,8 +10,10 @@ how ``run``, the benchmarks and Python callers load it.
 - :mod:`.loader` -- :func:`load_library` (verify, load with ``tvm.runtime.load_module``, drop
   the file pages of the embedded constants so that the weights are resident once, make a
   Relax VM) and :func:`release_embedded_constants` for a module loaded with TVM directly;
-- :mod:`.resident` -- bytes a call keeps resident: the constants a build embeds and the
-  largest kernel workspace, recorded while the pipeline runs.
+- :mod:`.elf` -- a library file checked whole before the dynamic loader maps it, and its
+  format told by its first bytes.
+
+The bytes a call keeps resident (constants, workspace) are :mod:`relax_memplan.analysis.resident`.
 """
 
 from .loader import LoadedLibrary, load_library, release_embedded_constants

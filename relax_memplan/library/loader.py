@@ -155,7 +155,7 @@ def load_library(path, device=None, *, memory_cfg: Optional[str] = None,
     import tvm
     from tvm.runtime.vm import VirtualMachine
 
-    from ..tools.library_file import check_elf_complete
+    from .elf import check_elf_complete
 
     path = os.fspath(path)
     if not os.path.isfile(path):

@@ -241,10 +241,10 @@ def read_manifest(library) -> Optional[LibraryManifest]:
 
 
 def _looks_like_a_library(path) -> bool:
-    from ..tools.run import _library_format
+    from .elf import library_format
 
     with open(path, "rb") as f:
-        return _library_format(f.read(4)) is not None
+        return library_format(f.read(4)) is not None
 
 
 def verify_library(library) -> Optional[LibraryManifest]:

@@ -400,7 +400,7 @@ class CompileReport:
         carried-state and body/scratch bytes, evaluated at every row of ``shapes``.
     resident : ResidentBytes, optional
         The build's distinct constants and largest kernel workspace
-        (:mod:`relax_memplan.library.resident`); in the JSON as ``resident`` with
+        (:mod:`relax_memplan.analysis.resident`); in the JSON as ``resident`` with
         ``per_call_bytes`` (:attr:`per_call_bytes`) and ``resident_bytes`` (constants + per
         call + workspace).
     """

@@ -42,14 +42,23 @@ def _static_text(report: CompileReport) -> List[str]:
 
 
 def _resident_lines(report: CompileReport) -> List[str]:
-    """Constants + arena and outputs + workspace of a call (:mod:`relax_memplan.library.
-    resident`); with symbolic dims, of the row that allocated most."""
-    from ..library.resident import resident_lines
-
-    if report.resident is None:
+    """Constants + arena and outputs + workspace of a call (:mod:`relax_memplan.analysis.
+    resident`), in the report's columns; with symbolic dims, of the row that allocated most."""
+    resident = report.resident
+    if resident is None:
         return []
-    label = "our build per call" if report.is_static else "largest run"
-    return resident_lines(report.resident, report.per_call_bytes, _fmt_bytes, label)
+    per_call = report.per_call_bytes
+    top = resident.largest_workspace
+    lines = []
+    if per_call is not None:
+        label = "our build per call" if report.is_static else "largest run"
+        lines.append(f"  {'resident per call':<38}{_fmt_bytes(resident.total_bytes(per_call)):>30}"
+                     f"  constants + {label} + workspace")
+    lines.append(f"  {'  constants in the library':<38}{_fmt_bytes(resident.constants_bytes):>30}"
+                 f"  {resident.num_constants} distinct tensors")
+    lines.append(f"  {'  kernel workspace':<38}{_fmt_bytes(resident.workspace_bytes):>30}"
+                 + (f"  largest kernel {top.kernel}, {resident.threads} thread(s)" if top else ""))
+    return lines
 
 
 def _target_text(report: CompileReport) -> str:

@@ -10,6 +10,7 @@ from typing import Dict, List, Mapping, Sequence
 import numpy as np
 
 from ..errors import ModelLoadError, RelaxMemplanError
+from ..library.elf import library_format
 
 __all__ = ["RunOutputs", "function_params", "npz_path", "refuse_compiled_library", "run_command",
            "run_library", "save_outputs"]
@@ -31,15 +32,7 @@ class RunOutputs:
     outputs: List[np.ndarray]
 
 
-#: First bytes of the shared-library formats ``tvm.runtime.load_module`` loads (ELF, Mach-O
-#: 32/64-bit both byte orders, PE) -> the format's name.
-_LIBRARY_MAGIC = {b"\x7fELF": "ELF", b"\xcf\xfa\xed\xfe": "Mach-O", b"\xfe\xed\xfa\xcf": "Mach-O",
-                  b"\xce\xfa\xed\xfe": "Mach-O", b"\xfe\xed\xfa\xce": "Mach-O", b"MZ": "PE"}
 _LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")
-
-
-def _library_format(head: bytes):
-    return next((name for magic, name in _LIBRARY_MAGIC.items() if head.startswith(magic)), None)
 
 
 def refuse_compiled_library(path, command: str) -> None:
@@ -65,7 +58,7 @@ def refuse_compiled_library(path, command: str) -> None:
         return
     try:
         with open(path, "rb") as f:
-            kind = _library_format(f.read(4))
+            kind = library_format(f.read(4))
     except OSError:
         return
     if kind is not None:
@@ -112,7 +105,7 @@ def _check_content(path) -> None:
     """
     with open(path, "rb") as f:
         head = f.read(4)
-    kind = _library_format(head)
+    kind = library_format(head)
     name = os.fspath(path)
     if kind is not None:
         if not name.lower().endswith(_LIBRARY_SUFFIXES):

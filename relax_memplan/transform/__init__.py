@@ -33,6 +33,7 @@ from .plan_static_memory import PlanStaticMemory
 from .record_resident_bytes import RecordResidentBytes
 from .record_storage import RecordStorage
 from .remove_dropout import RemoveDropout
+from .share_transposed_weights import ShareTransposedWeights
 from .reorder_for_memory import ReorderForMemory
 from .specialize_kernels import SpecializeKernels
 
@@ -57,6 +58,7 @@ __all__ = [
     "RecordResidentBytes",
     "RecordStorage",
     "RemoveDropout",
+    "ShareTransposedWeights",
     "ReorderForMemory",
     "SpecializeKernels",
 ]

@@ -1,5 +1,5 @@
 """RecordResidentBytes: an analysis-only pass that records the constants a build embeds and
-the workspace of each kernel (:mod:`relax_memplan.library.resident`).
+the workspace of each kernel (:mod:`relax_memplan.analysis.resident`).
 
 Two points of ``tvm.compile``: the pass itself runs after the whole Relax pipeline
 (``relax_memplan.compile.build`` appends it), when the constants are final (folded,
@@ -20,7 +20,7 @@ from typing import Iterator, Optional
 import tvm
 from tvm import tirx
 
-from ..library.resident import ResidentBytes, constant_tensors, kernel_workspace
+from ..analysis.resident import ResidentBytes, constant_tensors, kernel_workspace
 
 __all__ = ["RecordResidentBytes"]
 
@@ -29,7 +29,7 @@ _NAMES = itertools.count()
 
 @tvm.transform.module_pass(opt_level=0, name="RecordResidentBytes")
 class RecordResidentBytes:
-    """Record a :class:`~relax_memplan.library.resident.ResidentBytes`; the module is unchanged.
+    """Record a :class:`~relax_memplan.analysis.resident.ResidentBytes`; the module is unchanged.
 
     Parameters
     ----------

@@ -11,7 +11,7 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from relax_memplan.cli import main
-from relax_memplan.library.resident import (MAX_STACK_ALLOCA_BYTES, KernelWorkspace,
+from relax_memplan.analysis.resident import (MAX_STACK_ALLOCA_BYTES, KernelWorkspace,
                                             ResidentBytes, constant_tensors, kernel_workspace)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from relax_memplan.library.resident import constant_tensors
+from relax_memplan.analysis.resident import constant_tensors
 from relax_memplan.pipeline import get_pipeline
 from relax_memplan.transform.share_transposed_weights import ShareTransposedWeights
 

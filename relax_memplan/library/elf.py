@@ -16,7 +16,17 @@ import struct
 
 from ..errors import ModelLoadError
 
-__all__ = ["check_elf_complete"]
+__all__ = ["check_elf_complete", "library_format"]
+
+#: First bytes of the shared-library formats ``tvm.runtime.load_module`` loads (ELF, Mach-O
+#: 32/64-bit both byte orders, PE) -> the format's name.
+_LIBRARY_MAGIC = {b"\x7fELF": "ELF", b"\xcf\xfa\xed\xfe": "Mach-O", b"\xfe\xed\xfa\xcf": "Mach-O",
+                  b"\xce\xfa\xed\xfe": "Mach-O", b"\xfe\xed\xfa\xce": "Mach-O", b"MZ": "PE"}
+
+
+def library_format(head: bytes):
+    """``"ELF"``, ``"Mach-O"`` or ``"PE"`` for a file starting with ``head``, else None."""
+    return next((name for magic, name in _LIBRARY_MAGIC.items() if head.startswith(magic)), None)
 
 _PT_LOAD = 1
 _SHT_NOBITS = 8

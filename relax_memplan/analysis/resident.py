@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 __all__ = ["KernelWorkspace", "ResidentBytes", "constant_tensors", "kernel_workspace",
-           "MAX_STACK_ALLOCA_BYTES", "resident_lines"]
+           "MAX_STACK_ALLOCA_BYTES"]
 
 MAX_STACK_ALLOCA_BYTES = 1024
 """TVM's ``runtime::kMaxStackAlloca``: CPU buffers up to this size live on the stack."""
@@ -144,7 +144,7 @@ def constant_tensors(mod) -> Tuple[int, int]:
 def _buffer_bytes(buffer) -> Optional[int]:
     import tvm
 
-    from ..analysis.liveness import dtype_size_bytes
+    from .liveness import dtype_size_bytes
 
     n = 1
     for extent in buffer.shape:
@@ -190,21 +190,3 @@ def kernel_workspace(name: str, func) -> KernelWorkspace:
                 else:
                     shared += size
     return KernelWorkspace(name, shared, per_thread)
-
-
-def resident_lines(resident: ResidentBytes, per_call_bytes: Optional[int], fmt_bytes,
-                   per_call_label: str = "our build per call") -> List[str]:
-    """The report's lines, in the report's columns: the total a call keeps resident, then
-    its constants and workspace (``fmt_bytes`` formats a byte count); ``per_call_bytes``
-    None: the parts only."""
-    top = resident.largest_workspace
-    lines = []
-    if per_call_bytes is not None:
-        lines.append(f"  {'resident per call':<38}"
-                     f"{fmt_bytes(resident.total_bytes(per_call_bytes)):>30}  constants + "
-                     f"{per_call_label} + workspace")
-    lines.append(f"  {'  constants in the library':<38}{fmt_bytes(resident.constants_bytes):>30}"
-                 f"  {resident.num_constants} distinct tensors")
-    lines.append(f"  {'  kernel workspace':<38}{fmt_bytes(resident.workspace_bytes):>30}"
-                 + (f"  largest kernel {top.kernel}, {resident.threads} thread(s)" if top else ""))
-    return lines
