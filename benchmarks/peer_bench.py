@@ -90,9 +90,10 @@ def compile_library(model, build: str, flags, work: Path, reuse: bool, threads: 
     proc = subprocess.run(["/usr/bin/time", "-f", "%M", *command], capture_output=True,
                           text=True, env=_env(threads), cwd=REPO)
     elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        lines = [l for l in proc.stderr.splitlines() if l.strip()]
-        return {"error": lines[-2] if len(lines) > 1 else proc.stderr.strip()}
+    if proc.returncode != 0:  # the last lines are /usr/bin/time's: skip them
+        lines = [l for l in proc.stderr.splitlines() if l.strip()
+                 and not l.startswith("Command exited") and not l.strip().isdigit()]
+        return {"error": lines[-1] if lines else f"exit {proc.returncode}"}
     out = {"library": str(library), "compile_s": round(elapsed, 1),
            "compile_peak_rss": int(proc.stderr.split()[-1]) * 1024,
            "library_bytes": library.stat().st_size, "flags": flags}
