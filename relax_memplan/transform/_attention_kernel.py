@@ -31,13 +31,14 @@ from __future__ import annotations
 
 from typing import Optional
 
+import tvm
 from tvm import tirx
 from tvm.script import tirx as T
 
 from ._attention_spec import (KernelSpec, build_prim_func, declare_buffers, float_min,
                               whole_regions)
 
-__all__ = ["attention_kernel", "decline_reason"]
+__all__ = ["attention_kernel", "decline_reason", "tile_variants"]
 
 #: Largest head dim the CPU kernel takes: a task keeps (head_dim x block_queries) query rows
 #: and as many accumulators in its local buffers.
@@ -51,6 +52,39 @@ def decline_reason(spec: KernelSpec) -> Optional[str]:
     return None
 
 
+#: Work (``groups x seq_q x seq_k x (head_dim + value_dim)``) up to which one thread runs the
+#: whole kernel: below it TVM's parallel launch costs more than it saves (measured at seq 1-8,
+#: 12 heads: 5-8 us serial vs 10-13 us parallel).
+SERIAL_WORK = 1 << 18
+#: Query rows per task of the variants for few queries (decoder steps, short inputs): 8 (or
+#: 16) lanes instead of 32 rows of which all but a few repeat the last one.
+FEW_QUERIES = 8
+
+
+def tile_variants(spec: KernelSpec, block_keys: int, block_queries: int):
+    """[(condition, block_queries, block_keys, parallel)] tried in order, the last one with
+    condition ``None`` (else). Conditions are on the run-time shapes; one that the static
+    shapes decide is resolved here (a fixed shape gets one variant)."""
+    analyzer = tvm.sym.Analyzer()
+    work = spec.groups() * spec.seq_q * spec.seq_k * (spec.head_dim + spec.value_dim)
+    options = [(work <= SERIAL_WORK, FEW_QUERIES, min(block_keys, FEW_QUERIES), False),
+               (spec.seq_q <= FEW_QUERIES, FEW_QUERIES, block_keys, True),
+               (spec.seq_q <= 2 * FEW_QUERIES, 2 * FEW_QUERIES, block_keys, True)]
+    out = []
+    for cond, bq, bk, parallel in options:
+        if bq >= block_queries:
+            continue
+        cond = analyzer.simplify(cond)
+        if isinstance(cond, tirx.IntImm):
+            if int(cond):
+                out.append((None, bq, bk, parallel))
+                return out
+            continue
+        out.append((cond, bq, bk, parallel))
+    out.append((None, block_queries, block_keys, True))
+    return out
+
+
 def attention_kernel(spec: KernelSpec, block_keys: int = 32,
                      block_queries: int = 32) -> tirx.PrimFunc:
     """Build the fused attention PrimFunc for the CPU.
@@ -60,14 +94,55 @@ def attention_kernel(spec: KernelSpec, block_keys: int = 32,
     spec : KernelSpec
         What to compute and where its operands are.
     block_keys, block_queries : int
-        Keys per block of the recurrence; query rows per parallel task.
+        Keys per block of the recurrence; query rows per parallel task. Small problems and
+        few queries get smaller tiles (:func:`tile_variants`), chosen at run time where the
+        shapes are symbolic.
 
     Returns
     -------
     tvm.tirx.PrimFunc
         ``(inputs..., params..., out)``, private, marked ``tirx.is_scheduled``.
     """
-    D, E, BK, BQ = spec.head_dim, spec.value_dim, block_keys, block_queries
+    bufs, out = declare_buffers(spec)
+    variants = tile_variants(spec, block_keys, block_queries)
+    runs = [_variant(spec, bufs, out, bq, bk, parallel) for _, bq, bk, parallel in variants]
+    conds = [c for c, *_ in variants]
+    n = len(runs)
+    r0, r1, r2, r3 = (runs + [None] * 3)[:4]
+    c0, c1, c2 = (conds + [None] * 2)[:3]
+
+    @T.prim_func(private=True, s_tir=True, check_well_formed=False)
+    def attention():
+        if n == 1:
+            r0()
+        elif n == 2:
+            if c0:
+                r0()
+            else:
+                r1()
+        elif n == 3:
+            if c0:
+                r0()
+            elif c1:
+                r1()
+            else:
+                r2()
+        else:
+            if c0:
+                r0()
+            elif c1:
+                r1()
+            elif c2:
+                r2()
+            else:
+                r3()
+
+    return build_prim_func(spec, attention, bufs, out)
+
+
+def _variant(spec: KernelSpec, bufs, out, BQ: int, BK: int, parallel: bool):
+    """The kernel's loop nest with ``BQ`` query rows and ``BK`` keys per tile, as a macro."""
+    D, E = spec.head_dim, spec.value_dim
     KU = next(u for u in (4, 2, 1) if BK % u == 0)  # keys per register tile (scores)
     EU = next(u for u in (4, 2, 1) if E % u == 0)  # value entries per register tile (P V)
     acc_t = "float32"
@@ -76,7 +151,6 @@ def attention_kernel(spec: KernelSpec, block_keys: int = 32,
     sq, sk = spec.seq_q, spec.seq_k
     nqb = (sq + BQ - 1) // BQ
     tasks = spec.groups() * nqb
-    bufs, out = declare_buffers(spec)
     reads, writes = whole_regions(bufs), whole_regions([out])
     guard = spec.guard
 
@@ -94,6 +168,9 @@ def attention_kernel(spec: KernelSpec, block_keys: int = 32,
 
     def score(task, s, row, key):
         return spec.epilogue(bufs, s, lead(task), row, key)
+
+    def out_index(task, row, e):
+        return spec.out_index(lead(task), row, e)
 
     @T.macro
     def fast_exp(buf, i, j, t):
@@ -155,9 +232,9 @@ def attention_kernel(spec: KernelSpec, block_keys: int = 32,
                 for qi in T.vectorized(BQ):
                     acc[e0 * EU + ee, qi] = reg[ee, qi]
 
-    @T.prim_func(private=True, s_tir=True, check_well_formed=False)
-    def attention():
-        for task in T.parallel(tasks):
+    @T.macro
+    def run():
+        for task in (T.parallel(tasks) if parallel else T.serial(tasks)):
             with T.sblock("attention"):
                 T.reads(reads)
                 T.writes(writes)
@@ -203,10 +280,11 @@ def attention_kernel(spec: KernelSpec, block_keys: int = 32,
                 for qi in range(BQ):
                     if q0 + qi < sq:
                         for e in range(E):
-                            out[tuple(spec.out_index(lead(task), q0 + qi, e))] = T.Cast(
-                                spec.out_dtype, _normalized(acc[e, qi], stat[1, qi], guard))
+                            T.buffer_store(out, T.Cast(spec.out_dtype, _normalized(
+                                acc[e, qi], stat[1, qi], guard)), out_index(task, q0 + qi, e))
 
-    return build_prim_func(spec, attention, bufs, out)
+    return run
+
 
 
 def _normalized(acc, total, guard: bool):
