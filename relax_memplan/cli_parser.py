@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
             help="our graph-level fusion before TVM's FuseOps: attention as one kernel "
             "(llvm and cuda), dropout removed; in both builds, like --schedule (default "
             "from config: on)")
+    c.add_argument("--explain-fusion", action="store_true",
+                   help="after the report, list each fusion candidate that was refused: its "
+                   "reason, Relax bindings and ONNX nodes")
     _add_lower_bound_flags(c)
     c.add_argument("--no-index-checks", action="store_true",
                    help="do not check index values (Gather ids, ...) at run time; an index "

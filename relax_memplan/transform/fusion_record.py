@@ -22,7 +22,7 @@ from tvm import relax
 
 from ..analysis.onnx_nodes import ONNX_NODES_ATTR, describe_node
 
-__all__ = ["Refusal", "PatternRecord", "pattern_records", "onnx_nodes_of"]
+__all__ = ["Refusal", "PatternRecord", "RefusalLog", "pattern_records", "onnx_nodes_of"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,31 @@ class PatternRecord:
     def to_dict(self) -> Dict:
         return {"candidates": self.candidates, "fused": self.fused,
                 "refused": [r.to_dict() for r in self.refused]}
+
+
+class RefusalLog:
+    """The refusals of a pass that counts them by reason code (``skipped["peak"]``): each
+    with its bindings, turned into a :class:`PatternRecord` by :meth:`record`."""
+
+    def __init__(self):
+        self.entries: List[tuple] = []
+
+    def refuse(self, code: str, bindings: Iterable[str] = (), n: int = 1, func=None,
+               function: str = "") -> None:
+        """``n`` candidates refused for ``code`` (all with these bindings)."""
+        names = tuple(str(b) for b in bindings)
+        nodes = onnx_nodes_of(func, names) if func is not None else ()
+        self.entries += [(code, names, function, nodes)] * n
+
+    def record(self, name: str, fused: int, words: Dict[str, str],
+               verb: str = "fused") -> PatternRecord:
+        """The record of ``fused`` rewrites and these refusals, reasons in ``words``."""
+        out = PatternRecord(name, verb)
+        out.accept(fused)
+        for code, names, function, nodes in self.entries:
+            out.candidates += 1
+            out.refused.append(Refusal(words.get(code, code), names, function, nodes))
+        return out
 
 
 def onnx_nodes_of(func, names: Sequence[str]) -> Tuple[str, ...]:
