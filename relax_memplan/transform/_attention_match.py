@@ -20,8 +20,9 @@ when, walking from it:
 the kernel's scale), the bias and mask operands too, and the output forward through the views
 after it. The result is an :class:`AttentionMatch`, or a :class:`Refusal` saying why not.
 
-``R.nn.attention`` (what TVM's importer makes of the ``com.microsoft`` ``Attention`` node) is
-matched as the same form: ``(B, S, N, H)`` layouts, an optional additive bias, its scale.
+``R.nn.attention`` and ``R.nn.attention_bias`` (what TVM's importer makes of the
+``com.microsoft`` ``Attention`` node) are matched as the same form: ``(B, S, N, H)`` layouts,
+an optional additive bias, their scale.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rel
            "relax.minimum")
 _FLOATS = ("float32", "float16")
 _MAX_CHAIN = 24  # bindings walked between the scores matmul and the softmax
+_SHAPES = "q, k or v of rank below 2, of unknown shape, or not broadcast over the scores"
 
 
 @dataclass
@@ -103,6 +105,9 @@ class FunctionGraph:
         self.users: Dict[relax.Var, List[relax.Var]] = {}
         self.order: List[relax.Var] = []
         self.returned = set()
+        #: anchors of the blocks already fused: read as they are, never traced through (the
+        #: bindings before them are replaced by the kernel)
+        self.barrier = set()
         for block in func.body.blocks:
             for binding in block.bindings:
                 if not isinstance(binding, relax.VarBinding):
@@ -163,7 +168,7 @@ def find_attention(graph: FunctionGraph, softmax: relax.Var
     scores = call.args[0]
     shape = static_shape_values(scores)
     if shape is None or len(shape) < 2:
-        return Refusal("scores of unknown rank", [softmax.name])
+        return Refusal("scores of unknown shape", [softmax.name])
     if int(call.attrs.axis) not in (-1, len(shape) - 1):
         return Refusal(f"softmax over axis {int(call.attrs.axis)}, not the last (keys)",
                        [softmax.name])
@@ -185,7 +190,7 @@ def _post_chain(graph, softmax):
     for _ in range(4):
         users = graph.users.get(cur, [])
         if cur in graph.returned:
-            return Refusal("probabilities are a function output", [softmax.name])
+            return Refusal("probabilities are also a function output", [softmax.name])
         guarded = _isnan_guard(graph, cur, users)
         if guarded is not None:
             walked += guarded
@@ -222,15 +227,14 @@ def _isnan_guard(graph, p, users):
 
 
 def _reaches_matmul(graph, var, depth) -> bool:
+    """Whether ``var`` is the first operand of a matmul within ``depth`` operator calls."""
     if depth < 0:
         return False
     for user in graph.users.get(var, []):
         value = graph.value[user]
-        op = _op(value)
-        if op == "relax.matmul" and value.args[0].same_as(var):
+        if _op(value) == "relax.matmul" and value.args[0].same_as(var):
             return True
-        if op in ("relax.astype", "relax.isnan", "relax.where") and \
-                _reaches_matmul(graph, user, depth - 1):
+        if _op(value) and _reaches_matmul(graph, user, depth - 1):
             return True
     return False
 
@@ -330,17 +334,13 @@ def _assemble(graph, qk, steps_raw, guard, pv, names):
     sa, sb, sv = (static_shape_values(x) for x in (a, b, v))
     s_shape, o_shape = static_shape_values(qk), static_shape_values(pv)
     if any(x is None or len(x) < 2 for x in (sa, sb, sv, s_shape, o_shape)):
-        return Refusal("q, k or v of rank below 2 or unknown shape", names)
+        return Refusal(_SHAPES, names)
     dims = {"i": s_shape[-2], "j": s_shape[-1], "d": sa[-1], "e": sv[-1]}
     for name in ("d", "e"):
         if not isinstance(dims[name], tirx.IntImm):
             return Refusal(f"head dim {dims[name]} is symbolic", names)
     lead = [f"lead{k}" for k in range(len(s_shape) - 2)]
     space = IndexSpace({**{n: s_shape[k] for k, n in enumerate(lead)}, **dims})
-    if len(o_shape) != len(s_shape) or not all(space.equal(x, y) for x, y in
-                                               zip(o_shape[:-2], s_shape[:-2])):
-        return Refusal(f"values {list(sv)} widen the scores' batch dims {list(s_shape[:-2])}",
-                       names)
     if not space.equal(sb[-2], dims["d"]) or not space.equal(sv[-2], dims["j"]):
         return Refusal("key and value lengths or head dims differ", names)
     for x in (a, b, v):
@@ -348,15 +348,19 @@ def _assemble(graph, qk, steps_raw, guard, pv, names):
             return Refusal(f"{_dtype(x) or 'unknown'} operands (float32/float16 only)", names)
     vars_ = space.vars
     lead_vars = [vars_[n] for n in lead]
-    qi = _lead_index(space, lead, sa, [vars_["i"], vars_["d"]])
-    ki = _lead_index(space, lead, sb, [vars_["d"], vars_["j"]])
-    vi = _lead_index(space, lead, sv, [vars_["j"], vars_["e"]])
-    if qi is None or ki is None or vi is None:
-        return Refusal("q, k or v do not broadcast over the scores' batch dims", names)
     steps = _steps(graph, space, lead_vars, s_shape, steps_raw)
     if isinstance(steps, Refusal):
         steps.bindings = names
         return steps
+    if len(o_shape) != len(s_shape) or not all(space.equal(x, y) for x, y in
+                                               zip(o_shape[:-2], s_shape[:-2])):
+        return Refusal(f"values {_fmt(sv)} widen the scores' batch dims {_fmt(s_shape[:-2])}",
+                       names)
+    qi = _lead_index(space, lead, sa, [vars_["i"], vars_["d"]])
+    ki = _lead_index(space, lead, sb, [vars_["d"], vars_["j"]])
+    vi = _lead_index(space, lead, sv, [vars_["j"], vars_["e"]])
+    if qi is None or ki is None or vi is None:
+        return Refusal(_SHAPES, names)
     reads = [_trace(graph, space, x, idx, scale=(x is not v)) for x, idx in
              ((a, qi), (b, ki), (v, vi))]
     reads = _within_bytes(graph, space, (a, b, v), (qi, ki, vi), reads)
@@ -376,7 +380,8 @@ def _assemble(graph, qk, steps_raw, guard, pv, names):
 
 
 def _trace(graph, space, x, index, scale, stop=lambda var: False):
-    return trace_back(space, x, index, graph.lookup, graph.readers, scale=scale, stop=stop)
+    return trace_back(space, x, index, graph.lookup, graph.readers, scale=scale,
+                      stop=lambda var: var in graph.barrier or stop(var))
 
 
 def _size_bytes(expr) -> Optional[int]:
@@ -418,11 +423,10 @@ def _steps(graph, space, lead_vars, s_shape, steps_raw):
         if out_shape is None:
             return Refusal("scores of unknown shape")
         if op == "relax.reshape":
-            if not space.equal(out_shape[-1], shape[-1]):
-                return Refusal("a reshape of the scores moves the key axis")
-            index = reindex(space, index, shape, out_shape)
+            index = reindex(space, index, shape, out_shape) if space.equal(
+                out_shape[-1], shape[-1]) else None
             if index is None:
-                return Refusal("a reshape of the scores changes their size")
+                return Refusal("a reshape of the scores moves the key axis")
             shape = out_shape
             continue
         if len(out_shape) != len(shape) or not all(space.equal(x, y)
@@ -437,15 +441,13 @@ def _steps(graph, space, lead_vars, s_shape, steps_raw):
             cond = _side(graph, space, value.args[0], index, shape)
             operand = _side(graph, space, other, index, shape)
             if cond is None or operand is None:
-                return Refusal(f"mask {_fmt(static_shape_values(value.args[0]))} does not "
-                               f"broadcast over the scores {_fmt(shape)}")
+                return Refusal(_unread("mask", value.args[0] if cond is None else other, shape))
             steps.append(ScoreStep("where", operand, cond, swapped=(pos == 2)))
             continue
         other = value.args[1 - pos]
         operand = _side(graph, space, other, index, shape)
         if operand is None:
-            return Refusal(f"{_side_name(value, pos)} {_dims(value, pos)} does not broadcast "
-                           f"over the scores {_fmt(shape)}")
+            return Refusal(_unread("bias", other, shape))
         steps.append(ScoreStep(op.split(".")[-1], operand, swapped=(pos == 1)))
     return steps
 
@@ -464,6 +466,12 @@ def _side(graph, space, expr, index, shape):
     return _trace(graph, space, expr, idx, scale=False)
 
 
+def _unread(name, expr, shape) -> str:
+    """Why the operand ``expr`` of a score step cannot be read by the kernel."""
+    return (f"{name} {_fmt(static_shape_values(expr))} {_dtype(expr) or 'of unknown dtype'} "
+            f"is not a float or bool tensor broadcast over the scores {_fmt(shape)}")
+
+
 def _side_name(value, pos) -> str:
     return "mask" if _op(value) == "relax.where" else "bias"
 
@@ -475,7 +483,11 @@ def _dims(value, pos) -> str:
 
 
 def _fmt(shape) -> str:
-    return "(?)" if shape is None else "(" + ", ".join(str(d) for d in shape) + ")"
+    """``(1, 12, seq, 64)``."""
+    if shape is None:
+        return "(?)"
+    return "(" + ", ".join(str(int(d)) if isinstance(d, tirx.IntImm) else str(d)
+                           for d in shape) + ")"
 
 
 def find_nn_attention(graph: FunctionGraph, var: relax.Var) -> Union[AttentionMatch, Refusal]:
@@ -486,7 +498,7 @@ def find_nn_attention(graph: FunctionGraph, var: relax.Var) -> Union[AttentionMa
     names = [var.name]
     sq, sk, sv = (static_shape_values(x) for x in (q, k, v))
     if any(s is None or len(s) != 4 for s in (sq, sk, sv)):
-        return Refusal("nn.attention operands of unknown shape", names)
+        return Refusal(_SHAPES, names)
     attrs = call.attrs
     if getattr(attrs, "causal_mask", None) or getattr(attrs, "window_size", None):
         return Refusal("nn.attention with a causal mask or window", names)
@@ -505,8 +517,7 @@ def find_nn_attention(graph: FunctionGraph, var: relax.Var) -> Union[AttentionMa
         s_shape = [dims["lead0"], dims["lead1"], dims["i"], dims["j"]]
         operand = _side(graph, space, bias, [b, n, i, j], s_shape)
         if operand is None:
-            return Refusal(f"bias {_fmt(static_shape_values(bias))} does not broadcast over "
-                           f"the scores {_fmt(s_shape)}", names)
+            return Refusal(_unread("bias", bias, s_shape), names)
         steps.append(ScoreStep("add", operand))
     anchor, out_index, walked = trace_forward(
         space, var, [b, i, n, e], lambda x: [(u, graph.value[u]) for u in graph.users.get(x, [])
@@ -517,12 +528,13 @@ def find_nn_attention(graph: FunctionGraph, var: relax.Var) -> Union[AttentionMa
 
 
 def candidates(graph: FunctionGraph) -> List[Tuple[relax.Var, str]]:
-    """(var, kind) of each softmax and ``nn.attention`` binding, in program order."""
+    """(var, kind) of each softmax and ``nn.attention``/``nn.attention_bias`` binding, in
+    program order."""
     out = []
     for var in graph.order:
         op = _op(graph.value[var])
         if op == "relax.nn.softmax":
             out.append((var, "softmax"))
-        elif op == "relax.nn.attention":
+        elif op in ("relax.nn.attention", "relax.nn.attention_bias"):
             out.append((var, "nn.attention"))
     return out

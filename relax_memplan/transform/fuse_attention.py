@@ -124,17 +124,18 @@ class FuseAttention:
         """Anchor var -> (kernel spec, source exprs) of each block fused in ``func``; the
         others refused in ``record``."""
         graph = FunctionGraph(func)
-        plans, claimed = {}, set()
-        for var, kind in candidates(graph):
-            got = find_attention(graph, var) if kind == "softmax" else \
-                find_nn_attention(graph, var)
+        found = [(var, kind, _find(graph, var, kind)) for var, kind in candidates(graph)]
+        # a block may read another's output through views: never through its anchor, whose
+        # bindings before it the other kernel replaces; so all anchors first, then again
+        graph.barrier = {m.anchor for _, _, m in found if isinstance(m, AttentionMatch)}
+        plans = {}
+        for var, kind, got in found:
+            if isinstance(got, AttentionMatch):
+                got = _find(graph, var, kind)
             if got is None:
                 continue
             if isinstance(got, Refusal):
                 record.refuse(got.reason, got.bindings, func, name)
-                continue
-            if claimed & set(got.bindings):
-                record.refuse("overlaps another attention block", got.bindings, func, name)
                 continue
             spec, sources = kernel_spec(got)
             kernel = _attention_kernel_gpu if self.gpu else _attention_kernel
@@ -142,10 +143,13 @@ class FuseAttention:
             if reason is not None:
                 record.refuse(f"kernel declined: {reason}", got.bindings, func, name)
                 continue
-            claimed |= set(got.bindings)
             plans[got.anchor] = (spec, sources)
             record.accept()
         return plans
+
+
+def _find(graph, var, kind):
+    return find_attention(graph, var) if kind == "softmax" else find_nn_attention(graph, var)
 
 
 class _Kernels:
