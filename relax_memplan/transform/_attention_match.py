@@ -28,14 +28,16 @@ an optional additive bias, their scale.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
 import tvm
 from tvm import relax, tirx
 
-from ._attention_views import (IndexSpace, Traced, reindex, scalar_value, static_shape_values,
-                               trace_back, trace_forward)
+from ._attention_steps import (Refusal, ScoreStep, fmt_shape as _fmt, score_steps, side_read,
+                               unread)
+from ._attention_views import IndexSpace, Traced, scalar_value, static_shape_values, trace_back, \
+    trace_forward
 
 __all__ = ["AttentionMatch", "Refusal", "ScoreStep", "find_attention", "FunctionGraph"]
 
@@ -44,30 +46,6 @@ _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rel
 _FLOATS = ("float32", "float16")
 _MAX_CHAIN = 24  # bindings walked between the scores matmul and the softmax
 _SHAPES = "q, k or v of rank below 2, of unknown shape, or not broadcast over the scores"
-
-
-@dataclass
-class Refusal:
-    """A candidate left as it is: ``reason`` in words, ``bindings`` (var names) of the block."""
-
-    reason: str
-    bindings: List[str] = field(default_factory=list)
-
-
-@dataclass
-class ScoreStep:
-    """One element-wise step applied to the scores before the softmax.
-
-    ``op``: ``add``, ``subtract``, ``multiply``, ``divide``, ``maximum``, ``minimum`` (with
-    ``operand``, scores on the left unless ``swapped``), ``where`` (``cond`` true: scores when
-    not ``swapped``, else ``operand``), ``cast`` (to ``dtype``). ``operand``: a float or a
-    :class:`~relax_memplan.transform._attention_views.Traced` read over ``(lead, i, j)``."""
-
-    op: str
-    operand: Union[float, Traced, None] = None
-    cond: Optional[Traced] = None
-    swapped: bool = False
-    dtype: str = "float32"
 
 
 @dataclass
@@ -309,23 +287,6 @@ def _lead_index(space, lead_vars, shape, tail):
     return out + tail
 
 
-def _broadcast_index(space, index, chain_shape, shape):
-    """Index into an operand of ``shape`` broadcast to ``chain_shape`` (right-aligned)."""
-    if len(shape) > len(chain_shape):
-        return None
-    offs = len(chain_shape) - len(shape)
-    out = []
-    for k, d in enumerate(shape):
-        full = chain_shape[offs + k]
-        if isinstance(d, tirx.IntImm) and int(d) == 1:
-            out.append(tirx.IntImm("int64", 0))
-        elif space.equal(d, full):
-            out.append(index[offs + k])
-        else:
-            return None
-    return out
-
-
 def _assemble(graph, qk, steps_raw, guard, pv, names):
     mm = graph.value[qk]
     a, b = mm.args
@@ -348,7 +309,7 @@ def _assemble(graph, qk, steps_raw, guard, pv, names):
             return Refusal(f"{_dtype(x) or 'unknown'} operands (float32/float16 only)", names)
     vars_ = space.vars
     lead_vars = [vars_[n] for n in lead]
-    steps = _steps(graph, space, lead_vars, s_shape, steps_raw)
+    steps = score_steps(graph, space, lead_vars, s_shape, steps_raw)
     if isinstance(steps, Refusal):
         steps.bindings = names
         return steps
@@ -412,84 +373,6 @@ def _within_bytes(graph, space, operands, indices, reads):
             for k, (x, idx) in enumerate(zip(operands, indices))]
 
 
-def _steps(graph, space, lead_vars, s_shape, steps_raw):
-    """The score steps with their operands' reads, or a refusal."""
-    index = lead_vars + [space.vars["i"], space.vars["j"]]
-    shape = list(s_shape)
-    steps = []
-    for (value, pos), var in steps_raw:
-        op = _op(value)
-        out_shape = static_shape_values(var)
-        if out_shape is None:
-            return Refusal("scores of unknown shape")
-        if op == "relax.reshape":
-            index = reindex(space, index, shape, out_shape) if space.equal(
-                out_shape[-1], shape[-1]) else None
-            if index is None:
-                return Refusal("a reshape of the scores moves the key axis")
-            shape = out_shape
-            continue
-        if len(out_shape) != len(shape) or not all(space.equal(x, y)
-                                                   for x, y in zip(out_shape, shape)):
-            return Refusal(f"{_side_name(value, pos)} {_dims(value, pos)} widens the scores "
-                           f"{_fmt(shape)}")
-        if op == "relax.astype":
-            steps.append(ScoreStep("cast", dtype=str(value.attrs.dtype)))
-            continue
-        if op == "relax.where":
-            other = value.args[3 - pos]
-            cond = _side(graph, space, value.args[0], index, shape)
-            operand = _side(graph, space, other, index, shape)
-            if cond is None or operand is None:
-                return Refusal(_unread("mask", value.args[0] if cond is None else other, shape))
-            steps.append(ScoreStep("where", operand, cond, swapped=(pos == 2)))
-            continue
-        other = value.args[1 - pos]
-        operand = _side(graph, space, other, index, shape)
-        if operand is None:
-            return Refusal(_unread("bias", other, shape))
-        steps.append(ScoreStep(op.split(".")[-1], operand, swapped=(pos == 1)))
-    return steps
-
-
-def _side(graph, space, expr, index, shape):
-    """A float for a scalar constant, else the read of ``expr`` broadcast over the scores."""
-    c = scalar_value(expr)
-    if c is not None:
-        return c
-    s = static_shape_values(expr)
-    if s is None or _dtype(expr) not in _FLOATS + ("bool",):
-        return None
-    idx = _broadcast_index(space, index, shape, s)
-    if idx is None:
-        return None
-    return _trace(graph, space, expr, idx, scale=False)
-
-
-def _unread(name, expr, shape) -> str:
-    """Why the operand ``expr`` of a score step cannot be read by the kernel."""
-    return (f"{name} {_fmt(static_shape_values(expr))} {_dtype(expr) or 'of unknown dtype'} "
-            f"is not a float or bool tensor broadcast over the scores {_fmt(shape)}")
-
-
-def _side_name(value, pos) -> str:
-    return "mask" if _op(value) == "relax.where" else "bias"
-
-
-def _dims(value, pos) -> str:
-    args = value.args
-    other = args[1 - pos] if len(args) == 2 else args[3 - pos]
-    return _fmt(static_shape_values(other))
-
-
-def _fmt(shape) -> str:
-    """``(1, 12, seq, 64)``."""
-    if shape is None:
-        return "(?)"
-    return "(" + ", ".join(str(int(d)) if isinstance(d, tirx.IntImm) else str(d)
-                           for d in shape) + ")"
-
-
 def find_nn_attention(graph: FunctionGraph, var: relax.Var) -> Union[AttentionMatch, Refusal]:
     """``R.nn.attention(q, k, v[, bias])`` bound to ``var`` as an :class:`AttentionMatch`."""
     call = graph.value[var]
@@ -515,9 +398,9 @@ def find_nn_attention(graph: FunctionGraph, var: relax.Var) -> Union[AttentionMa
     steps = []
     if bias is not None:
         s_shape = [dims["lead0"], dims["lead1"], dims["i"], dims["j"]]
-        operand = _side(graph, space, bias, [b, n, i, j], s_shape)
+        operand = side_read(graph, space, bias, [b, n, i, j], s_shape)
         if operand is None:
-            return Refusal(_unread("bias", bias, s_shape), names)
+            return Refusal(unread("bias", bias, s_shape), names)
         steps.append(ScoreStep("add", operand))
     anchor, out_index, walked = trace_forward(
         space, var, [b, i, n, e], lambda x: [(u, graph.value[u]) for u in graph.users.get(x, [])

@@ -404,10 +404,3 @@ def trace_forward(space: IndexSpace, var: relax.Var, index: Index, lookup_users:
         walked.append(user)
         var, index = user, space.simplify(got)
     return var, index, walked
-
-
-def value_numpy(expr) -> Optional[np.ndarray]:
-    """The array of a constant, else ``None``."""
-    if isinstance(expr, tvm.ir.GenericConst) and isinstance(expr.value, tvm.runtime.Tensor):
-        return expr.value.numpy()
-    return None
