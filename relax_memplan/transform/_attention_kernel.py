@@ -53,9 +53,10 @@ def decline_reason(spec: KernelSpec) -> Optional[str]:
 
 
 #: Work (``groups x seq_q x seq_k x (head_dim + value_dim)``) up to which one thread runs the
-#: whole kernel: below it TVM's parallel launch costs more than it saves (measured at seq 1-8,
-#: 12 heads: 5-8 us serial vs 10-13 us parallel).
-SERIAL_WORK = 1 << 18
+#: whole kernel with 8 x 8 tiles: below it TVM's parallel launch costs more than it saves
+#: (12 heads of 64, host target: seq 8 5-8 us serial vs 10-13 us parallel, seq 16 15 vs 21 us,
+#: seq 32 (1.5 M) 47 vs 31 us).
+SERIAL_WORK = 1 << 20
 #: Query rows per task of the variants for few queries (decoder steps, short inputs): 8 (or
 #: 16) lanes instead of 32 rows of which all but a few repeat the last one.
 FEW_QUERIES = 8
