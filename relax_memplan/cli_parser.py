@@ -12,7 +12,10 @@ __all__ = ["build_parser"]
 
 
 def _add_lower_bound_flags(c) -> None:
-    """--inplace/--no-inplace and --reorder/--no-reorder (override the config's planner keys)."""
+    """--inplace/--no-inplace and --reorder/--no-reorder (override the config's planner keys),
+    and --explain-fusion."""
+    c.add_argument("--explain-fusion", action="store_true", help="after the report, list "
+                   "each refused fusion candidate: reason, Relax bindings, ONNX nodes")
     _on_off(c, "inplace",
             help="a kernel writes its output over an input that dies there when its TIR "
             "reads that input at the output's indices only (static and exact dynamic "
@@ -90,9 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
             help="our graph-level fusion before TVM's FuseOps: attention as one kernel "
             "(llvm and cuda), dropout removed; in both builds, like --schedule (default "
             "from config: on)")
-    c.add_argument("--explain-fusion", action="store_true",
-                   help="after the report, list each fusion candidate that was refused: its "
-                   "reason, Relax bindings and ONNX nodes")
     _add_lower_bound_flags(c)
     c.add_argument("--no-index-checks", action="store_true",
                    help="do not check index values (Gather ids, ...) at run time; an index "
