@@ -30,10 +30,11 @@ from tvm.script import relax as R
 
 from relax_memplan import frontend
 from relax_memplan.cli import main
-from relax_memplan.compiler import build, compile_module
+from relax_memplan.compile import BuildOptions, CheckOptions, build, compile_and_measure
+from relax_memplan.compile.measure import ModelSource
 from relax_memplan.config import load_config
-from relax_memplan.examples import example_cnn
-from relax_memplan.onnx_prepare import STEP_NAMES
+from relax_memplan.frontend.examples import example_cnn
+from relax_memplan.frontend.prepare import STEP_NAMES
 from relax_memplan.pipeline import backend_phases, get_pipeline
 from relax_memplan.targets import DEFAULT_CUDA_ARCH, cuda_source, installed_cuda_arch
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
@@ -114,6 +115,13 @@ def _plan_pass():
     return PlanStaticMemory(time_limit_s=TIME_LIMIT_S)
 
 
+def _compile_module(mod):
+    """Our build of a fixed-shape Relax module for CUDA with its report (nothing run)."""
+    options = BuildOptions(target=CUDA, plan_pass=_plan_pass(), compare_with_tvm=False)
+    return compile_and_measure(ModelSource(mod=mod), {}, [{}], options,
+                               CheckOptions(measure=False), lambda _msg: None)["static"]
+
+
 def _bert_shapes(seq):
     return {name: (1, seq) for name in BERT_INPUTS}
 
@@ -122,7 +130,7 @@ def test_example_cnn_builds_gpu_kernels_and_a_device_arena():
     mod, _ = frontend.import_onnx(example_cnn())
     working = _check_all_kernels_bound(_legalized(mod))
     assert any(n.startswith("fused_conv2d") for n in working)
-    result = compile_module(mod, target=CUDA, plan_pass=_plan_pass(), compare_with_tvm=False)
+    result = _compile_module(mod)
     _check_global_kernels(result.executable, working)
     main_plan = result.report.main
     assert result.report.target == "cuda"
@@ -135,7 +143,7 @@ def test_bert_tiny_static_builds_gpu_kernels_and_a_device_arena():
     mod, _ = frontend.import_onnx(path, _bert_shapes(16), prepare_steps=STEP_NAMES)
     working = _check_all_kernels_bound(_legalized(mod))
     assert any(n.startswith("fused_matmul") for n in working)
-    result = compile_module(mod, target=CUDA, plan_pass=_plan_pass(), compare_with_tvm=False)
+    result = _compile_module(mod)
     _check_global_kernels(result.executable, working)
     main_plan = result.report.main
     assert main_plan.num_planned == main_plan.num_tensors - 1  # all but the output

@@ -4,7 +4,7 @@ recorded it.
 TVM's ONNX importer keeps no node names.  While :func:`import_onnx` runs, the results of the
 converters of the ops whose errors we report and of the fusion report's anchors
 (:data:`NAMED_OPS`) are traced to their bindings
-(:mod:`relax_memplan.onnx_prepare.node_names`), and the function ``main`` gets the attribute
+(:mod:`relax_memplan.frontend.prepare.node_names`), and the function ``main`` gets the attribute
 :data:`ONNX_NODES_ATTR`:
 
 ``{var name: {"op": Relax op, "onnx_op": ONNX op type, "name": node name, "output": first output}}``

@@ -31,7 +31,7 @@ and lowering (:func:`~relax_memplan.analysis.lowered_peak.lowered_peak_live_byte
 bound our planner reports) do not rise; when all together raise it, sites are added one at a
 time in program order and kept while the peak holds (the others counted in
 ``skipped["peak"]``). This costs two lowerings of the function, plus one per site when the
-first check fails (each kernel is built once per run and shared by the trials). Only vars
+first check fails (each kernel is built once per run and shared by the rewrites tried). Only vars
 defined before the
 ``layer_norm`` are read, so a symbolic var defined by a ``match_cast`` in the block is never
 used above its definition.
@@ -141,7 +141,7 @@ class FuseAddLayerNorm:
         return [self._log.record("add_layer_norm", self.fused, REASONS)]
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        # kernels built once per run, shared by the trial rewrites of the peak check
+        # kernels built once per run, shared by the rewrites the peak check tries
         self.fused, self.skipped, self._kernels = 0, {}, {}
         self._log = RefusalLog()
         for gv, func in list(mod.functions_items()):
@@ -174,8 +174,8 @@ class FuseAddLayerNorm:
             if lowered_peak_live_bytes(new_mod, name, self.target) > peak:
                 accepted = []  # greedy, in program order: keep a site if the peak holds
                 for site in sites:
-                    trial, _, _ = self._rewrite(mod, gv, func, set(accepted + [site]))
-                    if lowered_peak_live_bytes(trial, name, self.target) <= peak:
+                    tried, _, _ = self._rewrite(mod, gv, func, set(accepted + [site]))
+                    if lowered_peak_live_bytes(tried, name, self.target) <= peak:
                         accepted.append(site)
                 rejected = len(sites) - len(accepted)
                 self.skipped["peak"] = self.skipped.get("peak", 0) + rejected

@@ -239,10 +239,10 @@ class FuseConvChain:
         if sites and self.memory_check and not self._better(mod, new_mod, gv.name_hint):
             accepted, current = [], mod
             for site in sites:  # greedy, in program order
-                trial = self._rewrite(mod, gv, func, accepted + [site])
-                if self._better(current, trial, gv.name_hint):
+                tried = self._rewrite(mod, gv, func, accepted + [site])
+                if self._better(current, tried, gv.name_hint):
                     accepted.append(site)
-                    current = trial
+                    current = tried
             self._skip("peak", len(sites) - len(accepted),
                        [s.last.name for s in sites if s not in accepted], func, gv.name_hint)
             sites, new_mod = accepted, current

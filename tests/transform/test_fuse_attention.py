@@ -144,7 +144,7 @@ def test_bert_tiny_fused_matches_onnxruntime_at_seq_1_77_128(tmp_path):
 
 
 def test_fusion_lowers_the_lower_bound_where_the_scores_dominate():
-    from relax_memplan.compiler import build
+    from relax_memplan.compile import build
     from relax_memplan.transform.plan_static_memory import PlanStaticMemory
 
     model = _onnx_attention(True, "Mul")
@@ -301,7 +301,7 @@ _SLOW = pytest.mark.slow  # 20-40 s each on 2 cores (conv-heavy legalization)
     pytest.param("ultraface-rfb-320-opset9.onnx", 1.0, marks=_SLOW)])
 def test_fusion_never_adds_kernels_and_cuts_a_fifth_on_transformers(model, max_ratio):
     # measured: bert-tiny and gpt2-tiny 39 -> 27 (0.69); the CNNs have no attention: equal
-    from relax_memplan.onnx_prepare import STEP_NAMES
+    from relax_memplan.frontend.prepare import STEP_NAMES
 
     mod, _ = import_onnx(shared_model(model), prepare_steps=STEP_NAMES)
     plain, fused = _kernel_calls(mod, False), _kernel_calls(mod, True)
