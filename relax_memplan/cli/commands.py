@@ -78,10 +78,23 @@ def _compile(args) -> int:
     _warn_large_arena(args, reports.values())  # before the table, where it is seen
     print(format_side_by_side(reports) if len(reports) > 1
           else next(iter(reports.values())).format_text())
+    if args.explain_fusion:
+        _explain_fusion(reports)
     _write_outputs(args, results, options.plan_pass)
     if args.verify and any(r.verified is False for r in reports.values()):
         return EXIT_VERIFY_FAILED
     return 0
+
+
+def _explain_fusion(reports) -> None:
+    """``--explain-fusion``: each refused fusion candidate of each build, with its bindings."""
+    from ..report.fusion_patterns import explain_lines
+
+    for name, report in reports.items():
+        head = "fusion candidates refused" + (f" ({name})" if len(reports) > 1 else "")
+        print(f"{head}:" if report.fusion is not None else f"{head}: fusion is off")
+        if report.fusion is not None:
+            print("\n".join(explain_lines(report.fusion_patterns)))
 
 
 def _warn_large_arena(args, reports) -> None:

@@ -12,7 +12,10 @@ __all__ = ["build_parser"]
 
 
 def _add_lower_bound_flags(c) -> None:
-    """--inplace/--no-inplace and --reorder/--no-reorder (override the config's planner keys)."""
+    """--inplace/--no-inplace and --reorder/--no-reorder (override the config's planner keys),
+    and --explain-fusion."""
+    c.add_argument("--explain-fusion", action="store_true", help="after the report, list "
+                   "each refused fusion candidate: reason, Relax bindings, ONNX nodes")
     _on_off(c, "inplace",
             help="a kernel writes its output over an input that dies there when its TIR "
             "reads that input at the output's indices only (static and exact dynamic "

@@ -32,6 +32,7 @@ from ..transform.record_resident_bytes import RecordResidentBytes
 from ..transform.record_storage import RecordStorage
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
+from ..report.fusion_patterns import pattern_dicts
 from ..report.fusion_summary import fusion_skips, summarize_fusion
 from ..report.not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
@@ -336,6 +337,7 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
                              fusion=_fusion_counts(b.fusion, options),
                              fusion_skipped=fusion_skips(b.fusion),
+                             fusion_patterns=pattern_dicts(b.fusion),
                              loops=with_body_plans(loops_of(source.mod),
                                                    b.plan_pass.plans))
     if not dims:

@@ -185,9 +185,10 @@ def import_onnx(
         Names of preparation steps not to run.
     node_names : bool
         Record which ONNX node each Gather, GatherElements, GatherND, ScatterElements,
-        ScatterND and Slice binding came from, in ``main``'s attribute
-        ``relax_memplan.onnx_nodes``, so that errors name the ONNX node
-        (:mod:`relax_memplan.frontend.prepare.node_names`).  The module is otherwise the same.
+        ScatterND, Slice, MatMul, Softmax and LayerNormalization binding came from, in
+        ``main``'s attribute ``relax_memplan.onnx_nodes``, so that errors and the fusion
+        report name the ONNX node (:mod:`relax_memplan.frontend.prepare.node_names`).  The
+        module is otherwise the same.
 
     Returns
     -------

@@ -33,6 +33,7 @@ import tvm
 from tvm import relax
 
 from ..pipeline import fusion_passes, get_pipeline
+from ..transform.fuse_conv_chain import REASONS as CONV_CHAIN_REASONS
 from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.reorder_for_memory import ReorderForMemory
 
@@ -43,15 +44,8 @@ __all__ = ["FusionSummary", "summarize_fusion", "count_kernel_calls", "ort_optim
 #: not fuse has one (fused + these = the candidates, the same total in every mode); "refused"
 #: are pairs the pass could fuse but its memory rules or another reader forbid, "skipped"
 #: convs not in a fusable form or not fused in this mode.
-_SKIP_WORDS = {"other_consumer": "refused: intermediate has another reader",
-               "peak": "refused: live bytes would not improve",
-               "scratch": "refused: scratch of the threads not smaller than the intermediate",
-               "dense_consumer": "skipped: dense consumer under --schedule",
-               "kernel_below_stride": "skipped: kernel smaller than its stride",
-               "no_producer": "skipped: input not made by a conv",
-               "form": "skipped: producer conv not in the supported form",
-               "epilogue": "skipped: op between the convs not a supported epilogue",
-               "overlap": "skipped: producer already fused into another chain"}
+_SKIP_WORDS = {code: ("refused: " if code in ("other_consumer", "peak", "scratch") else "skipped: ")
+               + words for code, words in CONV_CHAIN_REASONS.items()}
 
 
 @dataclass

@@ -380,6 +380,11 @@ class CompileReport:
         Patterns found but left unfused by the build's mode, by reason in words
         (``{"dense consumer under --schedule": 1}``,
         :func:`~relax_memplan.report.fusion_summary.fusion_skips`); JSON ``fusion.skipped``.
+    fusion_patterns : dict of str to dict
+        Per pattern (``attention``, ``add_layer_norm``, ``conv_chain``...): ``verb``,
+        ``candidates``, ``fused`` and ``refused`` (each with its ``reason``, ``bindings``,
+        ``function`` and ``onnx_nodes``), :func:`~relax_memplan.report.fusion_patterns.pattern_dicts`;
+        JSON ``fusion.patterns``.
     fusion_summary : dict, optional
         Fixed shapes with fusion on: kernels per call, intermediate bytes and lower bound of
         ``main`` with TVM's FuseOps alone and with ours, and onnxruntime's optimized-graph node
@@ -427,6 +432,7 @@ class CompileReport:
     inplace_calls: Optional[int] = None
     not_applied: Dict[str, str] = field(default_factory=dict)
     fusion_skipped: Dict[str, int] = field(default_factory=dict)
+    fusion_patterns: Dict[str, Dict] = field(default_factory=dict)
     resident: Optional[object] = None
 
     @property
@@ -478,7 +484,8 @@ class CompileReport:
                         "buckets": {n: list(v) for n, v in self.buckets.items()},
                         "tensors": self.tensors})
         out["fusion"] = {"enabled": self.fusion is not None, "fused": dict(self.fusion or {}),
-                         "skipped": dict(self.fusion_skipped)}
+                         "skipped": dict(self.fusion_skipped),
+                         "patterns": dict(self.fusion_patterns)}
         if self.fusion_summary is not None:
             out["fusion"].update(self.fusion_summary)
         out["verified"] = self.verified

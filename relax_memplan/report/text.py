@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
 from ..analysis.dims import DimRange
 from ..runtime.verify import WEAK_VERIFICATION, Comparison
 from .dispatch import dispatch_lines
+from .fusion_patterns import pattern_lines
 from .not_applied import FEATURE_WORDS
 from .tensor_rows import concrete_tensors, live_storage_bytes, storage_rows
 
@@ -303,29 +304,15 @@ def _loop_lines(report: CompileReport) -> List[str]:
     return lines
 
 
-def _conv_chain_words(fusion, reasons) -> str:
-    """``conv chains: 2 of 7 fused (4 refused: ..., 1 skipped: ...)``; ``conv chains: off``."""
-    if fusion["conv_chain"] == "off":
-        return "conv chains: off"
-    candidates = fusion.get("conv_chain_candidates", fusion["conv_chain"])
-    why = ", ".join(f"{n} {words}" for words, n in reasons.items())
-    return (f"conv chains: {fusion['conv_chain']} of {candidates} fused"
-            + (f" ({why})" if why else ""))
-
-
 def _fusion_line(report: CompileReport) -> str:
-    """``fusion: off`` or ``fusion: on (attention fused 2x, dropout removed 0x)``."""
+    """``fusion: off``, or ``fusion: on`` and a line per pattern (``attention: 12 of 12
+    fused``, with each refusal reason: :mod:`relax_memplan.report.fusion_patterns`)."""
     if report.fusion is None:
         return "  fusion: off"
-    done = {"attention": "attention fused", "dropout": "dropout removed",
-            "add_layer_norm": "add+layer norm fused",
-            "matmul_reshape": "matmul reshapes folded",
-            "feed_forward_chunked": "feed-forward chunked"}
-    counts = [f"{done.get(k, k)} {n}x" for k, n in report.fusion.items()
-              if not k.startswith("conv_chain")]
-    if "conv_chain" in report.fusion:
-        counts.append(_conv_chain_words(report.fusion, report.fusion_skipped))
-    line = f"  fusion: on ({', '.join(counts) or 'no pattern for this target'})"
+    off = ["conv_chain"] if report.fusion.get("conv_chain") == "off" else []
+    lines = pattern_lines(report.fusion_patterns, off)
+    line = "  fusion: on" + "".join("\n" + x for x in lines) if lines else \
+        "  fusion: on (no pattern for this target)"
     summary = report.fusion_summary
     if summary is not None:
         ort = summary["ort_nodes"]

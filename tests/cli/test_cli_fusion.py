@@ -35,8 +35,16 @@ def test_fusion_on_bert_tiny_verifies_and_reports_attention_fused(tmp_path, caps
     assert fusion["lower_bound_bytes_ours"] <= fusion["lower_bound_bytes_tvm"]
     assert fusion["ort_nodes"] > 0
     assert f"kernels per call: {fusion['kernels_ours']} (TVM FuseOps alone " in text
-    assert ("fusion: on (attention fused 2x, dropout removed 0x, matmul reshapes folded 0x, "
-            "add+layer norm fused 0x, feed-forward chunked 0x, conv chains: 0 of 0 fused)") in text
+    assert "    attention: 2 of 2 fused\n" in text
+    assert fusion["patterns"]["attention"] == {"verb": "fused", "candidates": 2, "fused": 2,
+                                               "refused": []}
+    # bert-tiny's residual adds (post-LN) sit in their matmul's epilogue: 5 refused, each named
+    norm = fusion["patterns"]["add_layer_norm"]
+    assert (norm["candidates"], norm["fused"]) == (5, 0)
+    assert {r["reason"] for r in norm["refused"]} == {
+        "left to FuseOps: the add fuses into the kernel producing an operand"}
+    assert all(r["bindings"] and r["function"] == "main" for r in norm["refused"])
+    assert "    add+layer norm: 0 of 5 fused: 5 x left to FuseOps" in text
     assert report["arena_bytes"] <= report["tvm_default_bytes"]
 
 
@@ -61,9 +69,10 @@ def test_fusion_on_the_example_fuses_its_conv_chains_and_says_so(tmp_path, capsy
     assert fusion["planner_settings"] == "in-place, concat in place, reordering"
     assert fusion["skipped"] == {"skipped: input not made by a conv": 1}  # the stem
     assert fusion["conv_chain_scratch_bytes"] > 0
-    assert "fusion: on (attention fused 0x, dropout removed 0x, matmul reshapes folded 0x, " \
-        "add+layer norm fused 0x, feed-forward chunked 0x, conv chains: 3 of 4 fused (1 skipped: " \
-        "input not made by a conv))" in text
+    assert "    attention: none found\n" in text
+    assert "    conv chains: 3 of 4 fused: 1 x input not made by a conv\n" in text
+    chain = fusion["patterns"]["conv_chain"]
+    assert (chain["candidates"], chain["fused"], len(chain["refused"])) == (4, 3, 1)
     assert "per running thread (TVM workspace, not in the lower bound)" in text
 
 
@@ -123,7 +132,8 @@ def test_fusion_on_gpt2_tiny_fuses_add_layer_norm_and_verifies(tmp_path, capsys)
                                         "matmul_reshape": 6, "feed_forward_chunked": 0,
                                         "conv_chain": 0, "conv_chain_refused": 0,
                                         "conv_chain_candidates": 0}
-    assert "add+layer norm fused 2x" in text
+    assert "    add+layer norm: 2 of 5 fused: 2 x left to FuseOps" in text
+    assert "1 x the function's peak live bytes would rise" in text
     assert report["lower_bound_bytes"] <= report["tvm_default_bytes"]
 
 
@@ -136,6 +146,25 @@ def test_fusion_on_gpt2_tiny_with_symbolic_dims_and_buckets_verifies(tmp_path):
                  "--time-limit", "0.2", "--report", str(report_path)]) == 0
     report = json.loads(report_path.read_text())
     assert report["verified"] is True
-    assert report["fusion"]["fused"]["add_layer_norm"] == 2
     assert report["fusion"]["fused"]["attention"] == 2
+    # with the attention scores gone, the symbolic plan's peak sits where 2 of the residual
+    # pairs would raise it: each of the 5 pairs fused or refused with its reason
+    norm = report["fusion"]["patterns"]["add_layer_norm"]
+    assert norm["candidates"] == 5 and norm["fused"] + len(norm["refused"]) == 5
+    assert "the function's peak live bytes would rise" in {r["reason"] for r in norm["refused"]}
     assert {(s["dims"]["s27"], s["dims"]["s77"]) for s in report["shapes"]} >= {(1, 1), (2, 32)}
+
+
+def test_explain_fusion_lists_each_refused_candidate(tmp_path, capsys):
+    # bert-tiny: the 5 residual add + layer norm pairs are left to FuseOps, each listed with
+    # its bindings; its 2 attention blocks fuse and are not listed
+    assert main(["compile", str(shared_model("bert-tiny-randw.onnx")), "-q", "--no-measure",
+                 "--no-compare", "--shape", "input_ids=1,16", "--time-limit", "0.2",
+                 "--explain-fusion"]) == 0
+    out = capsys.readouterr().out
+    listing = out[out.index("fusion candidates refused:"):].splitlines()[1:]
+    refused = [line for line in listing if " refused in main: " in line]
+    assert len(refused) == 5 and all(line.startswith("  add+layer norm refused in main: left "
+                                                     "to FuseOps") for line in refused)
+    assert all("(bindings lv" in line for line in refused)
+    assert "attention refused" not in out

@@ -161,13 +161,17 @@ def test_fusion_line_names_the_skipped_chains_and_the_bound_baseline():
     report.fusion = {"conv_chain": 2, "conv_chain_refused": 4, "conv_chain_candidates": 7}
     report.fusion_skipped = {"refused: intermediate has another reader": 4,
                              "skipped: input not made by a conv": 1}
+    refused = ([{"reason": "intermediate has another reader", "bindings": ["lv3"]}] * 4
+               + [{"reason": "input not made by a conv", "bindings": ["lv0"]}])
+    report.fusion_patterns = {"conv_chain": {"verb": "fused", "candidates": 7, "fused": 2,
+                                             "refused": refused}}
     report.fusion_summary = {"kernels_ours": 9, "kernels_tvm": 9, "ort_nodes": None,
                              "intermediate_bytes_ours": 10, "intermediate_bytes_removed": 0,
                              "lower_bound_bytes_tvm": 120, "lower_bound_bytes_ours": 100,
                              "planner_settings": "in-place, concat in place"}
     text = report.format_text()
-    assert ("fusion: on (conv chains: 2 of 7 fused (4 refused: intermediate has another reader, "
-            "1 skipped: input not made by a conv))") in text
+    assert ("fusion: on\n    conv chains: 2 of 7 fused: 4 x intermediate has another reader; "
+            "1 x input not made by a conv\n") in text
     assert ("lower bound 120 B without our fusion -> 100 B (both with this build's planner: "
             "in-place, concat in place)") in text
     assert report.to_dict()["fusion"]["skipped"] == report.fusion_skipped
@@ -177,7 +181,11 @@ def test_fusion_line_names_the_skipped_chains_and_the_bound_baseline():
         report.format_text()
     report.fusion = {"attention": 1, "conv_chain": "off"}
     report.fusion_skipped = {}
-    assert "fusion: on (attention fused 1x, conv chains: off)" in report.format_text()
+    report.fusion_patterns = {"attention": {"verb": "fused", "candidates": 1, "fused": 1,
+                                            "refused": []}}
+    assert "fusion: on\n    attention: 1 of 1 fused\n    conv chains: off\n" in \
+        report.format_text()
+    assert report.to_dict()["fusion"]["patterns"] == report.fusion_patterns
     assert report.to_dict()["fusion"]["fused"]["conv_chain"] == "off"
 
 

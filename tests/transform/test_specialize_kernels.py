@@ -410,7 +410,8 @@ def _attention_module():
 
 
 def _legalized_mod(mod, dispatch_pass, target):
-    phases = dict(backend_phases(target, dispatch_pass=dispatch_pass))
+    # without our fusion: the attention block stays TVM's matmul, softmax and copy kernels
+    phases = dict(backend_phases(target, dispatch_pass=dispatch_pass, fusion=False))
     with target:
         mod = tvm.transform.Sequential(phases["library_dispatch"])(mod)
         return tvm.transform.Sequential(phases["legalize"])(mod)
