@@ -28,7 +28,7 @@ setup(
     extras_require={
         "test": ["pytest", "onnxruntime", "hypothesis", "matplotlib", "nbclient", "nbformat", "ipykernel"],
         "plot": ["matplotlib"],
-        "bench": ["omnimalloc==1.0.0"],
+        "bench": ["omnimalloc==1.0.0", "onnxruntime", "openvino"],
     },
     entry_points={"console_scripts": ["relax-memplan=relax_memplan_launch:main"]},
 )

@@ -5,7 +5,9 @@
 ``tvm.compile(mod, target, relax_pipeline="relax_memplan")`` work after it. The one exception
 is the ``relax-memplan`` console entry (:mod:`relax_memplan_launch`): there the package loads no
 TVM, so that ``--help``, ``--version`` and argument errors answer at once; each command imports
-what it runs. The public names below are imported on first use (PEP 562).
+what it runs. The public names below are imported on first use (PEP 562). With TVM's runtime
+library alone (``TVM_USE_RUNTIME_LIB=1``, a deployment) no pipeline is registered and only the
+loader, :mod:`relax_memplan.library`, is usable.
 
 Examples
 --------
@@ -17,7 +19,10 @@ import sys as _sys
 from ._version import __version__
 
 if "relax_memplan_launch" not in _sys.modules:
-    from . import pipeline as _pipeline  # noqa: F401  (registers the pipeline with TVM)
+    from tvm import base as _tvm_base
+
+    if not _tvm_base._RUNTIME_ONLY:  # a runtime-only TVM has no compiler to register with
+        from . import pipeline as _pipeline  # noqa: F401  (registers the pipeline with TVM)
 
 __all__ = ["__version__", "get_pipeline", "PlanStaticMemory", "PlanDynamicMemory", "import_onnx"]
 

@@ -3,7 +3,8 @@
 Phases (from ``tvm.relax.backend.<target>.pipeline``):
 
 1. ``library_dispatch`` -- (ours) ``AnnotateDimRanges`` and ``CheckIndexBounds``
-   (index-value checks, see that module), then the target's library dispatch passes;
+   (index-value checks, see that module), then the target's library dispatch passes, then on
+   CPU ``ShareTransposedWeights`` (ours: a tied weight read transposed too stays one tensor);
 2. ``legalize`` -- ``ClampEmptySlices`` (ours: empty dynamic slices), with ``fusion=True``
    ``FoldConstantsFirst`` (ours: TVM's FoldConstant once, so that the fusion passes' peak
    checks do not fold again for each rewrite they try)
@@ -67,6 +68,7 @@ from .transform.fuse_attention import FuseAttention
 from .transform.fuse_conv_chain import FuseConvChain
 from .transform.record_storage import RecordStorage
 from .transform.remove_dropout import RemoveDropout
+from .transform.share_transposed_weights import ShareTransposedWeights
 from .transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .transform.conv_transpose_as_matmul import ConvTransposeAsMatmul
 from .schedules import cpu_schedule_pass, gpu_schedule_pass, schedule_prim_func
@@ -311,7 +313,9 @@ def backend_phases(
         marks = [] if dispatch_pass is not None else [mark_constant_weights()]
         legalize += marks + [cpu_schedule_pass(target), split_prepacked_weights()]
     return [
-        ("library_dispatch", annotate + backend.library_dispatch_passes(target)),
+        # a tied weight stays one tensor: before any folding makes its transpose a second one
+        ("library_dispatch", annotate + backend.library_dispatch_passes(target)
+         + ([ShareTransposedWeights()] if kind == "llvm" else [])),
         ("legalize", legalize),
         ("dataflow_lower", ([reorder_pass] if reorder_pass is not None else [])
          + list(backend.dataflow_lower_passes(target))),

@@ -24,7 +24,7 @@ LAYERS: Tuple[Tuple[str, ...], ...] = (  # bottom to top; "" is the package's ow
     ("targets", "planner", "kernels", "schedules"),
     ("analysis",),
     ("frontend", "transform", "runtime"),
-    ("pipeline", "config"),
+    ("pipeline", "config", "library"),
     ("report",),
     ("compile",),
     ("tools",),

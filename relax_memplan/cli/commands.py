@@ -11,9 +11,11 @@ arguments are answered without loading TVM, onnx or numpy.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from ..errors import RelaxMemplanError, summarize_error
@@ -229,6 +231,26 @@ def _plot(path, results, plan_pass) -> None:
     print(f"bytes per sampled shape drawn to {path}")
 
 
+@contextlib.contextmanager
+def _manifest_warning_as_a_line():
+    """A library without its manifest: ``relax-memplan: warning: ...`` on one line, at once
+    (Python's own form would add the source line)."""
+    from ..library.manifest import MissingManifestWarning
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message, category, *rest, **kwargs):
+            if issubclass(category, MissingManifestWarning):
+                print(f"relax-memplan: warning: {message}", file=sys.stderr, flush=True)
+            else:
+                shown(message, category, *rest, **kwargs)
+
+        warnings.simplefilter("always", MissingManifestWarning)
+        warnings.showwarning = show
+        yield
+
+
 def _run(args) -> int:
     from ..tools.run import npz_path, run_library, save_outputs
 
@@ -236,7 +258,8 @@ def _run(args) -> int:
                          [("--output", args.output and npz_path(args.output))])
     if args.output:
         check_output_path("--output", npz_path(args.output))
-    result = run_library(args.library, parse_inputs(args.input))
+    with _manifest_warning_as_a_line():
+        result = run_library(args.library, parse_inputs(args.input))
     for k, out in enumerate(result.outputs):
         print(f"output{k}: {out.dtype} {list(out.shape)}")
     if args.output:

@@ -57,10 +57,11 @@ def _output_files(args) -> List[str]:
     bench's times."""
     if args.command == "compile":
         from ..compile import STRATEGIES, library_path_for
+        from ..library.manifest import manifest_path
 
         libraries = ([args.output] + [library_path_for(args.output, s, True) for s in STRATEGIES]
                      if args.output else [])
-        return libraries + [args.report, args.plot]
+        return libraries + [manifest_path(p) for p in libraries] + [args.report, args.plot]
     if args.command == "run":
         from ..tools.run import npz_path
 

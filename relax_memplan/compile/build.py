@@ -6,6 +6,7 @@ TVM's own planner fails too (retried with the same kernel options).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -16,6 +17,7 @@ import tvm
 from ..errors import CompileError, RelaxMemplanError, summarize_error
 from ..pipeline import get_pipeline
 from ..transform.check_index_bounds import CheckIndexBounds
+from ..transform.record_resident_bytes import RecordResidentBytes
 from ..transform.record_storage import RecordStorage
 
 __all__ = ["build", "choose_cuda_compiler", "export_library"]
@@ -27,9 +29,10 @@ with TVM's planner that decides whose fault a failed build is."""
 
 
 def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage], dump_dir=None,
-          **pipeline_kwargs):
+          resident_pass: Optional[RecordResidentBytes] = None, **pipeline_kwargs):
     """``tvm.compile`` with our pipeline; a failure becomes a one-line :class:`CompileError`
-    that says whether TVM's own planner fails too.
+    that says whether TVM's own planner fails too. ``resident_pass`` runs after the
+    pipeline (the build's constants and kernel workspaces).
 
     To say so, a failed build with our planner is retried with TVM's planner and the same
     kernel options (``dim_ranges``, ``dispatch``/``dispatch_pass``, ``schedule``, ``fusion``),
@@ -40,8 +43,14 @@ def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage],
                                   and tvm.target.Target(target).kind.name != "cuda")
     pipeline = get_pipeline(target, planner=planner, plan_pass=plan_pass, record_pass=record,
                             dump_dir=dump_dir, index_pass=index_pass, **pipeline_kwargs)
+    recording = contextlib.nullcontext("default")
+    if resident_pass is not None:
+        pipeline = tvm.transform.Sequential([pipeline, resident_pass])
+        recording = resident_pass.tir_pipeline(target)
     try:
-        return tvm.compile(mod, target, relax_pipeline=pipeline)
+        with recording as tir_pipeline:
+            return tvm.compile(mod, target, relax_pipeline=pipeline,
+                               tir_pipeline=tir_pipeline or "default")
     except Exception as err:  # TVM raises many types; re-raised as one clear error
         if index_pass.refused is not None:  # the model cannot serve a declared dim range
             raise index_pass.refused from None
@@ -61,8 +70,10 @@ def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage],
             f"it (please report this): {summarize_error(err)}") from err
 
 
-def export_library(executable: tvm.runtime.Executable, path) -> None:
-    """Write ``executable`` as a shared library that ``tvm.runtime.load_module`` loads.
+def export_library(executable: tvm.runtime.Executable, path, **manifest) -> None:
+    """Write ``executable`` as a shared library that ``tvm.runtime.load_module`` loads, and
+    its manifest ``<path>.json`` beside it (:mod:`relax_memplan.library.manifest`: the
+    library's size and SHA-256, which ``relax-memplan run`` checks before loading).
 
     Call it before the executable is ever run: creating a ``relax.VirtualMachine`` on an
     executable records an empty memory scope per tensor constant in it (TVM 0.27's
@@ -75,18 +86,25 @@ def export_library(executable: tvm.runtime.Executable, path) -> None:
         Result of ``tvm.compile``.
     path : str or os.PathLike
         Where to write the library (``.so``); parent folders are created.
+    **manifest
+        What the manifest says besides the checksum: ``target``, ``inputs``
+        (:class:`~relax_memplan.library.manifest.ManifestInput`), ``dims``, ``model``,
+        ``constants_bytes``, ``workspace_bytes`` (:func:`~relax_memplan.library.manifest.
+        write_manifest`).
 
     Raises
     ------
     RelaxMemplanError
-        The library cannot be written (one line: the path and the reason).
+        The library or its manifest cannot be written (one line: the path and the reason).
     """
+    from ..library.manifest import write_manifest
     from ..runtime import raise_if_interrupted
 
     raise_if_interrupted()  # never write a library from a build a Ctrl-C cut short
     try:
         os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
         executable.export_library(os.fspath(path))
+        write_manifest(path, **manifest)
     except (OSError, RuntimeError) as err:
         raise RelaxMemplanError(f"cannot write the library {os.fspath(path)}: "
                                 f"{summarize_error(err)}") from None

@@ -43,6 +43,7 @@ class StrategyBuild:
     record: Optional[object] = None
     fusion: Optional[list] = None
     hoist: Optional[object] = None
+    resident: Optional[object] = None
 
 
 @dataclass

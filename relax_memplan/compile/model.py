@@ -20,12 +20,15 @@ import tvm
 from ..analysis.dims import DimRange
 from ..errors import RelaxMemplanError, RunError, ShapeSpecError
 from ..frontend.prepare.loop_facts import loops_of, with_body_plans
+from ..library.inputs import inputs_of
+from ..library.manifest import manifest_path
 from ..pipeline import fusion_counts, fusion_passes
 from ..frontend.reference import cast_value
 from ..report import CompileReport
 from ..transform.hoist_loop_storage import HoistLoopStorage
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
 from ..transform.plan_static_memory import PlanStaticMemory
+from ..transform.record_resident_bytes import RecordResidentBytes
 from ..transform.record_storage import RecordStorage
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
@@ -74,6 +77,8 @@ def _drop_libraries(builds) -> str:
         if b.library_path is not None and os.path.exists(b.library_path):
             os.remove(b.library_path)
             dropped.append(b.library_path)
+        if b.library_path is not None and os.path.exists(manifest_path(b.library_path)):
+            os.remove(manifest_path(b.library_path))
     return f"; {', '.join(dropped)} not kept" if dropped else ""
 
 
@@ -221,7 +226,8 @@ def compile_and_measure(source: ModelSource, dims, points: Sequence[Dict[str, in
     """Build each strategy and TVM's once, then add a row per point (run when asked)."""
     mod = source.mod
     strategies = _strategies(dims, options)
-    builds = [_build_ours(mod, s, dims, options, say, several=len(strategies) > 1)
+    builds = [_build_ours(mod, s, dims, options, say, several=len(strategies) > 1,
+                          model=source.name)
               for s in strategies]
     tvm_rec = RecordStorage()
     ex_tvm = None
@@ -267,14 +273,17 @@ def _strategies(dims, options: BuildOptions) -> List[str]:
     return list(options.strategies)
 
 
-def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: bool):
-    """Our build with one strategy; its library written right away (before any run)."""
+def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: bool,
+                model: Optional[str] = None):
+    """Our build with one strategy; its library and manifest written right away (before any
+    run)."""
     plan_pass = options.plan_pass if options.plan_pass is not None else PlanStaticMemory()
     b = StrategyBuild(strategy=strategy, executable=None, report=None, plan_pass=plan_pass,
                       fusion=_fusion_list(options),
-                      hoist=HoistLoopStorage())
+                      hoist=HoistLoopStorage(), resident=RecordResidentBytes())
     kernel_options = dict(schedule=options.schedule, check_indices=options.check_indices,
-                          fusion=options.fusion, fusion_pass_list=b.fusion)
+                          fusion=options.fusion, fusion_pass_list=b.fusion,
+                          resident_pass=b.resident)
     dump_dir = options.dump_dir
     if dump_dir is not None and several:
         dump_dir = f"{dump_dir}/{strategy}"
@@ -299,7 +308,11 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
                              **kernel_options)
     if options.library_path is not None:
         b.library_path = library_path_for(options.library_path, strategy, several)
-        export_library(b.executable, b.library_path)
+        resident = b.resident.resident
+        export_library(b.executable, b.library_path, target=options.tvm_target,
+                       inputs=inputs_of(mod), dims=dims, model=model,
+                       constants_bytes=resident.constants_bytes,
+                       workspace_bytes=resident.workspace_bytes)
     return b
 
 
@@ -319,6 +332,7 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
     """The report of a build before any run: the plan's summary."""
     arch = options.cuda_arch_used
     b.report = CompileReport(model=source.name, target=str(options.tvm_target.kind.name),
+                             resident=b.resident.resident,
                              arch=arch.arch if arch else None,
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
                              fusion=_fusion_counts(b.fusion, options),

@@ -403,6 +403,11 @@ class CompileReport:
         Each ONNX loop or recurrence (LSTM, GRU, Loop, Scan) the import converted
         (:class:`relax_memplan.frontend.prepare.loop_facts.LoopFacts`): its form, iterations,
         carried-state and body/scratch bytes, evaluated at every row of ``shapes``.
+    resident : ResidentBytes, optional
+        The build's distinct constants and largest kernel workspace
+        (:mod:`relax_memplan.analysis.resident`); in the JSON as ``resident`` with
+        ``per_call_bytes`` (:attr:`per_call_bytes`) and ``resident_bytes`` (constants + per
+        call + workspace).
     """
 
     model: str
@@ -428,6 +433,16 @@ class CompileReport:
     not_applied: Dict[str, str] = field(default_factory=dict)
     fusion_skipped: Dict[str, int] = field(default_factory=dict)
     fusion_patterns: Dict[str, Dict] = field(default_factory=dict)
+    resident: Optional[object] = None
+
+    @property
+    def per_call_bytes(self) -> Optional[int]:
+        """Arena and outputs of one call: the static plan of ``main`` (fixed shapes), else
+        the most any measured row allocated; None when unknown."""
+        if self.is_static and "main" in self.functions:
+            return self.main.expected_runtime_alloc_bytes
+        measured = [s.runtime_alloc_bytes for s in self.shapes if s.runtime_alloc_bytes]
+        return max(measured) if measured else None
 
     @property
     def is_static(self) -> bool:
@@ -474,6 +489,8 @@ class CompileReport:
         if self.fusion_summary is not None:
             out["fusion"].update(self.fusion_summary)
         out["verified"] = self.verified
+        out["resident"] = (self.resident.to_dict(self.per_call_bytes)
+                           if self.resident is not None else None)
         out["loops"] = [loop.to_dict([s.dims for s in self.shapes]) for loop in self.loops]
         out["shapes"] = [s.to_dict() for s in self.shapes]
         return out

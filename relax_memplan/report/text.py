@@ -33,11 +33,32 @@ def _static_text(report: CompileReport) -> List[str]:
              f"  target {_target_text(report)}; inputs {shapes}"]
     for f in report.functions.values():
         lines += _format_function(f)
+    lines += _resident_lines(report)
     lines.append(_fusion_line(report))
     lines += _loop_lines(report)
     if report.notes:
         lines.append("notes:")
         lines += [f"  - {n}" for n in report.notes]
+    return lines
+
+
+def _resident_lines(report: CompileReport) -> List[str]:
+    """Constants + arena and outputs + workspace of a call (:mod:`relax_memplan.analysis.
+    resident`), in the report's columns; with symbolic dims, of the row that allocated most."""
+    resident = report.resident
+    if resident is None:
+        return []
+    per_call = report.per_call_bytes
+    top = resident.largest_workspace
+    lines = []
+    if per_call is not None:
+        label = "our build per call" if report.is_static else "largest run"
+        lines.append(f"  {'resident per call':<38}{_fmt_bytes(resident.total_bytes(per_call)):>30}"
+                     f"  constants + {label} + workspace")
+    lines.append(f"  {'  constants in the library':<38}{_fmt_bytes(resident.constants_bytes):>30}"
+                 f"  {resident.num_constants} distinct tensors")
+    lines.append(f"  {'  kernel workspace':<38}{_fmt_bytes(resident.workspace_bytes):>30}"
+                 + (f"  largest kernel {top.kernel}, {resident.threads} thread(s)" if top else ""))
     return lines
 
 
@@ -215,6 +236,7 @@ def _table_text(report: CompileReport) -> List[str]:
     lines += _plan_lines(report, prefix="")
     lines += _dynamic_peak_lines(report)
     lines += dispatch_lines(report)
+    lines += _resident_lines(report)
     lines.append(_fusion_line(report))
     lines += _loop_lines(report)
     lines += [f"  note: {n}" for n in report.notes]

@@ -9,9 +9,8 @@ from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ModelLoadError, RelaxMemplanError, ShapeSpecError, summarize_error
-from ..runtime.vm_errors import describe_loader_error
-from .library_file import check_elf_complete
+from ..errors import ModelLoadError, RelaxMemplanError
+from ..library.elf import library_format
 
 __all__ = ["RunOutputs", "function_params", "npz_path", "refuse_compiled_library", "run_command",
            "run_library", "save_outputs"]
@@ -33,15 +32,7 @@ class RunOutputs:
     outputs: List[np.ndarray]
 
 
-#: First bytes of the shared-library formats ``tvm.runtime.load_module`` loads (ELF, Mach-O
-#: 32/64-bit both byte orders, PE) -> the format's name.
-_LIBRARY_MAGIC = {b"\x7fELF": "ELF", b"\xcf\xfa\xed\xfe": "Mach-O", b"\xfe\xed\xfa\xcf": "Mach-O",
-                  b"\xce\xfa\xed\xfe": "Mach-O", b"\xfe\xed\xfa\xce": "Mach-O", b"MZ": "PE"}
 _LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")
-
-
-def _library_format(head: bytes):
-    return next((name for magic, name in _LIBRARY_MAGIC.items() if head.startswith(magic)), None)
 
 
 def refuse_compiled_library(path, command: str) -> None:
@@ -67,7 +58,7 @@ def refuse_compiled_library(path, command: str) -> None:
         return
     try:
         with open(path, "rb") as f:
-            kind = _library_format(f.read(4))
+            kind = library_format(f.read(4))
     except OSError:
         return
     if kind is not None:
@@ -114,7 +105,7 @@ def _check_content(path) -> None:
     """
     with open(path, "rb") as f:
         head = f.read(4)
-    kind = _library_format(head)
+    kind = library_format(head)
     name = os.fspath(path)
     if kind is not None:
         if not name.lower().endswith(_LIBRARY_SUFFIXES):
@@ -147,22 +138,16 @@ def npz_path(path) -> str:
     return path if path.endswith(".npz") else path + ".npz"
 
 
-def _load(path):
-    """The library as a TVM module and a VM on it (CPU)."""
-    import tvm
-    from tvm import relax
+def _load(path, inputs=None):
+    """The library verified against its manifest (and ``inputs`` against its inputs) and
+    loaded with a VM on it (CPU), its weights resident once
+    (:func:`relax_memplan.library.load_library`)."""
+    from ..library import load_library
 
     if not os.path.isfile(path):
         raise ModelLoadError(f"{path}: no such library file")
     _check_content(path)
-    check_elf_complete(path)
-    try:
-        lib = tvm.runtime.load_module(os.fspath(path))
-        return lib, relax.VirtualMachine(lib, tvm.cpu())
-    except Exception as err:  # noqa: BLE001 - TVM raises many types; one clear message
-        message = describe_loader_error(os.fspath(path), str(err), tvm.cuda(0).exist)
-        raise ModelLoadError(message or f"{path}: cannot load as a Relax VM library: "
-                                        f"{summarize_error(err)}") from None
+    return load_library(path, inputs=inputs)
 
 
 def function_params(vm, func_name: str = "main") -> List[str]:
@@ -200,8 +185,10 @@ def run_library(path, inputs: Mapping[str, np.ndarray], func_name: str = "main")
     Raises
     ------
     ModelLoadError
-        The file is missing, is an ONNX model (compile it first), was built for CUDA and
-        there is no CUDA GPU here, or is otherwise not a Relax VM library.
+        The file is missing, is an ONNX model (compile it first), does not match its
+        manifest (damaged, cut, another model's: :class:`~relax_memplan.library.manifest.
+        LibraryIntegrityError`), was built for CUDA and there is no CUDA GPU here, or is
+        otherwise not a Relax VM library.
     ShapeSpecError
         An input is missing or named that the function does not take (the message lists them).
     RunError
@@ -209,19 +196,14 @@ def run_library(path, inputs: Mapping[str, np.ndarray], func_name: str = "main")
         expected shape named), a dim outside its declared range,
         an index out of range (one line, the input shapes named).
     """
+    from ..library.inputs import check_input_names
     from ..runtime import run_checked
 
-    lib, vm = _load(path)
-    names = function_params(vm, func_name)
-    unknown = sorted(set(inputs) - set(names))
-    missing = [n for n in names if n not in inputs]
-    if unknown or missing:
-        raise ShapeSpecError(
-            ("unknown input(s) " + ", ".join(unknown) + "; " if unknown else "")
-            + ("missing input(s) " + ", ".join(missing) + "; " if missing else "")
-            + f"{func_name} takes " + ", ".join(names) + " (give each as --input NAME=FILE.npy)")
-    arrays = [np.asarray(inputs[n]) for n in names]
-    result = run_checked(lib, arrays, f"library {path}", func_name=func_name)
+    arrays = {n: np.asarray(v) for n, v in inputs.items()}
+    loaded = _load(path, arrays if func_name == "main" else None)
+    names = function_params(loaded.vm, func_name)
+    check_input_names(inputs, names, func_name)
+    result = run_checked(loaded.module, [arrays[n] for n in names], f"library {path}", func_name=func_name)
     return RunOutputs(param_names=names, outputs=result.outputs)
 
 

@@ -30,8 +30,10 @@ from .hoist_loop_storage import HoistLoopStorage
 from .insert_dim_range_check import InsertDimRangeCheck
 from .plan_dynamic_memory import PlanDynamicMemory
 from .plan_static_memory import PlanStaticMemory
+from .record_resident_bytes import RecordResidentBytes
 from .record_storage import RecordStorage
 from .remove_dropout import RemoveDropout
+from .share_transposed_weights import ShareTransposedWeights
 from .reorder_for_memory import ReorderForMemory
 from .specialize_kernels import SpecializeKernels
 
@@ -53,8 +55,10 @@ __all__ = [
     "InsertDimRangeCheck",
     "PlanDynamicMemory",
     "PlanStaticMemory",
+    "RecordResidentBytes",
     "RecordStorage",
     "RemoveDropout",
+    "ShareTransposedWeights",
     "ReorderForMemory",
     "SpecializeKernels",
 ]

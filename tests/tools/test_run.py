@@ -226,7 +226,7 @@ def test_elf_check_passes_a_whole_library_and_refuses_a_cut_loadable_segment(lib
     import struct
 
     from relax_memplan.errors import ModelLoadError
-    from relax_memplan.tools.library_file import check_elf_complete
+    from relax_memplan.library.elf import check_elf_complete
 
     check_elf_complete(library)  # the whole file: no error
     data = bytearray(library.read_bytes())

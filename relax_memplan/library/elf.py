@@ -10,12 +10,23 @@ within the file. Mach-O and PE files are not checked (TVM on Linux writes ELF).
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 
 from ..errors import ModelLoadError
 
-__all__ = ["check_elf_complete"]
+__all__ = ["check_elf_complete", "library_format"]
+
+#: First bytes of the shared-library formats ``tvm.runtime.load_module`` loads (ELF, Mach-O
+#: 32/64-bit both byte orders, PE) -> the format's name.
+_LIBRARY_MAGIC = {b"\x7fELF": "ELF", b"\xcf\xfa\xed\xfe": "Mach-O", b"\xfe\xed\xfa\xcf": "Mach-O",
+                  b"\xce\xfa\xed\xfe": "Mach-O", b"\xfe\xed\xfa\xce": "Mach-O", b"MZ": "PE"}
+
+
+def library_format(head: bytes):
+    """``"ELF"``, ``"Mach-O"`` or ``"PE"`` for a file starting with ``head``, else None."""
+    return next((name for magic, name in _LIBRARY_MAGIC.items() if head.startswith(magic)), None)
 
 _PT_LOAD = 1
 _SHT_NOBITS = 8
@@ -58,7 +69,7 @@ def check_elf_complete(path) -> None:
     Parameters
     ----------
     path : str or os.PathLike
-        The library file (read whole; libraries we write are a few MB).
+        The library file (mapped read-only; only the header pages are read).
 
     Raises
     ------
@@ -67,8 +78,16 @@ def check_elf_complete(path) -> None:
         the file size.
     """
     with open(path, "rb") as f:
-        data = f.read()
-    if not data.startswith(b"\x7fELF"):
+        if os.fstat(f.fileno()).st_size < 4:
+            return
+        # mapped, not read: a library holds its weights (hundreds of MB); the map has the
+        # file's size, so no index past the end is ever touched
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            _check_mapped(path, data)
+
+
+def _check_mapped(path, data) -> None:
+    if data[:4] != b"\x7fELF":
         return
     size = len(data)
     klass = data[4] if size > 5 else 0
