@@ -26,6 +26,7 @@ from . import _rule_gates
 from ._rule_gates import kernel_blocks, may_apply
 from .codegen_guard import CodegenGuard, vector_codegen_risk
 from .cpu_conv import DirectConv
+from .cpu_conv_blocked import ChannelBlockedConv
 from .cpu_fallback import SpatialFallback
 from .cpu_gemv import DotProductGEMV
 from .cpu_reduction import RowReduction, VectorPlaneSum, VectorRowReduction
@@ -38,6 +39,7 @@ __all__ = [
     "REDUCTION_RULES",
     "NO_GATHER_FEATURES",
     "SCHEDULE_RULE_ATTR",
+    "ChannelBlockedConv",
     "CodegenGuard",
     "DirectConv",
     "DotProductGEMV",
@@ -97,7 +99,7 @@ def cpu_schedule_rules() -> list:
     -------
     list of tvm.s_tir.dlight.ScheduleRule
     """
-    return [DirectConv(), StaticMatmul(), GenericMatmul(),
+    return [ChannelBlockedConv(), DirectConv(), StaticMatmul(), GenericMatmul(),
             GuardedRule(CodegenGuard(DotProductGEMV(dlight.cpu.GEMV()))),
             GuardedRule(VectorRowReduction()), GuardedRule(VectorPlaneSum()),
             GuardedRule(RowReduction(dlight.cpu.Reduction())),
