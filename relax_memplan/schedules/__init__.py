@@ -22,6 +22,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 from tvm.target import Target
 
+from ..analysis.concat import CONCAT_AXIS_ATTR, concat_axis
 from . import _rule_gates
 from ._rule_gates import kernel_blocks, may_apply
 from .codegen_guard import CodegenGuard, vector_codegen_risk
@@ -187,14 +188,19 @@ def rule_name(rule) -> str:
 
 def _apply_first(rules, func: tirx.PrimFunc, target: Target):
     """dlight's ``ApplyDefaultSchedule`` for one function: the first rule's result, marked
-    ``tirx.is_scheduled`` and ``relax_memplan.schedule_rule``; ``None`` if no rule applies."""
+    ``tirx.is_scheduled`` and ``relax_memplan.schedule_rule`` (and, for a plain
+    concatenation, :data:`~relax_memplan.analysis.concat.CONCAT_AXIS_ATTR`, so that the
+    planner still writes it in place); ``None`` if no rule applies."""
     for rule in rules:
         space = rule.apply(func, target, False)
         if space is None:
             continue
         sch = space if isinstance(space, s_tir.Schedule) else space[0]
-        return sch.mod["main"].with_attrs({IS_SCHEDULED_ATTR: True,
-                                           SCHEDULE_RULE_ATTR: rule_name(rule)})
+        attrs = {IS_SCHEDULED_ATTR: True, SCHEDULE_RULE_ATTR: rule_name(rule)}
+        axis = concat_axis(func)
+        if axis is not None:
+            attrs[CONCAT_AXIS_ATTR] = axis
+        return sch.mod["main"].with_attrs(attrs)
     return None
 
 

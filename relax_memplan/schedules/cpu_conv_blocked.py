@@ -159,16 +159,36 @@ class ChannelBlockedConv(ScheduleRule):
         Fewest multiply-adds for the tile loop to be parallel (as DirectConv's).
     max_pixels : int
         Most output pixels per tile.
+    min_lane_gain : float
+        The kernel is declined (left to DirectConv's column tile, which stores its tile
+        without a transpose) unless ``K * (1 / use - 1) >= min_lane_gain``, ``K`` the
+        multiply-adds per output, ``use`` the fraction of lanes the column tile keeps busy
+        (:func:`column_lane_use`): the transposing write-back costs about this many
+        multiply-add instructions per output vector. One thread, znver5, ms, this rule /
+        DirectConv: 1x1 16 -> 64 on 55x55 0.123 / 0.076 and 16 -> 32 on 160x160 0.608 /
+        0.218 (declined), 3x3 32 -> 32 on 40x40 0.151 / 0.173 and 1x1 192 -> 128 on 20x20
+        0.138 / 0.187 (taken).
+    strided_lane_use : float
+        ``use`` is multiplied by this for a column stride above 1 (DirectConv then reads a
+        deinterleaved copy of its input): 3x3 stride 2, 16 -> 32 on 160x160 0.437 / 0.725 ms.
+    matmul_below_pixels, min_pointwise_reduction : int
+        A stride-1 1x1 convolution on fewer output pixels than ``matmul_below_pixels`` (which
+        DirectConv leaves to StaticMatmul, :attr:`DirectConv.min_direct_1x1_pixels`) is taken
+        without the lane test when it has at least ``min_pointwise_reduction`` input channels
+        (:meth:`_left_to_matmul`).
     """
 
     def __init__(self, min_accumulators: int = 8, min_parallel_macs: int = 1 << 20,
                  max_pixels: int = 28, min_lane_gain: float = 22.0,
-                 strided_lane_use: float = 0.67):
+                 strided_lane_use: float = 0.67, matmul_below_pixels: int = 256,
+                 min_pointwise_reduction: int = 16):
         self.min_accumulators = min_accumulators
         self.min_parallel_macs = min_parallel_macs
         self.max_pixels = max_pixels
         self.min_lane_gain = min_lane_gain
         self.strided_lane_use = strided_lane_use
+        self.matmul_below_pixels = matmul_below_pixels
+        self.min_pointwise_reduction = min_pointwise_reduction
 
     def is_target_available(self, target: Target) -> bool:
         return target is not None and target.kind.name == "llvm"
@@ -188,6 +208,8 @@ class ChannelBlockedConv(ScheduleRule):
         per_output = 1
         for extent in axes.reduce_extents:
             per_output *= extent
+        if self._left_to_matmul(axes, height * width):
+            return tile if per_output >= self.min_pointwise_reduction else None
         use = column_lane_use(width, lanes)
         if _column_stride(sch, axes, len(axes.spatial_extents) - 1)[1] > 1:
             use *= self.strided_lane_use
@@ -196,6 +218,14 @@ class ChannelBlockedConv(ScheduleRule):
         if per_output * (1.0 / use - 1.0) < self.min_lane_gain:
             return None
         return tile
+
+    def _left_to_matmul(self, axes: ConvAxes, pixels: int) -> bool:
+        """A stride-1 1x1 convolution on a map under ``matmul_below_pixels``: DirectConv leaves
+        it to StaticMatmul, whose tile reads the input inside the parallel loop (the in-place
+        rule then refuses the output over the input: the unscheduled kernel copies the input
+        first) and ran slower than this rule's from 80 input channels (one thread, znver5,
+        14x14 map: 80 -> 480 channels 0.104 vs 0.085 ms, 112 -> 672 0.198 vs 0.154 ms)."""
+        return all(e == 1 for e in axes.reduce_extents[1:]) and pixels < self.matmul_below_pixels
 
     def apply(self, func: tirx.PrimFunc, target: Target, _tunable: bool):
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
