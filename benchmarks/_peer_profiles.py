@@ -179,7 +179,8 @@ def _ort_kernel(op: str, shapes_in, shapes_out) -> dict:
     if op in ("Conv", "FusedConv") and len(ins) >= 2 and outs:
         sig = conv_signature(ins[0], ins[1], outs[0])
         return dict(zip(("signature", "class", "macs"), sig))
-    if op in ("MatMul", "FusedMatMul", "Gemm", "MatMulNBits") and len(ins) >= 2 and outs:
+    # a constant B is not listed among the inputs: A and the output give the shape
+    if op in ("MatMul", "FusedMatMul", "Gemm", "MatMulNBits") and ins and outs:
         a, out = ins[0], outs[0]
         k = int(a[-1])
         n, m = int(out[-1]), int(out[-2]) if len(out) >= 2 else 1

@@ -54,16 +54,20 @@ SHARED_MODELS = [
                                            "token_type_ids": (1, 128)}),
 ]
 FULL_SIZE = ["resnet50", "mobilenet_v2", "bert_base", "gpt2", "vit_b_16"]
+EXTRA = ["efficientnet_b0", "convnext_tiny", "swin_t"]
+"""Exported by ``benchmarks/export_extra_cnns.py`` (EfficientNet-B0, ConvNeXt-T) or beside it."""
 
 
-def model_list(full_size_dir: Path, only):
+def model_list(full_size_dir: Path, only, extra_dir: Path = Path("/tmp/full_size_extra")):
     """``(label, path, shapes)`` of the models present, in ``only``'s order if given."""
     found = [(label, SHARED / file, shapes) for label, file, shapes in SHARED_MODELS]
-    for name in FULL_SIZE:
-        meta = full_size_dir / f"{name}.meta.json"
+    for folder, name in [(full_size_dir, n) for n in FULL_SIZE] + [(extra_dir, n) for n in EXTRA]:
+        meta = folder / f"{name}.meta.json"
         if meta.exists():
-            shapes = {k: tuple(v) for k, v in json.loads(meta.read_text())["typical_shape"].items()}
-            found.append((name, full_size_dir / f"{name}.onnx", shapes))
+            typical = json.loads(meta.read_text()).get("typical_shape")
+            # no typical shape (swin_t's meta): the importer sets the batch dim to 1
+            shapes = {k: tuple(v) for k, v in typical.items()} if typical else None
+            found.append((name, folder / f"{name}.onnx", shapes))
     by_label = {m[0]: m for m in found if m[1].exists()}
     if only:
         missing = [o for o in only if o not in by_label]
@@ -154,7 +158,7 @@ def print_row(row: dict, top: int) -> None:
 
 
 def _worker(args) -> None:
-    for label, path, shapes in model_list(Path(args.full_size), args.only):
+    for label, path, shapes in model_list(Path(args.full_size), args.only, Path(args.extra)):
         try:
             row = bench_model(label, path, shapes, args.worker_threads, args.rounds)
         except Exception as err:  # noqa: BLE001 -- one model failing must not stop the others
@@ -171,6 +175,8 @@ def main(argv=None) -> None:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--full-size", default=os.environ.get("FULL_SIZE_MODELS",
                                                               "/tmp/full_size"))
+    parser.add_argument("--extra", default="/tmp/full_size_extra",
+                        help="folder of EfficientNet-B0, ConvNeXt-T, Swin-T (export_extra_cnns.py)")
     parser.add_argument("--json", default=str(REPO / "benchmarks" / "results"
                                               / "kernel_peers.json"))
     parser.add_argument("--load", help="print the tables of an earlier JSON file")
@@ -185,7 +191,7 @@ def main(argv=None) -> None:
         rows = []
         for t in args.threads:
             cmd = [sys.executable, __file__, "--worker-threads", str(t), "--rounds",
-                   str(args.rounds), "--full-size", args.full_size]
+                   str(args.rounds), "--full-size", args.full_size, "--extra", args.extra]
             if args.only:
                 cmd += ["--only", *args.only]
             env = dict(os.environ, TVM_NUM_THREADS=str(t))
