@@ -28,6 +28,7 @@ from ._rule_gates import kernel_blocks, may_apply
 from .codegen_guard import CodegenGuard, vector_codegen_risk
 from .cpu_conv import DirectConv
 from .cpu_conv_blocked import ChannelBlockedConv
+from .cpu_conv_depthwise import ChannelBlockedDepthwise
 from .cpu_fallback import SpatialFallback
 from .cpu_gemv import DotProductGEMV
 from .cpu_reduction import RowReduction, VectorPlaneSum, VectorRowReduction
@@ -41,6 +42,7 @@ __all__ = [
     "NO_GATHER_FEATURES",
     "SCHEDULE_RULE_ATTR",
     "ChannelBlockedConv",
+    "ChannelBlockedDepthwise",
     "CodegenGuard",
     "DirectConv",
     "DotProductGEMV",
@@ -77,8 +79,12 @@ def _as_target(target: Union[str, dict, Target]) -> Target:
 
 
 def cpu_schedule_rules() -> list:
-    """The rules, most specific first: convolution (it declines 1x1 convolutions on small
-    maps, :attr:`DirectConv.min_direct_1x1_pixels`), matmul, GEMV, reduction, then the fallback.
+    """The rules, most specific first: convolutions (:class:`ChannelBlockedConv`, output
+    channels in the lanes, where the map is too narrow for full column vectors or the
+    reduction long; :class:`ChannelBlockedDepthwise`, depthwise ones with large kernels,
+    strides or narrow maps; :class:`DirectConv`, output columns in the lanes, which declines
+    1x1 convolutions on small maps, :attr:`DirectConv.min_direct_1x1_pixels`), matmul, GEMV,
+    reduction, then the fallback.
 
     dlight's CPU ``GEMV`` and ``Reduction`` (softmax, layer norm) follow ours,
     guarded (:class:`GuardedRule`): any failure inside them, e.g. GEMV's assertion on a
@@ -100,7 +106,8 @@ def cpu_schedule_rules() -> list:
     -------
     list of tvm.s_tir.dlight.ScheduleRule
     """
-    return [ChannelBlockedConv(), DirectConv(), StaticMatmul(), GenericMatmul(),
+    return [ChannelBlockedConv(), ChannelBlockedDepthwise(), DirectConv(), StaticMatmul(),
+            GenericMatmul(),
             GuardedRule(CodegenGuard(DotProductGEMV(dlight.cpu.GEMV()))),
             GuardedRule(VectorRowReduction()), GuardedRule(VectorPlaneSum()),
             GuardedRule(RowReduction(dlight.cpu.Reduction())),

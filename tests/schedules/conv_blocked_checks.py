@@ -1,5 +1,6 @@
 """Checks run in a subprocess by test_cpu_conv_blocked.py (an out-of-bounds store then fails a
-test instead of killing pytest): convolutions scheduled by ChannelBlockedConv give the numbers
+test instead of killing pytest): convolutions scheduled by ChannelBlockedConv (and depthwise
+ones by ChannelBlockedDepthwise) give the numbers
 of the unscheduled build, with the weights as parameters (copied to the blocked layout per
 call) and as constants (prepacked at compile time)."""
 
@@ -8,7 +9,8 @@ import tvm
 from tvm import relax, tirx
 from tvm.ir.instrument import pass_instrument
 
-from relax_memplan.schedules import SCHEDULE_RULE_ATTR, ChannelBlockedConv, host_target
+from relax_memplan.schedules import (SCHEDULE_RULE_ATTR, ChannelBlockedConv,
+                                    ChannelBlockedDepthwise, host_target)
 
 from tests.schedules.conv_checks import conv_module
 from tests.schedules.isolated_checks import build_and_run
@@ -27,6 +29,15 @@ CASES = [
 ]
 
 
+# depthwise convolutions ChannelBlockedDepthwise takes
+DW_CASES = [
+    ("dw 7x7 14x14 relu", (1, 32, 14, 14), 32, 7, 1, 3, 1, 32, "relu"),
+    ("dw 5x5 s2 13x13 silu", (1, 16, 13, 13), 16, 5, 2, 2, 1, 16, "silu"),
+    ("dw 3x3 7x7 batch 2 clip", (2, 48, 7, 7), 48, 3, 1, 1, 1, 48, "clip"),
+    ("dw 7x7 20x9 map bias", (1, 16, 20, 9), 16, 7, 1, 3, 1, 16, "bias"),
+]
+
+
 def _fused(mod):
     seq = tvm.transform.Sequential([
         relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
@@ -35,12 +46,13 @@ def _fused(mod):
 
 
 def check_rule_on_parameters():
-    """The rule applied to the fused PrimFunc, weights as parameters (per-call layout copy)."""
+    """The rules applied to the fused PrimFunc, weights as parameters (per-call layout copy)."""
     target = host_target()
     rng = np.random.default_rng(0)
-    for label, *case in CASES:
+    for label, *case in CASES + DW_CASES:
         (func,) = _fused(conv_module(*case))
-        sch = ChannelBlockedConv(min_parallel_macs=0).apply(func, target, False)
+        rule = ChannelBlockedDepthwise if case[-2] > 1 else ChannelBlockedConv
+        sch = rule(min_parallel_macs=0).apply(func, target, False)
         assert sch is not None, label
         arrays = [rng.standard_normal([int(d) for d in p.shape], dtype="float32")
                   for p in func.params]  # the params are the buffers in TVM 0.27
@@ -90,7 +102,7 @@ def check_pipeline_with_constant_weights():
     and the result equals the unscheduled build's."""
     target = host_target()
     rng = np.random.default_rng(1)
-    for label, *case in CASES:
+    for label, *case in CASES + DW_CASES:
         mod = constant_weight_module(case)
         arrays = [rng.standard_normal([int(d) for d in p.ty.shape], dtype="float32")
                   for p in mod["main"].params]
@@ -100,7 +112,8 @@ def check_pipeline_with_constant_weights():
             with tvm.transform.PassContext(instruments=[seen]):
                 got = build_and_run(mod, target, True, arrays)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=label)
-            conv = [n for n, r in seen.rules.items() if r == "ChannelBlockedConv"]
+            rule = "ChannelBlockedDepthwise" if case[-2] > 1 else "ChannelBlockedConv"
+            conv = [n for n, r in seen.rules.items() if r == rule]
             assert conv, (label, seen.rules)
             assert any(n.startswith(conv[0]) and n.endswith("_prepacked")
                        for n in seen.names), (label, seen.names)

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import tvm
 
-from relax_memplan.schedules import ChannelBlockedConv, DirectConv, cpu_schedule_rules, host_target
+from relax_memplan.schedules import (ChannelBlockedConv, ChannelBlockedDepthwise, DirectConv,
+                                    cpu_schedule_rules, host_target)
 from relax_memplan.schedules.cpu_conv_blocked import ChannelTile, choose_tile, column_lane_use
-from tests.schedules.conv_blocked_checks import CASES, _fused
+from tests.schedules.conv_blocked_checks import CASES, DW_CASES, _fused
 from tests.schedules.conv_checks import conv_module
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +35,28 @@ def _run_isolated(call, marker, timeout=600):
 def test_runs_before_direct_conv():
     names = [type(r).__name__ for r in cpu_schedule_rules()]
     assert names.index("ChannelBlockedConv") < names.index("DirectConv")
+    assert names.index("ChannelBlockedDepthwise") < names.index("DirectConv")
+
+
+@pytest.mark.parametrize("case", DW_CASES, ids=[c[0] for c in DW_CASES])
+def test_depthwise_rule_takes_large_kernels_strides_and_narrow_maps(case):
+    (func,) = _fused(conv_module(*case[1:]))
+    sch = ChannelBlockedDepthwise(min_parallel_macs=0).apply(func, AVX512, False)
+    assert sch is not None, case[0]
+    text = sch.mod["main"].script()
+    assert "T.parallel(" in text and "T.vectorized(" in text and "_local" in text
+
+
+@pytest.mark.parametrize("label, case", [
+    ("3x3 on a 14-wide map: DirectConv's vectors are full enough",
+     ((1, 32, 14, 14), 32, 3, 1, 1, 1, 32, "relu")),
+    ("7x7 on a 56-wide map", ((1, 16, 56, 56), 16, 7, 1, 3, 1, 16, "relu")),
+    ("24 channels: no vector multiple", ((1, 24, 14, 14), 24, 7, 1, 3, 1, 24, "relu")),
+    ("dense", ((1, 32, 14, 14), 32, 7, 1, 3, 1, 1, "relu")),
+])
+def test_depthwise_rule_declines(label, case):
+    (func,) = _fused(conv_module(*case))
+    assert ChannelBlockedDepthwise().apply(func, AVX512, False) is None, label
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
