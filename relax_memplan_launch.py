@@ -1,9 +1,8 @@
 """Console entry of ``relax-memplan``: imports the CLI with Ctrl-C handled.
 
-Importing :mod:`relax_memplan` loads TVM (a second or more). A Ctrl-C in that time came as a
-``KeyboardInterrupt`` traceback before the CLI's own handler existed; here it is the CLI's one
-line, ``relax-memplan: interrupted``, and exit status 130. A top-level module because any
-module inside the package imports the package (and TVM) first.
+A Ctrl-C while :mod:`relax_memplan.cli` is being imported comes before the CLI's own handler
+exists; here it is the CLI's one line, ``relax-memplan: interrupted``, and exit status 130,
+not a ``KeyboardInterrupt`` traceback. A top-level module, outside the package it imports.
 """
 
 import importlib

@@ -18,7 +18,6 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["relax_memplan", "relax_memplan.*"]),
     py_modules=["relax_memplan_launch"],  # the console entry: Ctrl-C while TVM loads
-    package_data={"relax_memplan": ["examples/*.onnx", "configs/*.yaml"]},
     install_requires=[
         "apache-tvm==0.27.0.post1",
         "numba>=0.61",

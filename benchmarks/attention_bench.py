@@ -7,14 +7,15 @@ transposes) is built without and with our fusion, both ways the ``default`` buil
 CPU, :func:`~relax_memplan.schedules.host_target`). Kernels are timed with the VM's instrument
 hook (a timestamp before and after each packed call), interleaved rounds, min over rounds.
 
-Columns: ``fused`` ms of the fused kernel; ``three`` ms of the three kernels the fusion
-replaces (QK^T matmul with scale and mask, softmax, PV matmul; the transposes excluded);
-``all`` with the three transposes in and out; ``ratio3 = fused / three`` (the acceptance
-figure, <= 1.0 at seq 128, aim <= 0.8) and ``ratio_all``. The machine is shared: compare the
-ratios within one run; ms move with the load.
+Columns: ``fused`` ms of the fused kernel; ``three`` ms of the three kernels at the heart of
+what the fusion replaces (QK^T matmul with scale and mask, softmax, PV matmul); ``all`` ms of
+every kernel the fusion removes (those three and the transposes in and out); ``ratio_all =
+fused / all`` (the acceptance figure: <= 1.0 at every row) and ``ratio3 = fused / three``. Rows:
+every sequence length of ``--seqs`` (queries = keys) x head dim of ``--head-dims``. The machine
+is shared: compare the ratios within one run; ms move with the load.
 
-Usage: python benchmarks/attention_bench.py [--seqs 32,128,256,512] [--batch 8] [--heads 12]
-[--head-dim 64] [--builds default,schedule] [--json PATH]
+Usage: python benchmarks/attention_bench.py [--seqs 1,8,16,32,128,512] [--batch 1] [--heads 12]
+[--head-dims 32,64,80,128] [--builds default,schedule] [--json PATH]
 """
 
 from __future__ import annotations
@@ -99,10 +100,10 @@ def measure(mod, arrays, build_name: str, rounds: int, repeats: int) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seqs", default="32,128,256,512")
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--seqs", default="1,8,16,32,64,128,256,512")
+    parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=12)
-    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--head-dims", default="32,64,80,128")
     parser.add_argument("--builds", default="default,schedule")
     parser.add_argument("--rounds", type=int, default=3, help="calls per timed round")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (min taken)")
@@ -110,24 +111,26 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     builds = args.builds.split(",")
     rows = []
-    print(f"batch {args.batch}, heads {args.heads}, head_dim {args.head_dim}; ms per call, "
-          f"min over {args.repeats} interleaved rounds; host {host_target()}; "
-          f"TVM threads {tvm.runtime.num_threads()}")
-    print(f"{'seq':>5}" + "".join(f"{b + ' fused':>17}{'three':>11}{'all':>11}{'ratio3':>8}"
-                                   f"{'r_all':>7}" for b in builds))
-    for seq in (int(s) for s in args.seqs.split(",") if s):
-        mod, arrays = attention_block(args.batch, seq, args.heads, args.head_dim, seed=seq)
-        line = f"{seq:>5}"
-        for b in builds:
-            row = dict(measure(mod, arrays, b, args.rounds, args.repeats), seq=seq)
-            rows.append(row)
-            line += (f"{row['fused_ms']:>17.3f}{row['three_ms']:>11.3f}"
-                     f"{row['all_replaced_ms']:>11.3f}{row['ratio3']:>8.2f}{row['ratio_all']:>7.2f}")
-        print(line, flush=True)
+    print(f"batch {args.batch}, heads {args.heads}; ms per call, min over {args.repeats} "
+          f"interleaved rounds; host {host_target()}; TVM threads {tvm.runtime.num_threads()}")
+    print(f"{'dim':>4}{'seq':>5}" + "".join(f"{b + ' fused':>17}{'three':>10}{'all':>10}"
+                                            f"{'ratio3':>7}{'r_all':>7}" for b in builds))
+    for head_dim in (int(d) for d in args.head_dims.split(",") if d):
+        for seq in (int(s) for s in args.seqs.split(",") if s):
+            mod, arrays = attention_block(args.batch, seq, args.heads, head_dim, seed=seq)
+            line = f"{head_dim:>4}{seq:>5}"
+            for b in builds:
+                row = dict(measure(mod, arrays, b, args.rounds, args.repeats), seq=seq,
+                           head_dim=head_dim)
+                rows.append(row)
+                line += (f"{row['fused_ms']:>17.4f}{row['three_ms']:>10.4f}"
+                         f"{row['all_replaced_ms']:>10.4f}{row['ratio3']:>7.2f}"
+                         f"{row['ratio_all']:>7.2f}")
+            print(line, flush=True)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"batch": args.batch, "heads": args.heads,
-                               "head_dim": args.head_dim, "host_target": str(host_target()),
+                               "host_target": str(host_target()),
                                "threads": tvm.runtime.num_threads(), "rows": rows},
                               indent=2) + "\n")
     print(f"wrote {out}")

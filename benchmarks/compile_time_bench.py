@@ -119,7 +119,7 @@ def bench_model(label, path, shapes, rounds) -> dict:
 
 def _warm_up() -> None:
     """One small build, so that no measured build pays for the process's first compile."""
-    from relax_memplan.examples import example_cnn
+    from relax_memplan.frontend.examples import example_cnn
     from relax_memplan.frontend import import_onnx
 
     import tvm

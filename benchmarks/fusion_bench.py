@@ -67,7 +67,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # measure this checkout, not another installed copy
 
 from relax_memplan.compile import build  # noqa: E402
-from relax_memplan.compile.fusion_summary import ort_optimized_nodes  # noqa: E402
+from relax_memplan.report.fusion_summary import ort_optimized_nodes  # noqa: E402
 from relax_memplan.frontend import import_onnx, make_random_inputs, run_onnxruntime  # noqa: E402
 from relax_memplan.runtime import kernel_profile, kernels_per_call  # noqa: E402
 from relax_memplan.transform.plan_static_memory import PlanStaticMemory  # noqa: E402

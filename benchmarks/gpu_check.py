@@ -63,8 +63,8 @@ from relax_memplan.compile import build, max_abs_error
 from relax_memplan.compile.build import choose_cuda_compiler
 from relax_memplan.targets import make_target
 from relax_memplan.errors import RelaxMemplanError
-from relax_memplan.examples import example_cnn
-from relax_memplan.onnx_prepare import STEP_NAMES
+from relax_memplan.frontend.examples import example_cnn
+from relax_memplan.frontend.prepare import STEP_NAMES
 from relax_memplan.pipeline import fusion_counts, fusion_passes
 from relax_memplan.runtime import run_and_measure
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory

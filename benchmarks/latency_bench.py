@@ -58,7 +58,7 @@ MODELS = [
     ("bert-tiny", "bert-tiny-randw.onnx", {"input_ids": (1, 128), "attention_mask": (1, 128),
                                            "token_type_ids": (1, 128)}, None),
     ("gpt2-tiny", "gpt2-tiny-randw.onnx", {"input_ids": (1, 64)}, None),
-    # generated (relax_memplan.recurrent_example): TVM's own importer has no LSTM converter,
+    # generated (relax_memplan.frontend.recurrent_example): TVM's own importer has no LSTM converter,
     # so the tvm column is TVM's pipeline on our import (our LSTM kernel, TVM's planner)
     ("vad-lstm", GENERATED + "vad_lstm", {"feats": (1, 40, 256)},
      {"sr": np.array(16000, dtype=np.int64)}),
@@ -71,7 +71,7 @@ def _generated(file: str) -> Path:
 
     import onnx
 
-    from relax_memplan.recurrent_example import vad_lstm_model
+    from relax_memplan.frontend.recurrent_example import vad_lstm_model
 
     builders = {"vad_lstm": vad_lstm_model}
     name = file[len(GENERATED):]

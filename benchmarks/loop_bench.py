@@ -35,7 +35,7 @@ import onnx  # noqa: E402
 import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
-from onnx_prepare.loop_models import scan_model  # noqa: E402
+from frontend.prepare.loop_models import scan_model  # noqa: E402
 from relax_memplan.frontend import import_onnx  # noqa: E402
 from relax_memplan.pipeline import get_pipeline  # noqa: E402
 from relax_memplan.runtime import run_and_measure  # noqa: E402

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from relax_memplan.compile import CheckOptions, compile_model
-from relax_memplan.examples import example_tiny_matmuls
+from relax_memplan.frontend.examples import example_tiny_matmuls
 
 REPO = Path(__file__).resolve().parents[1]
 

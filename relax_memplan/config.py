@@ -68,9 +68,9 @@ STRATEGIES = ("exact", "upper_bound", "buckets")
 
 def _check_conv_chain_mode(value) -> str:
     """``fusion_conv_chain``: one of :data:`_CONV_CHAIN_MODES`; YAML 1.1 reads a bare ``off``
-    (also ``no``, ``false``) as the boolean false, taken as ``"off"`` (newcomer trial: the
-    documented ``fusion_conv_chain: off`` was refused). True (``on``/``yes``/``true``) names
-    no mode and stays an error."""
+    (also ``no``, ``false``) as the boolean false, taken as ``"off"`` (so that the documented
+    ``fusion_conv_chain: off`` works). True (``on``/``yes``/``true``) names no mode and stays
+    an error."""
     if value is False:
         return "off"
     if value is True:

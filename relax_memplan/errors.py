@@ -61,7 +61,7 @@ _CAST_CHECK = re.compile(r"^(?:Check failed: )?input_shape\[i\] == heap_data\[re
 def _readable_cast_error(text: str) -> str:
     """The VM's failed ``R.match_cast`` (``input_shape[i] == heap_data[reg] (2 vs. 1) :
     ErrorContext(match_cast, ty=R.Tensor(<a long shape>)) ...``) in a few words, so that the
-    line is not cut inside the shape (newcomer trial: it ended ``match_cast e...``)."""
+    line is not cut inside the shape (it would end ``match_cast e...``)."""
     match = _CAST_CHECK.match(text)
     if match is None:
         return text
@@ -240,12 +240,12 @@ class TargetError(RelaxMemplanError, ValueError):
 __all__ += ["TargetError"]
 
 
-class UndeclaredDimWarning(UserWarning):
-    """A symbolic dim of the model has neither a ``--dim`` range nor a ``--shape`` value and
-    is compiled at 1; the message gives the flags that declare it. Issued before the import."""
+class UndeclaredDimError(ShapeSpecError):
+    """A symbolic dim of the model has neither a ``--dim`` range nor a ``--shape`` value;
+    the message gives the flags that declare it. Raised before the import."""
 
 
-__all__ += ["UndeclaredDimWarning"]
+__all__ += ["UndeclaredDimError"]
 
 
 INDEX_CHECK_MESSAGE = "relax_memplan: index out of range in"

@@ -6,7 +6,7 @@ Phases (from ``tvm.relax.backend.<target>.pipeline``):
    (index-value checks, see that module), then the target's library dispatch passes;
 2. ``legalize`` -- ``ClampEmptySlices`` (ours: empty dynamic slices), with ``fusion=True``
    ``FoldConstantsFirst`` (ours: TVM's FoldConstant once, so that the fusion passes' peak
-   checks do not fold again per trial)
+   checks do not fold again for each rewrite they try)
    and our graph-level fusion (:func:`fusion_passes`),
    ``ExpandIntegerPower`` (ours: ``x**3`` as multiplications; TVM's CUDA ``pow`` gives NaN for
    a negative base), LegalizeOps,
@@ -33,7 +33,9 @@ and numerics never differ between them).
 Unlike ``tvm.compile``'s bare default (``default_build_pipeline``), these
 phases fold constants and fuse operators.
 
-The pipeline is registered as ``relax.get_pipeline("relax_memplan", target=...)``.
+Importing this module registers the pipeline as
+``relax.get_pipeline("relax_memplan", target=...)`` (the first use of a name of
+:mod:`relax_memplan` imports it).
 """
 
 from __future__ import annotations
@@ -147,7 +149,7 @@ def fusion_counts(passes) -> dict:
     reader, the live bytes would not improve or the threads' scratch would not be smaller,
     ``conv_chain_candidates``: strided convs the pass looked at, fused or not, each once: the
     same in every mode, the reasons of the others in
-    :func:`~relax_memplan.compile.fusion_summary.fusion_skips`); a pattern whose pass did not
+    :func:`~relax_memplan.report.fusion_summary.fusion_skips`); a pattern whose pass did not
     run is absent."""
     by_name = {p.info.name: p for p in passes}
     counts = {}
@@ -280,8 +282,8 @@ def backend_phases(
         # scheduled convs: yolov8n, one thread, 40.4 ms with them fused, 27.0 ms without)
         legalize = list(fusion_pass_list or fusion_passes(
             target, schedule=schedule and kind == "llvm")) + legalize
-        # constants folded once, before the fusion passes: their peak checks lower trial
-        # modules, whose FoldConstant would otherwise evaluate every constant subgraph again
+        # constants folded once, before the fusion passes: their peak checks lower each
+        # rewritten module, whose FoldConstant would otherwise evaluate every constant again
         # (gpt2-tiny: 1.9 CPU s per lowering); TVM's FoldConstant after LegalizeOps stays
         legalize.insert(0, FoldConstantsFirst())
     # before LegalizeOps (and any folding): TVM's dynamic_strided_slice gives a negative extent

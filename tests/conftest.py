@@ -22,7 +22,7 @@ def vad_lstm_onnx(tmp_path_factory) -> Path:
     """The generated vad-lstm model (``recurrent_example.vad_lstm_model``) saved once."""
     import onnx
 
-    from relax_memplan.recurrent_example import vad_lstm_model
+    from relax_memplan.frontend.recurrent_example import vad_lstm_model
 
     path = tmp_path_factory.mktemp("vad") / "vad_lstm.onnx"
     onnx.save(vad_lstm_model(), str(path))

@@ -200,7 +200,8 @@ def test_planner_reorder_and_inplace_keys_are_bools():
 
 
 def test_cli_passes_planner_inplace_and_reorder_to_the_build(tmp_path):
-    from relax_memplan.cli import _build_options, build_parser
+    from relax_memplan.cli import build_parser
+    from relax_memplan.cli.commands import _build_options
     from relax_memplan.transform.reorder_for_memory import ReorderForMemory
 
     cfg = tmp_path / "c.yaml"
@@ -226,7 +227,8 @@ def test_cli_passes_planner_inplace_and_reorder_to_the_build(tmp_path):
 
 
 def test_cli_passes_fusion_conv_chain_to_the_build(tmp_path):
-    from relax_memplan.cli import _build_options, build_parser
+    from relax_memplan.cli import build_parser
+    from relax_memplan.cli.commands import _build_options
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("fusion_conv_chain: memory\n", encoding="utf-8")

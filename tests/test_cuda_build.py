@@ -30,10 +30,11 @@ from tvm.script import relax as R
 
 from relax_memplan import frontend
 from relax_memplan.cli import main
-from relax_memplan.compiler import build, compile_module
+from relax_memplan.compile import BuildOptions, CheckOptions, build, compile_and_measure
+from relax_memplan.compile.measure import ModelSource
 from relax_memplan.config import load_config
-from relax_memplan.examples import example_cnn
-from relax_memplan.onnx_prepare import STEP_NAMES
+from relax_memplan.frontend.examples import example_cnn
+from relax_memplan.frontend.prepare import STEP_NAMES
 from relax_memplan.pipeline import backend_phases, get_pipeline
 from relax_memplan.targets import DEFAULT_CUDA_ARCH, cuda_source, installed_cuda_arch
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
@@ -114,6 +115,13 @@ def _plan_pass():
     return PlanStaticMemory(time_limit_s=TIME_LIMIT_S)
 
 
+def _compile_module(mod):
+    """Our build of a fixed-shape Relax module for CUDA with its report (nothing run)."""
+    options = BuildOptions(target=CUDA, plan_pass=_plan_pass(), compare_with_tvm=False)
+    return compile_and_measure(ModelSource(mod=mod), {}, [{}], options,
+                               CheckOptions(measure=False), lambda _msg: None)["static"]
+
+
 def _bert_shapes(seq):
     return {name: (1, seq) for name in BERT_INPUTS}
 
@@ -122,7 +130,7 @@ def test_example_cnn_builds_gpu_kernels_and_a_device_arena():
     mod, _ = frontend.import_onnx(example_cnn())
     working = _check_all_kernels_bound(_legalized(mod))
     assert any(n.startswith("fused_conv2d") for n in working)
-    result = compile_module(mod, target=CUDA, plan_pass=_plan_pass(), compare_with_tvm=False)
+    result = _compile_module(mod)
     _check_global_kernels(result.executable, working)
     main_plan = result.report.main
     assert result.report.target == "cuda"
@@ -135,7 +143,7 @@ def test_bert_tiny_static_builds_gpu_kernels_and_a_device_arena():
     mod, _ = frontend.import_onnx(path, _bert_shapes(16), prepare_steps=STEP_NAMES)
     working = _check_all_kernels_bound(_legalized(mod))
     assert any(n.startswith("fused_matmul") for n in working)
-    result = compile_module(mod, target=CUDA, plan_pass=_plan_pass(), compare_with_tvm=False)
+    result = _compile_module(mod)
     _check_global_kernels(result.executable, working)
     main_plan = result.report.main
     assert main_plan.num_planned == main_plan.num_tensors - 1  # all but the output
@@ -336,23 +344,46 @@ def test_fused_attention_is_a_global_kernel_with_thread_bindings(model, full_bui
     assert "__syncthreads()" in kernel
 
 
-@pytest.mark.parametrize("mask", [None, (False, True, True), (True, True, False)])
-def test_fused_attention_kernel_passes_verify_gpu_code(mask):
+def _attention_forms():
+    from tests.transform import attention_models as forms
+
+    return {"sdpa": forms.bert_sdpa(2, 13), "causal": forms.gpt2_causal(1, 20),
+            "in_proj": forms.vit_in_proj(1, 11), "gqa": forms.llama_gqa(1, 9),
+            "cross": forms.cross_attention(2, 3), "relative": forms.t5_relative_bias(1, 12),
+            "windows": forms.swin_windows(1), "boolean": forms.boolean_mask(1, 10),
+            "contrib": forms.contrib_attention(1, 7), "dim80": forms.bert_sdpa(1, 9, dim=80)}
+
+
+_QUICK_FORMS = ("sdpa", "gqa", "windows")  # the others behind slow: ~30 s each under load
+
+
+@pytest.mark.parametrize("form", [f if f in _QUICK_FORMS else pytest.param(f, marks=pytest.mark.slow)
+                                  for f in sorted(_attention_forms())])
+def test_fused_attention_cuda_kernel_of_every_form_passes_verify_gpu_code(form):
+    # each matched form's CUDA kernel (static shapes): well-formed, within sm_90's limits, and
+    # compiled to CUDA C with its thread bindings and shared-memory tiles
     from tvm.s_tir.analysis import verify_gpu_code, verify_well_formed
     from tvm.s_tir.pipeline import default_s_tir_pipeline
 
-    from relax_memplan.transform._attention_kernel_gpu import attention_kernel_gpu
+    from relax_memplan.transform.fuse_attention import FuseAttention
 
-    func = attention_kernel_gpu(12, 64, "float32", 0.125, mask, extents=(8, 77, 77))
+    model, feeds = _attention_forms()[form]
+    mod, _ = frontend.import_onnx(model, {n: v.shape for n, v in feeds.items()})
+    pass_ = FuseAttention(target=CUDA_SM90)
+    fused = pass_(mod)
+    assert pass_.fused == 1, pass_.records[0].refused
+    (func,) = [f for gv, f in fused.functions_items() if gv.name_hint == "fused_attention"]
     assert verify_well_formed(func)
-    mod = tvm.IRModule({"main": func.with_attr("target", CUDA_SM90)
-                        .with_attr("global_symbol", "main")})
+    kernel = tvm.IRModule({"main": func.with_attr("target", CUDA_SM90)
+                           .with_attr("global_symbol", "main")})
     with CUDA_SM90:
-        lowered = default_s_tir_pipeline()[0](mod)["main"]
+        lowered = default_s_tir_pipeline()[0](kernel)["main"]
     assert verify_gpu_code(lowered, _SM90_LIMITS)
-    # the verifier can fail: 8 KB of K/V tiles, 32 threads per block
-    assert not verify_gpu_code(lowered, {**_SM90_LIMITS, "max_shared_memory_per_block": 4096})
+    # the verifier can fail: K/V tiles of 16 keys take 2 KB and more, 32 threads per block
+    assert not verify_gpu_code(lowered, {**_SM90_LIMITS, "max_shared_memory_per_block": 1024})
     assert not verify_gpu_code(lowered, {**_SM90_LIMITS, "max_threads_per_block": 16})
+    source = _cuda_source(tvm.compile(kernel, CUDA_SM90))
+    assert "__global__" in source and "__shared__" in source and "__syncthreads()" in source
 
 
 def test_gpu_check_attention_builds_fused_and_unfused_without_a_gpu(tmp_path):
@@ -424,6 +455,8 @@ def test_fused_add_layer_norm_builds_a_gpu_kernel_for_sm90():
             legal = tvm.transform.Sequential(phase, name=name)(legal)
     assert fusion_counts(passes) == {"attention": 0, "dropout": 0, "add_layer_norm": 1,
                                      "matmul_reshape": 0, "feed_forward_chunked": 0}
+    records = {r.name: r for p in passes for r in p.records}
+    assert (records["add_layer_norm"].candidates, records["add_layer_norm"].fused) == (1, 1)
     working = _check_all_kernels_bound(legal)
     fused = [n for n in working if "add_layer_norm" in n]
     assert fused, working

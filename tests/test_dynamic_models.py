@@ -7,7 +7,7 @@ and that the VM's arena equals the plan's arena at that shape (never below the l
 import numpy as np
 import pytest
 
-from relax_memplan.dynamic_compile import compile_onnx_dynamic
+from relax_memplan.compile import BuildOptions, CheckOptions, compile_model
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
 from tests.conftest import shared_model
 
@@ -23,9 +23,11 @@ CASES = [
 @pytest.mark.parametrize("name, dims, values", CASES)
 def test_exact_plan_matches_onnxruntime_at_sampled_shapes(name, dims, values):
     dyn = PlanDynamicMemory(strategy="exact")
-    _, report = compile_onnx_dynamic(shared_model(name), dims, strategy="exact", sample_shapes=3,
-                                     verify=True, input_values=values, compare_with_tvm=False,
-                                     dynamic_pass=dyn)
+    report = compile_model(shared_model(name), None, dims,
+                           options=BuildOptions(strategies=("exact",), dynamic_pass=dyn,
+                                                compare_with_tvm=False),
+                           check=CheckOptions(sample_shapes=3, verify=True),
+                           input_values=values).report
     assert report.planned_tensors > 0, report.notes
     # every shape of the (small) declared ranges was checked: within 1.02 x the lower bound
     checked = dyn.plans["main"].checked
@@ -100,10 +102,11 @@ def test_exact_plan_at_given_shapes_matches_onnxruntime(name, dims, make_feeds, 
 def test_report_lists_specialized_kernels_and_the_path_each_shape_took():
     """Kernel dispatch on bert-tiny: bucket seq=32 (a range end) runs the specialized kernels,
     other shapes the generic ones; both match onnxruntime and the exact plan holds on both."""
-    _, report = compile_onnx_dynamic(shared_model("bert-tiny-randw.onnx"),
-                                     {"batch": (1, 1), "seq": (1, 32)}, strategy="exact",
-                                     dispatch={"seq": [32]}, sample_shapes=3, verify=True,
-                                     compare_with_tvm=False, seed=3)
+    report = compile_model(shared_model("bert-tiny-randw.onnx"), None,
+                           {"batch": (1, 1), "seq": (1, 32)},
+                           options=BuildOptions(strategies=("exact",), dispatch={"seq": [32]},
+                                                compare_with_tvm=False),
+                           check=CheckOptions(sample_shapes=3, verify=True, seed=3)).report
     assert report.specialized and all(v == {"seq": [32]} for v in report.specialized.values())
     assert "kernels specialized" in report.format_text()
     seqs = [row.dims["seq"] for row in report.shapes]

@@ -8,7 +8,7 @@ allocates at run time equal to what the static plan says.
 import numpy as np
 import pytest
 
-from relax_memplan.compiler import compile_onnx
+from relax_memplan.compile import CheckOptions, compile_model
 from tests.conftest import shared_model
 
 CASES = [
@@ -50,7 +50,8 @@ CASES = [
 
 @pytest.mark.parametrize("name, shapes, values", CASES)
 def test_model_matches_onnxruntime_and_beats_tvm(name, shapes, values):
-    result = compile_onnx(shared_model(name), shapes, verify=True, input_values=values)
+    result = compile_model(shared_model(name), shapes, check=CheckOptions(verify=True),
+                           input_values=values)
     main = result.report.main
     assert main.verified, f"max abs error {main.max_abs_error} > {main.error_tolerance}"
     assert main.num_planned > 0
@@ -71,7 +72,7 @@ def test_mnist_matches_shipped_reference_output():
     folder = shared_model("mnist-8/test_data_set_0")
     x = numpy_helper.to_array(onnx.load_tensor(str(folder / "input_0.pb")))
     expected = numpy_helper.to_array(onnx.load_tensor(str(folder / "output_0.pb")))
-    result = compile_onnx(shared_model("mnist-8/model.onnx"), input_values={"Input3": x})
+    result = compile_model(shared_model("mnist-8/model.onnx"), input_values={"Input3": x})
     np.testing.assert_allclose(result.outputs[0], expected, rtol=1e-4, atol=1e-3)
 
 
@@ -80,7 +81,7 @@ def test_ultraface_reports_the_opset_upgrade():
     ultraface is checked by test_model_matches_onnxruntime_and_beats_tvm[ultraface-opset9],
     so this one imports only (suite time: was a whole compile)."""
     from relax_memplan.frontend import import_onnx
-    from relax_memplan.onnx_prepare import STEP_NAMES
+    from relax_memplan.frontend.prepare import STEP_NAMES
 
     _mod, info = import_onnx(str(shared_model("ultraface-rfb-320-opset9.onnx")), {},
                              prepare_steps=STEP_NAMES)

@@ -11,8 +11,8 @@ import re
 import numpy as np
 import pytest
 
-from relax_memplan.compiler import compile_onnx
-from relax_memplan.examples import example_tiny_matmuls
+from relax_memplan.compile import CheckOptions, compile_model
+from relax_memplan.frontend.examples import example_tiny_matmuls
 from tests.conftest import shared_model
 
 
@@ -24,7 +24,7 @@ def _shown_saving(text: str):
 
 
 def test_tiny_model_keeps_tvms_plan_and_allocates_no_more():
-    result = compile_onnx(example_tiny_matmuls(), verify=True)
+    result = compile_model(example_tiny_matmuls(), check=CheckOptions(verify=True))
     main = result.report.main
     # our arena would be 2 x 192 B (aligned) against TVM's 2 x 144 B tokens
     assert main.fallback == "TVM's plan is smaller (432 B vs our 528 B per call)"
@@ -39,9 +39,9 @@ def test_tiny_model_keeps_tvms_plan_and_allocates_no_more():
 def test_silero_if_model_counts_what_tvms_build_allocates():
     """Regression for "saved -200 %" on an If model: TVM's default now counts the tensors it
     leaves unplanned around the If, as its build really allocates them."""
-    result = compile_onnx(shared_model("silero-vad-op18-ifless.onnx"),
-                          {"input": (1, 512), "state": (2, 1, 128)},
-                          input_values={"sr": np.array(16000, dtype=np.int64)})
+    result = compile_model(shared_model("silero-vad-op18-ifless.onnx"),
+                           {"input": (1, 512), "state": (2, 1, 128)},
+                           input_values={"sr": np.array(16000, dtype=np.int64)})
     main = result.report.main
     assert main.fallback is None
     assert main.tvm_default_bytes == main.tvm_default_runtime_alloc_bytes

@@ -1,5 +1,6 @@
-"""The import surface: version, top-level names, the pipeline registered by ``import relax_memplan``."""
+"""The import surface: version, top-level names, the pipeline registered with TVM."""
 
+import ast
 import re
 import subprocess
 import sys
@@ -42,9 +43,45 @@ def test_top_level_names_and_transform_passes_import():
     assert PlanStaticMemory().info.name == "PlanStaticMemory"
 
 
-def test_import_relax_memplan_registers_the_pipeline():
-    """In a fresh interpreter: ``import relax_memplan`` alone makes the name known to TVM."""
-    src = ("import relax_memplan, tvm\n"
+def registered_passes(source: str):
+    """``[(class name, registered name)]`` of the classes decorated with TVM's
+    ``module_pass``/``function_pass`` in ``source`` (read with ``ast``, nothing imported)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for deco in node.decorator_list:
+            func = deco.func if isinstance(deco, ast.Call) else deco
+            if getattr(func, "attr", getattr(func, "id", "")) in ("module_pass", "function_pass"):
+                names = [k.value.value for k in getattr(deco, "keywords", ()) if k.arg == "name"]
+                found.append((node.name, names[0] if names else None))
+    return found
+
+
+def test_every_registered_pass_is_exported_from_transform_under_its_class_name():
+    from relax_memplan import transform
+
+    found = [p for path in sorted((REPO_ROOT / "relax_memplan" / "transform").glob("*.py"))
+             for p in registered_passes(path.read_text(encoding="utf-8"))]
+    assert len(found) >= 21
+    assert [c for c, registered in found if registered != c] == []
+    assert sorted(c for c, _ in found) == sorted(transform.__all__)
+    for name, _ in found:
+        assert getattr(transform, name).__name__ == name
+
+
+def test_registered_passes_reads_the_registered_name_and_skips_plain_classes():
+    source = ("@tvm.transform.module_pass(opt_level=0, name='Other')\nclass Mine:\n    pass\n"
+              "class Plain:\n    pass\n")
+    assert registered_passes(source) == [("Mine", "Other")]
+
+
+@pytest.mark.parametrize("first", ["import relax_memplan", "import relax_memplan.pipeline",
+                                   "from relax_memplan import PlanStaticMemory"])
+def test_importing_the_package_registers_the_pipeline(first):
+    """In a fresh interpreter: ``import relax_memplan`` (or any of its modules or names) makes
+    the pipeline's name known to TVM."""
+    src = (f"{first}\nimport tvm\n"
            "print(tvm.relax.get_pipeline('relax_memplan', target='llvm').info.name)\n")
     proc = subprocess.run([sys.executable, "-c", src], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=120)

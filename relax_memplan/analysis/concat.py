@@ -106,8 +106,8 @@ def concat_table(mod: tvm.IRModule) -> Dict[str, Optional[int]]:
     for a kernel named after ``R.concat`` (``concatenate``, ``fused_..concatenate..``: TVM
     names legalized and fused kernels after their ops) that is not a plain concatenation
     (fused with other ops, or scheduled), so that the planner counts its calls as refused
-    instead of not at all (newcomer trial: yolov8n under ``--schedule`` said "3 written;
-    refused: 1" of its 11 concatenations)."""
+    instead of not at all (else yolov8n under ``--schedule`` says "3 written; refused: 1"
+    of its 11 concatenations)."""
     table: Dict[str, Optional[int]] = {}
     for gv, func in mod.functions_items():
         if isinstance(func, tirx.PrimFunc):

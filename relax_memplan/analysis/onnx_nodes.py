@@ -2,8 +2,9 @@
 recorded it.
 
 TVM's ONNX importer keeps no node names.  While :func:`import_onnx` runs, the results of the
-converters of the ops whose errors we report (:data:`NAMED_OPS`) are traced to their bindings
-(:mod:`relax_memplan.onnx_prepare.node_names`), and the function ``main`` gets the attribute
+converters of the ops whose errors we report and of the fusion report's anchors
+(:data:`NAMED_OPS`) are traced to their bindings
+(:mod:`relax_memplan.frontend.prepare.node_names`), and the function ``main`` gets the attribute
 :data:`ONNX_NODES_ATTR`:
 
 ``{var name: {"op": Relax op, "onnx_op": ONNX op type, "name": node name, "output": first output}}``
@@ -32,6 +33,10 @@ NAMED_OPS = {
     "ScatterElements": "relax.scatter_elements",
     "ScatterND": "relax.scatter_nd",
     "Slice": "relax.strided_slice",
+    # the anchors of fusion candidates, named in the fusion report's refusals
+    "MatMul": "relax.matmul",
+    "Softmax": "relax.nn.softmax",
+    "LayerNormalization": "relax.nn.layer_norm",
 }
 """ONNX op type -> the Relax op its converter returns whose binding is named after the node."""
 

@@ -1,14 +1,15 @@
 """The ``--dim`` ranges the tool suggests, checked as compile checks a declared range.
 
 One source for every suggestion (``inspect``, the "not declared" warning, the "missing --dim"
-error): :func:`~relax_memplan.tools.inspect.suggest_dim_ranges` proposes ranges from the ONNX
+error, :func:`missing_dims_advice`):
+:func:`~relax_memplan.frontend.suggested_ranges.suggest_dim_ranges` proposes ranges from the ONNX
 graph (names, the image grid); :func:`checked_dim_ranges` then imports the model with
 symbolic dims and runs the checks compile runs on declared ranges before building
 (:func:`~relax_memplan.compile.shape_casts.check_shape_casts`, then
 :class:`~relax_memplan.transform.CheckIndexBounds` on the module annotated by
 :class:`~relax_memplan.transform.AnnotateDimRanges`). A range refused there is moved up its
-grid to the smallest lower end that passes (newcomer trial: silero's ``sequence=1..128``
-was refused, its frame count ``(sequence - 192) // 512 + 1`` needs ``sequence >= 192``).
+grid to the smallest lower end that passes (silero's ``sequence=1..128`` is refused: its
+frame count ``(sequence - 192) // 512 + 1`` needs ``sequence >= 192``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from typing import Dict, Mapping, Optional, Sequence
 
 from ..analysis.dims import DimRange
 from ..errors import RelaxMemplanError
-from ..tools.flags import tvm_dim_name
+from ..frontend.flags import dim_flag, tvm_dim_name
+from ..frontend.suggested_ranges import dim_locations, suggest_dim_range, suggest_dim_ranges
+from .specs import parse_dim_spec
 
-__all__ = ["check_dim_ranges", "checked_dim_ranges", "range_text"]
+__all__ = ["check_dim_ranges", "checked_dim_ranges", "missing_dims_advice", "range_text"]
 
 _PROBE_LIMIT = 1 << 20
 """Largest lower end tried when moving a refused range up (elements)."""
@@ -61,17 +64,48 @@ def check_dim_ranges(mod, ranges: Mapping[str, tuple]) -> None:
         raise check.refused from None
 
 
+def _extents_positive(mod, dims: Mapping[str, int]) -> bool:
+    """Every tensor bound in the module has extents >= 1 at ``dims`` (module dim names).
+
+    A conv over fewer samples than its kernel has an output extent <= 0 at such a value
+    (openwakeword's melspectrogram below 512 samples): the range checks do not see it, the
+    run fails (onnxruntime: "Invalid input shape"), so a suggestion must not start there.
+    An extent that does not evaluate (a data-dependent dim) counts as positive.
+    """
+    from tvm import relax
+
+    from ..analysis.dims import evaluate_int
+
+    extents = []
+
+    def visit(expr):
+        ty = getattr(expr, "ty", None)
+        if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
+            extents.extend(ty.shape.values)
+
+    for function in mod.functions.values():
+        if isinstance(function, relax.Function):
+            relax.analysis.post_order_visit(function, visit)
+    for extent in extents:
+        try:
+            if evaluate_int(extent, dims) < 1:
+                return False
+        except (ValueError, TypeError, ZeroDivisionError):
+            continue
+    return True
+
+
 def _passes(mod, ranges: Mapping[str, DimRange]) -> bool:
     """The checks pass on the ranges and with every dim at its lower end (CheckIndexBounds
     tries the upper ends: an index valid only for large dims, silero's frame count, is
-    refused at the lower ends only)."""
+    refused at the lower ends only), and no tensor is empty or negative there."""
     lower_ends = {n: (r.lower, r.lower) for n, r in ranges.items()}
     try:
         check_dim_ranges(mod, {n: (r.lower, r.upper, r.step) for n, r in ranges.items()})
         check_dim_ranges(mod, lower_ends)
     except RelaxMemplanError:
         return False
-    return True
+    return _extents_positive(mod, {n: r.lower for n, r in ranges.items()})
 
 
 def _moved_up(mod, ranges: Dict[str, DimRange], name: str) -> Optional[DimRange]:
@@ -119,8 +153,7 @@ def checked_dim_ranges(onnx_model, input_dims: Mapping[str, Optional[Sequence]],
         the graph's suggestions unchecked (compile then says why it cannot import).
     """
     from .. import frontend
-    from ..onnx_prepare import STEP_NAMES
-    from ..tools.inspect import suggest_dim_range, suggest_dim_ranges
+    from ..frontend.prepare import STEP_NAMES
 
     graph_ranges = suggest_dim_ranges(input_dims, onnx_model.graph)
     wanted = list(names) if names is not None else list(graph_ranges)
@@ -129,8 +162,6 @@ def checked_dim_ranges(onnx_model, input_dims: Mapping[str, Optional[Sequence]],
         mod, _ = frontend.import_onnx(onnx_model, {}, keep_dynamic=True, prepare_steps=STEP_NAMES)
     except Exception:  # noqa: BLE001 - any import failure: compile reports it itself
         return texts
-    from .shapes import parse_dim_spec
-
     ranges = {tvm_dim_name(n): DimRange(*parse_dim_spec(f"x={t}")[1])
               for n, t in {**graph_ranges, **texts}.items()}
     for name in texts:
@@ -141,3 +172,26 @@ def checked_dim_ranges(onnx_model, input_dims: Mapping[str, Optional[Sequence]],
                 ranges[key] = moved
                 texts[name] = range_text(moved)
     return texts
+
+
+def missing_dims_advice(missing: Sequence[str], input_dims: Mapping[str, Optional[Sequence]],
+                        graph=None, model=None) -> str:
+    """What to type for symbolic dims given no ``--dim`` range: ``"missing --dim for s27 (axis 1
+    of input_ids); add --dim s27=1..64 (placeholder range: ...), or --dim s27=1..1 to keep it
+    fixed"``. Ranges as ``inspect`` suggests them with the ONNX ``model``
+    (:func:`checked_dim_ranges`), else from :func:`suggest_dim_ranges` (the model's grid) with
+    ``graph``, else by name; the fixed value is the range's lower end (an image side on a
+    stride-32 grid: 32)."""
+    where = dim_locations(input_dims)
+    if model is not None:
+        ranges = checked_dim_ranges(model, input_dims, missing)
+    else:
+        ranges = suggest_dim_ranges(input_dims, graph) if graph is not None else {}
+    ranges = {n: ranges.get(n) or suggest_dim_range(n) for n in missing}
+    them = "it" if len(missing) == 1 else "them"
+    keep = " ".join(dim_flag(n, f"{r.split('..')[0]}..{r.split('..')[0]}") for n, r in ranges.items())
+    return ("missing --dim for "
+            + ", ".join(f"{n} ({where[n]})" if n in where else n for n in missing)
+            + f"; add {' '.join(dim_flag(n, r) for n, r in ranges.items())} (placeholder "
+            f"range{'s' if len(missing) > 1 else ''}: set {them} to the values you will run), "
+            f"or {keep} to keep {them} fixed")

@@ -15,14 +15,14 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import RelaxMemplanError
-from ..onnx_prepare.loop_facts import record_trip_counts
+from ..frontend.prepare.loop_facts import record_trip_counts
 from ..report import CompileReport, ShapeMeasurement
 from ..runtime import run_checked
 from ..transform.specialize_kernels import dispatch_path
-from ..verify import compare_outputs, input_sensitivity
+from ..runtime.verify import compare_outputs, input_sensitivity
 from .options import CheckOptions
 from .shapes import fit_values, shapes_at, with_shapes
-from .summary import arena_at, lower_bound_without_inplace_at, tensors_at
+from ..report.summary import arena_at, lower_bound_without_inplace_at, tensors_at
 
 __all__ = ["ModelSource", "StrategyBuild", "add_rows", "measure_point", "max_abs_error", "reference_sensitivity",
            "physical_memory_bytes"]
@@ -49,7 +49,7 @@ class StrategyBuild:
 class ModelSource:
     """The model being compiled and where a shape's inputs and reference outputs come from:
     random inputs (or the given ``values``) for an ONNX model with onnxruntime as reference,
-    or arrays given as they are (:func:`relax_memplan.compiler.compile_module`).
+    or arrays given as they are (a Relax module built as it is, with its own inputs).
 
     ``name`` and ``notes`` (import notes) go into the report."""
 
@@ -108,7 +108,7 @@ def max_abs_error(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) 
 def reference_sensitivity(onnx_model, info, reference: Sequence[np.ndarray], rtol: float,
                           atol: float, seed: int, values=None) -> Optional[Dict]:
     """Run onnxruntime on a second random input (seed ``seed + 1``) and measure how much the
-    reference moves (:func:`relax_memplan.verify.input_sensitivity`); None when every input
+    reference moves (:func:`relax_memplan.runtime.verify.input_sensitivity`); None when every input
     is given in ``values`` (nothing to draw)."""
     from .. import frontend
 

@@ -18,10 +18,10 @@ import numpy as np
 import tvm
 
 from ..analysis.dims import DimRange
-from ..errors import IndexBoundsError, RelaxMemplanError, RunError, ShapeSpecError
-from ..onnx_prepare.loop_facts import loops_of, with_body_plans
+from ..errors import RelaxMemplanError, RunError, ShapeSpecError
+from ..frontend.prepare.loop_facts import loops_of, with_body_plans
 from ..pipeline import fusion_counts, fusion_passes
-from ..reference import cast_value
+from ..frontend.reference import cast_value
 from ..report import CompileReport
 from ..transform.hoist_loop_storage import HoistLoopStorage
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
@@ -29,14 +29,15 @@ from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.record_storage import RecordStorage
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
 from .build import build, export_library
-from .fusion_summary import fusion_skips, summarize_fusion
-from .not_applied import features_not_applied
+from ..report.fusion_patterns import pattern_dicts
+from ..report.fusion_summary import fusion_skips, summarize_fusion
+from ..report.not_applied import features_not_applied
 from .measure import ModelSource, StrategyBuild, add_rows, measure_point, physical_memory_bytes
 from .shape_casts import check_shape_casts
 from .options import BuildOptions, CheckOptions, library_path_for
-from .shapes import (undeclared_dims_fix, check_dims_up_front, fit_values, flag_spelling, sample_dims, shapes_at,
+from .shapes import (check_dims_up_front, fit_values, flag_spelling, sample_dims, shapes_at,
                      symbolic_dims)
-from .summary import static_functions, summarize_dynamic
+from ..report.summary import static_functions, summarize_dynamic
 
 __all__ = ["CompileResult", "compile_model", "compile_strategies", "compile_and_measure",
            "model_name"]
@@ -97,10 +98,10 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
     Parameters
     ----------
     model : onnx.ModelProto or path, optional
-        ``None``: the built-in example (:func:`relax_memplan.examples.example_cnn`).
+        ``None``: the built-in example (:func:`relax_memplan.frontend.examples.example_cnn`).
     shapes : mapping of str to sequence of int, optional
-        Full shapes of some inputs (``--shape``); without ``dim_ranges`` dims left dynamic
-        become 1, with it they stay symbolic.
+        Full shapes of some inputs (``--shape``); without ``dim_ranges`` they must fix every
+        symbolic dim of the model, with it the dims they leave free stay symbolic.
     dim_ranges : mapping of str to (int, int or None[, int]), optional
         Declared ranges of every symbolic dim (``--dim``); none: a fixed-shape build.
     options : BuildOptions
@@ -119,8 +120,9 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
     ------
     ModelLoadError, UnsupportedOperatorError, ShapeSpecError, CompileError,
     ReferenceRunError, RunError
-        Bad model, bad shapes or dims, a failed build, onnxruntime refusing the inputs,
-        a build failing at run time.
+        Bad model, bad shapes or dims (:class:`~relax_memplan.errors.UndeclaredDimError`: a
+        symbolic dim neither fixed by ``shapes`` nor ranged by ``dim_ranges``, before any
+        import), a failed build, onnxruntime refusing the inputs, a build failing at run time.
     """
     say = progress or (lambda _msg: None)
     dims = dict(dim_ranges or {})
@@ -131,14 +133,7 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
                          values=dict(input_values or {}),
                          notes=[n for n in info.notes if not dims or "kept symbolic" not in n])
     points = _points(source, dims, check)
-    try:
-        results = compile_and_measure(source, dims, points, options, check, say)
-    except IndexBoundsError as err:
-        if dims or not info.defaulted_dims:
-            raise
-        raise IndexBoundsError(f"{err} (undeclared dims compiled at 1; the smallest shapes "
-                               f"that work: {undeclared_dims_fix(onnx_model, _dims(info))[1]})"
-                               ) from None
+    results = compile_and_measure(source, dims, points, options, check, say)
     if not dims:
         for result in results.values():
             result.report.inputs = {n: {"shape": list(s), "dtype": info.input_dtypes[n]}
@@ -146,21 +141,12 @@ def compile_strategies(model=None, shapes: Optional[Mapping[str, Sequence[int]]]
     return results
 
 
-def _dims(info):
-    """Each input's dims with the defaulted ones named again (for :func:`undeclared_dims_fix`)."""
-    dims = {n: list(s) for n, s in info.input_shapes.items()}
-    for name, pairs in info.defaulted_dims.items():
-        for axis, symbol in pairs:
-            dims[name][axis] = symbol
-    return dims
-
-
 def _import(model, shapes, dims, prepare: bool, say):
     """(onnx model, report name, Relax module, ImportInfo, dim renames); dims stay symbolic
     with ranges; renames: :func:`~relax_memplan.compile.shapes.flag_spelling`."""
     from .. import frontend
-    from ..examples import example_cnn
-    from ..onnx_prepare import STEP_NAMES
+    from ..frontend.examples import example_cnn
+    from ..frontend.prepare import STEP_NAMES
 
     name = model_name(model)
     onnx_model = (example_cnn() if model is None else model if hasattr(model, "graph")
@@ -176,7 +162,7 @@ def _import(model, shapes, dims, prepare: bool, say):
 def _input_spelling(onnx_model, shapes):
     """``--shape`` keyed by the model's input names, an input also taken in its printed
     spelling (``input_1`` for ``input.1``, :func:`~.shapes.flag_spelling`)."""
-    from ..input_shapes import graph_inputs
+    from ..frontend.input_shapes import graph_inputs
 
     shapes = dict(shapes or {})
     names = [v.name for v in graph_inputs(onnx_model)]
@@ -337,6 +323,7 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
                              fusion=_fusion_counts(b.fusion, options),
                              fusion_skipped=fusion_skips(b.fusion),
+                             fusion_patterns=pattern_dicts(b.fusion),
                              loops=with_body_plans(loops_of(source.mod),
                                                    b.plan_pass.plans))
     if not dims:
@@ -353,8 +340,8 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                 conv_chain=options.fusion_conv_chain, schedule=options.schedule,
                 plan_pass=b.plan_pass, reorder=options.reorder_pass is not None).to_dict()
         return
-    # the values planned: those outside the dim's range are skipped, with a note (newcomer
-    # trial: the header listed a skipped value)
+    # the values planned: those outside the dim's range are skipped, with a note, and the
+    # header lists none of them
     b.report.buckets = {n: [x for x in v if n not in dims or x in DimRange(*dims[n])]
                         for n, v in (b.dyn.buckets or {}).items()} \
         if b.strategy == "buckets" else {}

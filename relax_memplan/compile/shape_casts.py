@@ -17,7 +17,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from ..analysis.dims import DimRange, evaluate_int
 from ..errors import ShapeSpecError
-from ..tools.flags import dim_flag
+from ..frontend.flags import dim_flag
 
 __all__ = ["check_shape_casts", "MAX_CHECKED_VALUES"]
 

@@ -1,5 +1,6 @@
-"""Dims and shapes for the compile path: ``--dim``/``--bucket`` specs, the declared ranges
-checked against the model's symbolic dims, sampled points and the input shapes there.
+"""Dims and shapes for the compile path: the declared ranges checked against the model's
+symbolic dims, sampled points and the input shapes there (the ``--dim``/``--bucket`` specs:
+:mod:`relax_memplan.compile.specs`).
 
 A fixed-shape build is the case with no symbolic dim: one point, ``{}``.
 """
@@ -9,79 +10,20 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-import warnings
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
 from ..analysis.dims import DimRange, evaluate_int
-from ..errors import ShapeSpecError, UndeclaredDimWarning
-from ..input_shapes import plan_inputs
-from ..tools.flags import dim_flag, shape_flag, tvm_dim_name
+from ..errors import ShapeSpecError, UndeclaredDimError
+from ..frontend.input_shapes import plan_inputs
+from ..frontend.flags import dim_flag, shape_flag, tvm_dim_name
 from ..transform._dynamic_plan import sample_points
+from .dim_suggestions import checked_dim_ranges, missing_dims_advice
 
-__all__ = ["parse_dim_spec", "parse_values_spec", "sample_dims", "symbolic_dims", "shapes_at",
+__all__ = ["sample_dims", "symbolic_dims", "shapes_at",
            "with_shapes", "fit_values", "check_declared_dims", "check_dims_up_front",
            "flag_spelling", "undeclared_dims_fix"]
-
-
-def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
-    """``"seq=1..128"`` -> ``("seq", (1, 128))``; ``"seq=4.."`` -> ``("seq", (4, None))``; ``"seq=..8"`` -> ``("seq", (1, 8))``;
-    ``"height=160..640:32"`` -> ``("height", (160, 640, 32))`` (only 160, 192, ..., 640).
-
-    Raises
-    ------
-    ShapeSpecError
-        Malformed text, bounds not integers, lower < 1, lower > upper or step < 1.
-    """
-    name, sep, rng = text.rpartition("=")  # a dim may be named a=b
-    rng, colon, step_text = rng.partition(":")
-    lo, dots, hi = rng.partition("..")
-    if not sep or not name.strip() or not dots or (colon and not step_text.strip()):
-        raise ShapeSpecError(f"bad dim spec {text!r}: expected NAME=LO..HI or NAME=LO..HI:STEP, "
-                             f"e.g. seq=1..128")
-    try:
-        lower = int(lo) if lo.strip() else 1
-        upper = int(hi) if hi.strip() else None
-        step = int(step_text) if colon else 1
-    except ValueError:
-        raise ShapeSpecError(f"bad dim spec {text!r}: bounds and step must be integers") from None
-    if lower < 1 or (upper is not None and upper < lower):
-        # a dim of 0 (zero-size tensors) is refused like --shape 0: the planner would skip
-        # it, and most models (and onnxruntime) cannot run it
-        raise ShapeSpecError(f"bad dim spec {text!r}: need 1 <= LO <= HI")
-    if step < 1 or (step > 1 and upper is None):
-        raise ShapeSpecError(f"bad dim spec {text!r}: a step must be >= 1 and needs HI")
-    if (upper - lower) % step if step > 1 else False:
-        below = lower + (upper - lower) // step * step
-        # newcomer trial: 1..64:100 suggested "e.g. 1..1:100", a range of one value
-        near = [f"{lower}..{v}:{step}" for v in (below, below + step) if v > lower]
-        raise ShapeSpecError(f"bad dim spec {text!r}: HI must be LO + k * STEP (e.g. "
-                             f"{' or '.join(near)})")
-    return name.strip(), ((lower, upper, step) if step > 1 else (lower, upper))
-
-
-def parse_values_spec(text: str, option: str = "--bucket") -> Tuple[str, Tuple[int, ...]]:
-    """``"seq=64,128"`` -> ``("seq", (64, 128))`` (values of a dim: ``--bucket``, ``--dispatch``).
-
-    Raises
-    ------
-    ShapeSpecError
-        Malformed text, or a value below 1; the message names ``option`` and what is wrong
-        (newcomer trial: ``--dispatch seq=0`` said "bad bucket spec").
-    """
-    name, sep, rest = text.rpartition("=")
-    try:
-        values = tuple(sorted({int(v) for v in rest.split(",")}))
-    except ValueError:
-        values = ()
-    if not sep or not name.strip() or not values:
-        raise ShapeSpecError(f"{option} {text!r}: expected NAME=V1,V2,... with integers >= 1, "
-                             f"e.g. seq=64,128")
-    if min(values) < 1:
-        raise ShapeSpecError(f"{option} {text!r}: values of {name.strip()} must be >= 1 "
-                             f"(got {min(values)})")
-    return name.strip(), values
 
 
 def sample_dims(ranges: Mapping[str, Tuple], count: int, seed: int) -> List[Dict[str, int]]:
@@ -165,8 +107,6 @@ def check_declared_dims(symbolic: Sequence[str], fixed: Mapping[str, int],
                              f"(its dims: {', '.join(sorted(symbolic)) or 'none'})")
     missing = [d for d in symbolic if d not in dim_ranges]
     if missing:
-        from ..tools.inspect import missing_dims_advice
-
         raise ShapeSpecError("give a range for every symbolic dim of the model: "
                              + missing_dims_advice(missing, input_dims or {}, model=model))
 
@@ -176,7 +116,7 @@ def flag_spelling(symbolic: Sequence[str], given: Sequence[str]) -> Dict[str, st
 
     TVMScript prints ``p2o.DynamicDimension.1`` as ``p2o_DynamicDimension_1`` (a Python
     identifier) and TVM's importer names dim ``seq len`` ``seqlen``
-    (:func:`~relax_memplan.tools.flags.tvm_dim_name`); ``--dim`` takes all three. A given
+    (:func:`~relax_memplan.frontend.flags.tvm_dim_name`); ``--dim`` takes all three. A given
     name that is not in ``symbolic`` maps to the one name of ``symbolic`` with that
     identifier or TVM form; names already in ``symbolic``, or matching none or several, are
     left out.
@@ -198,8 +138,6 @@ def undeclared_dims_fix(onnx_model, input_dims) -> Tuple[str, str]:
     each range's lower end), from ``inspect``'s checked suggestions
     (:func:`~relax_memplan.compile.dim_suggestions.checked_dim_ranges`); ``input_dims``: each
     input's dims (a name per symbolic dim, an int per fixed one)."""
-    from .dim_suggestions import checked_dim_ranges
-
     ranges = checked_dim_ranges(onnx_model, input_dims)
     low = {n: r.split("..")[0] for n, r in ranges.items()}
     shape_flags = " ".join(shape_flag(name, [low[d] if isinstance(d, str) else d for d in dims])
@@ -208,12 +146,26 @@ def undeclared_dims_fix(onnx_model, input_dims) -> Tuple[str, str]:
     return " ".join(dim_flag(n, r) for n, r in ranges.items()), shape_flags
 
 
-def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> Dict[str, str]:
+def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple],
+                       command: str = "compile") -> Dict[str, str]:
     """Before importing: the ONNX model's symbolic dims against ``--shape`` and ``--dim``.
 
     With ranges, :func:`check_declared_dims` (an error before any import or build). Without,
-    a dim that no ``--shape`` fixes is compiled at 1: an :class:`UndeclaredDimWarning` says
-    so and how to declare it.
+    every symbolic dim must be fixed by a ``--shape``: a dim left free is refused with the
+    ``--dim`` ranges ``inspect`` suggests and the ``--shape`` flags at their lower ends, each
+    passing compile's checks (:func:`undeclared_dims_fix`). No size is guessed: a model
+    compiled at 1 for a dim the user did not choose gives a report about a shape nobody runs.
+
+    Parameters
+    ----------
+    onnx_model : onnx.ModelProto
+    shapes : mapping of str to sequence of int
+        ``--shape`` values by input name.
+    dim_ranges : mapping of str to tuple
+        ``--dim`` ranges by dim name.
+    command : {"compile", "bench"}
+        The command named in the refusal; ``bench`` times fixed shapes only, so its refusal
+        suggests ``--shape`` alone.
 
     Returns
     -------
@@ -226,6 +178,9 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
     ------
     ShapeSpecError
         A bad ``--shape`` (unknown input, wrong rank, ...) or a dim range that does not fit.
+    UndeclaredDimError
+        A symbolic dim with neither a ``--shape`` value nor a ``--dim`` range; the message
+        gives the flags to add.
     """
     plan = plan_inputs(onnx_model, dict(shapes or {}), keep_dynamic=True)
     symbolic = list(dict.fromkeys(d for dims in plan.input_dims.values() for d in dims
@@ -237,11 +192,22 @@ def check_dims_up_front(onnx_model, shapes, dim_ranges: Mapping[str, Tuple]) -> 
                                                    for n, r in dim_ranges.items()},
                             plan.input_dims, onnx_model)
     elif symbolic:
-        flags, fix = undeclared_dims_fix(onnx_model, plan.input_dims)
-        warnings.warn(UndeclaredDimWarning(
-            f"symbolic dim(s) {', '.join(symbolic)} not declared: compiled at 1 (compile once "
-            f"for a range with {flags}, or fix them with {fix})"), stacklevel=3)
+        raise _undeclared(onnx_model, plan.input_dims, symbolic, command)
     return {n: tvm_dim_name(m) for n, m in onnx_names.items() if tvm_dim_name(m) != n}
+
+
+def _undeclared(onnx_model, input_dims, symbolic, command: str) -> UndeclaredDimError:
+    """The refusal of ``symbolic`` dims left free, with the flags that declare them."""
+    from ..frontend.suggested_ranges import dim_locations
+
+    flags, fix = undeclared_dims_fix(onnx_model, input_dims)
+    where = dim_locations(input_dims)
+    dims = ", ".join(f"{d} ({where[d]})" for d in symbolic)
+    # bench times fixed shapes only: no --dim to suggest
+    ranged = "" if command == "bench" else f"add {flags} to compile once for those ranges, or "
+    return UndeclaredDimError(
+        f"symbolic dim(s) {dims} not declared and {command} does not guess a size: {ranged}fix "
+        f"them with {fix} (placeholders: set them to the sizes you will run)")
 
 
 def shapes_at(mod, dims: Mapping[str, int]) -> Dict[str, Tuple[int, ...]]:

@@ -1,7 +1,7 @@
 """Row kernels of the recursive loop form: read row ``i`` of a sequence, write row ``i``
 of a preallocated output in place, and the iteration number as a tensor.
 
-Used by :mod:`relax_memplan.onnx_prepare.recursive_loops`, where ``i`` is the loop
+Used by :mod:`relax_memplan.frontend.prepare.recursive_loops`, where ``i`` is the loop
 function's symbolic iteration variable, passed to the kernel as a scalar argument
 (``R.call_tir(take_row, (xs, R.prim_value(i)), ...)``).  Relax's ``strided_slice`` with a
 symbolic ``begin`` gives a row whose shape is symbolic (``min(i + 1, T) - min(i, T)``),
@@ -96,7 +96,7 @@ def copy_kernel(dtype: str, rank: int) -> tvm.tirx.PrimFunc:
     """``copy(x [d0..], i, out [d0..])``: ``out = x`` (``i`` unused).
 
     A loop-carried value must be a fresh tensor (see
-    :mod:`relax_memplan.onnx_prepare.recursive_loops`), but TVM turns a kernel that only
+    :mod:`relax_memplan.frontend.prepare.recursive_loops`), but TVM turns a kernel that only
     copies (``x * 1`` once simplified, too) into a view (``RewriteDataflowReshape``).  The
     kernel stores ``Select(i >= 0, x, 0)`` instead: ``i``, the iteration number, is never
     negative, and the compiler cannot prove it, so the kernel stays.

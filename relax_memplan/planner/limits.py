@@ -28,8 +28,8 @@ def check_time_limit_s(time_limit_s) -> float:
     TypeError
         Not an int or float (a bool or a string such as ``'2'`` included).
     ValueError
-        Zero, negative, NaN or infinite (newcomer trial: ``plan(b, time_limit_s=0)``, ``-1``
-        and ``nan`` ran and returned a plan 4.13x the lower bound).
+        Zero, negative, NaN or infinite (with ``time_limit_s=0``, ``-1`` or ``nan`` the planner
+        would run no pass and return a plan 4.13x the lower bound).
     """
     if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)):
         raise TypeError(f"time_limit_s must be a number, got {time_limit_s!r}")

@@ -230,12 +230,12 @@ def _skyline_seed(p: Problem, time_limit_s: float, t0: float, cpu0: float):
     problem planned on its conflict lists, or ``(None, None, None)``.
 
     A larger budget moves a problem from the skyline to the slower conflict lists
-    (:func:`use_skyline`), where the lowest-first orders may not all fit: newcomer trial,
-    5,000 random buffers, 1.0092 x LB at 0.1 s (skyline, by peak) but 1.0291 at 1.5 s (conflict
-    lists, cut after by area). Above :data:`EXACT_MAX_BUFFERS` buffers and when the passes
-    (:data:`SWEEP_SECONDS_PER_BUFFER` each, times the slowdown) take at most
-    :data:`SEED_SHARE` of the budget, they run first, so a larger budget starts from what the
-    smaller one returned.
+    (:func:`use_skyline`), where the lowest-first orders may not all fit: 5,000 random
+    buffers, 1.0092 x LB at 0.1 s (skyline, by peak) but 1.0291 at 1.5 s (conflict lists, cut
+    after by area) without the skyline's orders first. Above :data:`EXACT_MAX_BUFFERS`
+    buffers and when the passes (:data:`SWEEP_SECONDS_PER_BUFFER` each, times the slowdown)
+    take at most :data:`SEED_SHARE` of the budget, they run first, so a larger budget starts
+    from what the smaller one returned.
     """
     slowdown, deadline = _deadline(p.n, t0, cpu0, time_limit_s)
     cost = len(SWEEP_ORDER) * p.n * SWEEP_SECONDS_PER_BUFFER * slowdown

@@ -2,7 +2,7 @@
 
 The three run the same inputs in interleaved rounds (ours, TVM's, onnxruntime, then again),
 so that a slow phase of the machine hits all of them; the first ``warmup`` rounds are not
-counted. Both TVM builds use the same kernels (:func:`relax_memplan.compiler.build`, which
+counted. Both TVM builds use the same kernels (:func:`relax_memplan.compile.build`, which
 differs only in the memory planner) and the VM's default pooled allocator; onnxruntime runs
 with as many intra-op threads as TVM's thread pool (``tvm.runtime.num_threads()``, set by
 ``TVM_NUM_THREADS``), its profiler off. Times are wall-clock per call, in milliseconds.
@@ -114,7 +114,7 @@ def _ort_runner(onnx_model, feed: Dict[str, np.ndarray], threads: int) -> Callab
     import onnxruntime
 
     from ..errors import ReferenceRunError
-    from ..reference import _ort_message
+    from ..frontend.reference import _ort_message
 
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3
@@ -152,9 +152,9 @@ def bench_onnx(
     Parameters
     ----------
     model : onnx.ModelProto or path, optional
-        ``None``: the built-in example (:func:`relax_memplan.examples.example_cnn`).
+        ``None``: the built-in example (:func:`relax_memplan.frontend.examples.example_cnn`).
     shapes : dict of str to sequence of int, optional
-        Full input shapes (as ``--shape``; dims left dynamic are 1).
+        Full input shapes (as ``--shape``); they must fix every symbolic dim of the model.
     repeat : int
         Timed calls per runner (>= 1).
     warmup : int
@@ -192,7 +192,8 @@ def bench_onnx(
     ValueError
         ``repeat < 1`` or ``warmup < 0``.
     ModelLoadError, ShapeSpecError, CompileError, ReferenceRunError
-        As :func:`relax_memplan.compile.compile_model`.
+        As :func:`relax_memplan.compile.compile_model`; ``UndeclaredDimError`` (a
+        ``ShapeSpecError``) for a symbolic dim that ``shapes`` leaves free, before the import.
     RunError
         A call failed (one line: which runner, the input shapes, the reason).
     """
@@ -201,10 +202,11 @@ def bench_onnx(
     from .. import frontend
     from ..compile import build
     from ..compile.model import model_name
+    from ..compile.shapes import check_dims_up_front
     from ..schedules import host_target
     from ..errors import RunError, summarize_error
-    from ..examples import example_cnn
-    from ..onnx_prepare import STEP_NAMES
+    from ..frontend.examples import example_cnn
+    from ..frontend.prepare import STEP_NAMES
     from ..pipeline import fusion_passes
     from ..transform import PlanStaticMemory
 
@@ -214,6 +216,7 @@ def bench_onnx(
     name = model_name(model)
     onnx_model = (example_cnn() if model is None
                   else model if hasattr(model, "graph") else frontend.load_onnx(model))
+    check_dims_up_front(onnx_model, shapes, {}, command="bench")  # no size guessed
     say(f"importing {name}")
     mod, info = frontend.import_onnx(onnx_model, shapes, prepare_steps=STEP_NAMES if prepare else ())
     feed = frontend.make_random_inputs(onnx_model, info, seed=seed, values=input_values)

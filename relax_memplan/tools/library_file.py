@@ -2,7 +2,7 @@
 
 A truncated ELF file passed to ``dlopen`` (what ``tvm.runtime.load_module`` calls) is mapped
 page by page; touching a page past the end of the file raises SIGBUS, which kills Python with
-exit status 135 and nothing on stderr (newcomer trial: ``head -c 100000 lib.so > tr.so``).
+exit status 135 and nothing on stderr (e.g. after ``head -c 100000 lib.so > tr.so``).
 This module reads the ELF header, program headers and section headers with :mod:`struct`
 (ELF specification, System V ABI, "Object Files") and checks every file range they name lies
 within the file. Mach-O and PE files are not checked (TVM on Linux writes ELF).

@@ -10,7 +10,7 @@ from typing import Dict, List, Mapping, Sequence
 import numpy as np
 
 from ..errors import ModelLoadError, RelaxMemplanError, ShapeSpecError, summarize_error
-from ..vm_errors import describe_loader_error
+from ..runtime.vm_errors import describe_loader_error
 from .library_file import check_elf_complete
 
 __all__ = ["RunOutputs", "function_params", "npz_path", "refuse_compiled_library", "run_command",
@@ -48,7 +48,7 @@ def refuse_compiled_library(path, command: str) -> None:
     """Refuse a compiled library given where an ONNX model is expected, by its content (the
     check ``run`` makes), before protobuf reads it.
 
-    Newcomer trial: ``compile lib.so`` and ``inspect lib.so`` said "Wire format was corrupt".
+    Without it, ``compile lib.so`` and ``inspect lib.so`` say "Wire format was corrupt".
 
     Parameters
     ----------
@@ -79,7 +79,7 @@ def refuse_compiled_library(path, command: str) -> None:
 def run_command(path, input_names: Sequence[str] = ()) -> str:
     """The ``relax-memplan run`` command line for a library, each argument quoted for a POSIX
     shell (``shlex.quote``: a path with spaces or quotes pastes as one argument), with one
-    ``--input NAME=NAME.npy`` per input name given (newcomer trial: the hint broke when pasted).
+    ``--input NAME=NAME.npy`` per input name given (the hint pastes as it is printed).
     """
     words = ["relax-memplan", "run", os.fspath(path)]
     for name in input_names:
@@ -103,8 +103,8 @@ def _is_onnx_model(path) -> bool:
 
 
 def _check_content(path) -> None:
-    """Decide by the file's content, not its name (newcomer trial: an ONNX model renamed .so
-    reached TVM's loader; a library renamed .onnx was called an ONNX model).
+    """Decide by the file's content, not its name (an ONNX model renamed .so must not reach
+    TVM's loader, nor a library renamed .onnx be called an ONNX model).
 
     Raises
     ------
@@ -132,9 +132,8 @@ def _check_content(path) -> None:
 
 def _library_name_for(model_path: str) -> str:
     """A library name for ``compile MODEL -o ...`` beside the model that is not the model itself
-    (newcomer trial: the hint for an ONNX model named x.so was ``-o x.so``, which overwrote it);
-    in the current folder when the model's folder cannot be written (newcomer trial: ``-o``
-    into a read-only models folder)."""
+    (for an ONNX model named x.so, ``-o x.so`` would overwrite it); in the current folder
+    when the model's folder cannot be written (a read-only models folder)."""
     stem = os.path.splitext(model_path)[0]
     if not os.access(os.path.dirname(os.path.abspath(model_path)), os.W_OK):
         stem = os.path.splitext(os.path.basename(model_path))[0]
@@ -168,7 +167,7 @@ def _load(path):
 
 def function_params(vm, func_name: str = "main") -> List[str]:
     """Parameter names of ``func_name`` in a Relax VM, in call order (the ONNX graph order for
-    a model compiled by :func:`relax_memplan.compiler.compile_onnx`).
+    a model compiled by :func:`relax_memplan.compile.compile_model`).
 
     Raises
     ------

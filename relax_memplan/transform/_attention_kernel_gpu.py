@@ -1,114 +1,119 @@
 """The CUDA TIR kernel of :class:`~relax_memplan.transform.fuse_attention.FuseAttention`.
 
-Same contract as the CPU kernel (:mod:`~relax_memplan.transform._attention_kernel`): q, k, v
-and out (batch, seq, heads, head_dim), an optional 4-d additive mask whose batch, head and
-query dims may be 1, symbolic batch and sequence lengths, static heads and head_dim,
-accumulation in float32, the softmax in streaming form over blocks of keys (FlashAttention's
-recurrence, Dao et al., NeurIPS 2022, Algorithm 1).
+Same contract as the CPU kernel (:mod:`~relax_memplan.transform._attention_kernel`): it
+computes a :class:`~relax_memplan.transform._attention_spec.KernelSpec` (every matched form:
+any leading dims, operands read through their index maps, the score steps, the isnan guard,
+different query and key lengths), accumulation in float32, the softmax in streaming form over
+blocks of keys (FlashAttention's recurrence, Dao et al., NeurIPS 2022, Algorithm 1).
 
 Schedule (written in the TIR, the function is marked ``tirx.is_scheduled`` so dlight's
 ``ApplyDefaultSchedule`` leaves it alone; dlight has no rule for it):
 
-* one thread block per (batch, head, tile of ``block_queries`` query rows): ``blockIdx.x``;
-* one thread per query row of the tile (``threadIdx.x``): its query row, its unnormalised
-  output row (head_dim values), its running maximum and sum and the scores of one key block
-  live in registers (loops over head_dim and keys are unrolled, so every index is constant);
-  the recurrence needs no exchange between threads;
-* per block of ``block_keys`` keys, the threads copy the K and V tiles (block_keys,
-  head_dim) into shared memory together (consecutive threads read consecutive head_dim
-  entries: coalesced), synchronise, and every thread reads the same shared element at the
-  same time (a broadcast, no bank conflicts);
+* one thread block per (leading index, tile of ``block_queries`` query rows): ``blockIdx.x``;
+* one thread per query row of the tile (``threadIdx.x``): its query row (scaled), its
+  unnormalised output row, its running maximum and sum and the scores of one key block live in
+  registers (loops over head dims and keys are unrolled, so every index is constant); the
+  recurrence needs no exchange between threads;
+* per block of ``block_keys`` keys, the threads copy the K (block_keys, head_dim) and V
+  (block_keys, value_dim) tiles into shared memory together (consecutive threads read
+  consecutive entries of a key), synchronise, and every thread reads the same shared element
+  at the same time (a broadcast, no bank conflicts);
 * keys past the end get score -inf (weight 0) and read the last key; query rows past the end
   repeat the last row and are not written.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional
 
-import numpy as np
 from tvm import tirx
 from tvm.script import tirx as T
 
-from ._attention_kernel import attention_prim_func
+from ._attention_kernel import _normalized
+from ._attention_spec import (KernelSpec, build_prim_func, declare_buffers, float_min,
+                              whole_regions)
 
-__all__ = ["attention_kernel_gpu"]
+__all__ = ["attention_kernel_gpu", "decline_reason"]
+
+#: Largest head dim the CUDA kernel takes: each thread keeps its query row and its output row
+#: in registers.
+MAX_HEAD_DIM = 256
 
 
-def attention_kernel_gpu(heads: int, head_dim: int, dtype: str, scale: float,
-                         mask_broadcast: Optional[Tuple[bool, bool, bool]],
-                         block_keys: int = 16, block_queries: int = 32,
-                         extents: Optional[Tuple[int, int, int]] = None) -> tirx.PrimFunc:
+def decline_reason(spec: KernelSpec) -> Optional[str]:
+    """Why the CUDA kernel is not used for ``spec`` (``None``: it is)."""
+    if max(spec.head_dim, spec.value_dim) > MAX_HEAD_DIM:
+        return f"head dim {max(spec.head_dim, spec.value_dim)} above {MAX_HEAD_DIM}"
+    return None
+
+
+def attention_kernel_gpu(spec: KernelSpec, block_keys: int = 16,
+                         block_queries: int = 32) -> tirx.PrimFunc:
     """Build the fused attention PrimFunc with its CUDA thread bindings.
 
     Parameters
     ----------
-    heads, head_dim : int
-        Static number of heads and size of a head.
-    dtype : str
-        Element type of q, k, v, mask and out (float32 or float16; accumulation in float32).
-    scale : float
-        Multiplies ``q . k`` before the mask is added.
-    mask_broadcast : (bool, bool, bool) or None
-        ``None``: no mask argument. Else, for the mask's batch, head and query dims, whether
-        that dim is 1 (broadcast) rather than the full extent.
+    spec : KernelSpec
+        What to compute and where its operands are.
     block_keys : int
-        Keys per shared-memory tile (shared memory: ``2 * block_keys * head_dim * 4`` bytes).
+        Keys per shared-memory tile (shared memory: ``block_keys * (head_dim + value_dim)
+        * 4`` bytes).
     block_queries : int
         Query rows per thread block = threads per block.
-    extents : (int, int, int), optional
-        Fixed (batch, seq_q, seq_k) instead of symbolic ones (e.g. to check the launch
-        against a device's limits with ``VerifyGPUCode``, which needs constant extents).
 
     Returns
     -------
     tvm.tirx.PrimFunc
-        ``(q, k, v[, mask], out)``, private, marked ``tirx.is_scheduled``.
-
-    Raises
-    ------
-    ValueError
-        If ``block_keys * head_dim`` is not a multiple of ``block_queries`` (the tile copy
-        gives every thread the same number of elements).
+        ``(inputs..., params..., out)``, private, marked ``tirx.is_scheduled``.
     """
-    H, D, BK, BQ = heads, head_dim, block_keys, block_queries
-    if (BK * D) % BQ:
-        raise ValueError(f"block_keys * head_dim ({BK} * {D}) must be a multiple of "
-                         f"block_queries ({BQ})")
-    per_thread = BK * D // BQ
+    D, E, BK, BQ = spec.head_dim, spec.value_dim, block_keys, block_queries
+    k_per_thread = (BK * D + BQ - 1) // BQ
+    v_per_thread = (BK * E + BQ - 1) // BQ
     acc_t = "float32"
-    scale_c = float(scale)
-    lowest = float(np.finfo(np.float32).min)
-    neg_inf = float("-inf")
-    b, sq, sk = ((tirx.Var(n, "int64") for n in ("batch", "seq_q", "seq_k")) if extents is None
-                 else (tirx.IntImm("int64", int(e)) for e in extents))
-    one = tirx.IntImm("int64", 1)
-    has_mask = mask_broadcast is not None
-    mb, mh, mq = mask_broadcast if has_mask else (True, True, True)
-    mask_shape = (one if mb else b, one if mh else tirx.IntImm("int64", H),
-                  one if mq else sq, sk)
+    scale_c = float(spec.scale)
+    lowest, neg_inf = float_min, float("-inf")
+    sq, sk = spec.seq_q, spec.seq_k
+    nqb = (sq + BQ - 1) // BQ
+    blocks = spec.groups() * nqb
+    bufs, out = declare_buffers(spec)
+    reads, writes = whole_regions(bufs), whole_regions([out])
+    guard = spec.guard
+
+    def lead(bx):
+        return spec.lead_values(bx // nqb)
+
+    def q_at(bx, row, d):
+        return spec.value_of(bufs, spec.q, lead(bx), i=row, d=d)
+
+    def k_at(bx, key, d):
+        return spec.value_of(bufs, spec.k, lead(bx), j=key, d=d)
+
+    def v_at(bx, key, e):
+        return spec.value_of(bufs, spec.v, lead(bx), j=key, e=e)
+
+    def score(bx, s, row, key):
+        return spec.epilogue(bufs, s, lead(bx), row, key)
 
     @T.macro
-    def load_tiles(Ks, Vs, K, V, bi, hi, kb, tx):
-        for it in T.unroll(per_thread):
-            Ks[(it * BQ + tx) // D, (it * BQ + tx) % D] = T.Cast(acc_t, K[
-                bi, T.min(kb * BK + (it * BQ + tx) // D, sk - 1), hi, (it * BQ + tx) % D])
-            Vs[(it * BQ + tx) // D, (it * BQ + tx) % D] = T.Cast(acc_t, V[
-                bi, T.min(kb * BK + (it * BQ + tx) // D, sk - 1), hi, (it * BQ + tx) % D])
+    def load_tiles(Ks, Vs, bx, kb, tx):
+        for it in T.unroll(k_per_thread):
+            if it * BQ + tx < BK * D:
+                Ks[(it * BQ + tx) // D, (it * BQ + tx) % D] = k_at(
+                    bx, T.min(kb * BK + (it * BQ + tx) // D, sk - 1), (it * BQ + tx) % D)
+        for it in T.unroll(v_per_thread):
+            if it * BQ + tx < BK * E:
+                Vs[(it * BQ + tx) // E, (it * BQ + tx) % E] = v_at(
+                    bx, T.min(kb * BK + (it * BQ + tx) // E, sk - 1), (it * BQ + tx) % E)
 
     @T.macro
-    def block_scores(sc, qr, Ks, M, bi, hi, row, kb):
+    def block_scores(sc, qr, Ks, bx, row, kb):
         for j in T.unroll(BK):
             sc[j] = T.float32(0)
             for d in T.unroll(D):
                 sc[j] = sc[j] + qr[d] * Ks[j, d]
-            if has_mask:
-                sc[j] = T.Select(kb * BK + j < sk, sc[j] * T.float32(scale_c) + T.Cast(
-                    acc_t, M[0 if mb else bi, 0 if mh else hi, 0 if mq else row,
-                             T.min(kb * BK + j, sk - 1)]), T.float32(neg_inf))
-            else:
-                sc[j] = T.Select(kb * BK + j < sk, sc[j] * T.float32(scale_c),
-                                 T.float32(neg_inf))
+            sc[j] = T.Select(kb * BK + j < sk,
+                             score(bx, sc[j], row, T.min(kb * BK + j, sk - 1)),
+                             T.float32(neg_inf))
 
     @T.macro
     def update(sc, st, acc, Vs):
@@ -122,42 +127,41 @@ def attention_kernel_gpu(heads: int, head_dim: int, dtype: str, scale: float,
         for j in T.unroll(BK):
             sc[j] = T.exp(sc[j] - st[2])
             st[1] = st[1] + sc[j]
-        for d in T.unroll(D):
-            acc[d] = acc[d] * st[3]
+        for e in T.unroll(E):
+            acc[e] = acc[e] * st[3]
             for j in T.unroll(BK):
-                acc[d] = acc[d] + sc[j] * Vs[j, d]
+                acc[e] = acc[e] + sc[j] * Vs[j, e]
 
-    @T.macro
-    def body(Q, K, V, M, O):
-        for bx in T.thread_binding(b * H * T.ceildiv(sq, BQ), thread="blockIdx.x"):
+    @T.prim_func(private=True, s_tir=True, check_well_formed=False)
+    def attention():
+        for bx in T.thread_binding(blocks, thread="blockIdx.x"):
             for tx in T.thread_binding(BQ, thread="threadIdx.x"):
                 with T.sblock("attention"):
-                    T.reads(Q[0:b, 0:sq, 0:H, 0:D], K[0:b, 0:sk, 0:H, 0:D],
-                            V[0:b, 0:sk, 0:H, 0:D])
-                    T.writes(O[0:b, 0:sq, 0:H, 0:D])
+                    T.reads(reads)
+                    T.writes(writes)
                     Ks = T.alloc_buffer((BK, D), acc_t, scope="shared")
-                    Vs = T.alloc_buffer((BK, D), acc_t, scope="shared")
+                    Vs = T.alloc_buffer((BK, E), acc_t, scope="shared")
                     qr = T.alloc_buffer((D,), acc_t, scope="local")
-                    acc = T.alloc_buffer((D,), acc_t, scope="local")
+                    acc = T.alloc_buffer((E,), acc_t, scope="local")
                     sc = T.alloc_buffer((BK,), acc_t, scope="local")
                     st = T.alloc_buffer((4,), acc_t, scope="local")
-                    bi = bx // (H * T.ceildiv(sq, BQ))
-                    hi = bx // T.ceildiv(sq, BQ) % H
-                    q0 = bx % T.ceildiv(sq, BQ) * BQ
+                    q0 = bx % nqb * BQ
                     row = T.min(q0 + tx, sq - 1)  # rows past the end repeat the last one
                     for d in T.unroll(D):
-                        qr[d] = T.Cast(acc_t, Q[bi, row, hi, d])
-                        acc[d] = T.float32(0)
+                        qr[d] = q_at(bx, row, d) * T.float32(scale_c)
+                    for e in T.unroll(E):
+                        acc[e] = T.float32(0)
                     st[0] = T.float32(lowest)
                     st[1] = T.float32(0)
-                    for kb in range(T.ceildiv(sk, BK)):
+                    for kb in range((sk + BK - 1) // BK):
                         T.tvm_storage_sync("shared")
-                        load_tiles(Ks, Vs, K, V, bi, hi, kb, tx)
+                        load_tiles(Ks, Vs, bx, kb, tx)
                         T.tvm_storage_sync("shared")
-                        block_scores(sc, qr, Ks, M, bi, hi, row, kb)
+                        block_scores(sc, qr, Ks, bx, row, kb)
                         update(sc, st, acc, Vs)
                     if q0 + tx < sq:
-                        for d in T.unroll(D):
-                            O[bi, q0 + tx, hi, d] = T.Cast(dtype, acc[d] / st[1])
+                        for e in T.unroll(E):
+                            out[tuple(spec.out_index(lead(bx), q0 + tx, e))] = T.Cast(
+                                spec.out_dtype, _normalized(acc[e], st[1], guard))
 
-    return attention_prim_func(body, dtype, H, D, (b, sq, sk), mask_shape if has_mask else None)
+    return build_prim_func(spec, attention, bufs, out)

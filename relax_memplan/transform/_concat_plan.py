@@ -172,13 +172,13 @@ def plan_concats(liveness, buffers: List[Buffer], nested: Dict[str, Tuple[str, i
         if why is None and taken.intersection(members):
             why = "in another concatenation"
         if why is None:
-            trial = dict(plan.nested)
+            with_site = dict(plan.nested)
             ins = [tensors[i] for i in site.inputs]
             for t, prefix in zip(ins, _prefixes(ins)):
-                trial[_chain_root(t.uid, plan.nested)] = (members[-1], prefix)
-            profile = _sorted_profile(merged_buffers(buffers, trial), liveness.num_steps)
+                with_site[_chain_root(t.uid, plan.nested)] = (members[-1], prefix)
+            profile = _sorted_profile(merged_buffers(buffers, with_site), liveness.num_steps)
             if _lower(profile, current):
-                plan.nested, current = trial, profile
+                plan.nested, current = with_site, profile
                 plan.applied.append(site)
                 taken.update(members)
                 continue

@@ -261,8 +261,8 @@ class DynamicFunctionPlan:
         return tuple(class_of(self.class_values[n], dims[n]) for n in self.used_dims)
 
     def check_dims(self, dims: Mapping[str, int]) -> None:
-        """Refuse dims the plan does not hold for (newcomer trial: ``bytes_at`` returned bytes
-        at seq=500 for a range 1..128 and at batch=0, and a missing dim raised KeyError 'seq').
+        """Refuse dims the plan does not hold for (``bytes_at`` at seq=500 for a range 1..128,
+        at batch=0, or with a dim missing would return bytes or raise KeyError 'seq').
 
         Raises
         ------

@@ -10,7 +10,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..onnx_prepare.recursive_loops import LOOP_CARRIED_ATTR
+from ..analysis.loop_form import LOOP_CARRIED_ATTR
 
 __all__ = ["Storage", "loop_storages", "find_call", "lift_size", "without_bindings",
            "ThreadStorage", "AllocateBeforeCalls", "NotHoistable", "storage_params",

@@ -3,7 +3,7 @@ Relax function with a mutator and count what they changed (:class:`CountingRewri
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Optional, Tuple
 
 import tvm
 
@@ -56,9 +56,23 @@ class CountingRewritePass:
     """
 
     count_attr: str = "rewritten"
+    #: (pattern name, verb) of :attr:`records`, ``None``: the pass keeps no fusion record.
+    pattern: Optional[Tuple[str, str]] = None
 
     def __init__(self):
         setattr(self, self.count_attr, 0)
+
+    @property
+    def records(self):
+        """``[PatternRecord]`` of the last run: each rewrite a candidate fused (these passes
+        refuse nothing they find); empty without :attr:`pattern`."""
+        from .fusion_record import PatternRecord
+
+        if self.pattern is None:
+            return []
+        record = PatternRecord(*self.pattern)
+        record.accept(getattr(self, self.count_attr))
+        return [record]
 
     def make_rewriter(self, mod: tvm.IRModule):
         raise NotImplementedError(f"{type(self).__name__} must set make_rewriter")

@@ -61,8 +61,16 @@ from tvm.relax.dpl import is_op, wildcard
 from ..analysis.dims import evaluate_bytes
 from ..analysis.lowered_peak import lowered_peak_live_bytes
 from ._module_util import replace_functions
+from .fusion_record import RefusalLog
 
-__all__ = ["ChunkFeedForward", "ACTIVATION_OPS"]
+__all__ = ["ChunkFeedForward", "ACTIVATION_OPS", "REASONS"]
+
+#: ``skipped`` reason -> the words of the fusion report.
+REASONS = {
+    "small": "wide tensor below min_hidden_bytes (or of unknown size)",
+    "axis": "no leading axis to cut into chunks",
+    "peak": "the function's peak live bytes would not drop",
+}
 
 #: Elementwise operators an activation between the two matmuls may be made of.
 ACTIVATION_OPS = frozenset({
@@ -100,6 +108,9 @@ class ChunkFeedForward:
     skipped : dict of str to int
         Matches not chunked, by reason (``small``: below ``min_hidden_bytes`` or size unknown;
         ``axis``: no leading axis to cut; ``peak``: the peak would not drop).
+    records : list of PatternRecord
+        ``[feed_forward]``: candidates, chunked, and each refusal with its reason
+        (:data:`REASONS`) and bindings (:mod:`~relax_memplan.transform.fusion_record`).
 
     Raises
     ------
@@ -115,16 +126,26 @@ class ChunkFeedForward:
         self.target = target
         self.chunked = 0
         self.skipped: Dict[str, int] = {}
+        self._log = RefusalLog()
+
+    @property
+    def records(self):
+        return [self._log.record("feed_forward", self.chunked, REASONS, verb="chunked")]
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        self.chunked, self.skipped = 0, {}
+        self.chunked, self.skipped, self._log = 0, {}, RefusalLog()
         for gv, func in list(mod.functions_items()):
             if isinstance(func, relax.Function):
                 mod = self._function(mod, gv, func)
         return mod
 
-    def _skip(self, reason: str, n: int = 1):
+    def _skip(self, reason: str, n: int = 1, names=(), func=None, function: str = ""):
         self.skipped[reason] = self.skipped.get(reason, 0) + n
+        if names:
+            for name in names:
+                self._log.refuse(reason, [name], func=func, function=function)
+        else:
+            self._log.refuse(reason, n=n, func=func, function=function)
 
     def _function(self, mod, gv, func):
         rewriter = _Rewriter(mod, self, func)
@@ -137,7 +158,7 @@ class ChunkFeedForward:
             name = gv.name_hint
             if (lowered_peak_live_bytes(new_mod, name, self.target)
                     >= lowered_peak_live_bytes(mod, name, self.target)):
-                self._skip("peak", len(rewriter.sites))
+                self._skip("peak", len(rewriter.sites), rewriter.sites, func, gv.name_hint)
                 return mod
         self.chunked += len(rewriter.sites)
         return new_mod
@@ -180,6 +201,7 @@ class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod, owner: ChunkFeedForward, func):
         super().__init__(mod)
         self.owner = owner
+        self.func = func
         self.readers = _readers(func)
         self.upper = _bounds(func, "tir_var_upper_bound")
         self.lower = _bounds(func, "tir_var_lower_bound")
@@ -291,11 +313,11 @@ class _Rewriter(relax.PyExprMutator):
         except (ValueError, TypeError):
             size = None
         if size is None or size < self.owner.min_hidden_bytes:
-            self.owner._skip("small")
+            self.owner._skip("small", names=[out.name], func=self.func)
             return None
         wide, narrow = hty.shape.values[-1], xty.shape.values[-1]
         if not isinstance(wide, tvm.tirx.IntImm) or not isinstance(narrow, tvm.tirx.IntImm):
-            self.owner._skip("axis")
+            self.owner._skip("axis", names=[out.name], func=self.func)
             return None
         want = max(2, -(-int(wide) // max(int(narrow), 1)))
         sizes = [(axis, dim, int(dim) if isinstance(dim, tvm.tirx.IntImm)
@@ -303,7 +325,7 @@ class _Rewriter(relax.PyExprMutator):
                  for axis, dim in enumerate(xty.shape.values[:-1])]
         sizes = [s for s in sizes if s[2] >= 2]
         if not sizes:
-            self.owner._skip("axis")
+            self.owner._skip("axis", names=[out.name], func=self.func)
             return None
         # the first axis long enough for ``want`` chunks, else the longest
         axis, dim, n = next((s for s in sizes if s[2] >= want), max(sizes, key=lambda s: s[2]))
@@ -311,7 +333,7 @@ class _Rewriter(relax.PyExprMutator):
         if not isinstance(dim, tvm.tirx.IntImm):
             k = _sections_never_empty(k, n, self.upper.get(str(dim)))
             if k < 2:
-                self.owner._skip("axis")
+                self.owner._skip("axis", names=[out.name], func=self.func)
                 return None
         return axis, dim, k
 

@@ -5,12 +5,12 @@ and before :func:`~relax_memplan.pipeline.fusion_passes`. Reads and writes no fu
 attribute.
 
 Why: the fusion passes check each rewrite against the peak live bytes after TVM's fusion
-and lowering (:mod:`~relax_memplan.analysis.lowered_peak`), one lowering per trial, and each
+and lowering (:mod:`~relax_memplan.analysis.lowered_peak`), one lowering per rewrite, and each
 lowering runs ``FoldConstant`` after ``LegalizeOps``: a constant subgraph the importer left
 (gpt2-tiny's position ids and causal mask, 42 bindings) was compiled with LLVM and evaluated
-again in every trial, 1.9 CPU s each (9.3 of gpt2-tiny's 12.4 CPU s of compilation). Folded
-once here, every later ``FoldConstant`` (the trials' and TVM's own after ``LegalizeOps``) finds
-nothing left to evaluate.
+again for every rewrite tried, 1.9 CPU s each (9.3 of gpt2-tiny's 12.4 CPU s of compilation).
+Folded once here, every later ``FoldConstant`` (the checks' and TVM's own after
+``LegalizeOps``) finds nothing left to evaluate.
 
 When it applies: only when a Relax function holds a call whose arguments are all constants
 (nothing to fold otherwise).

@@ -41,6 +41,7 @@ class FoldMatmulReshape(CountingRewritePass):
     """
 
     count_attr = "folded"
+    pattern = ("matmul_reshape", "folded")
     make_rewriter = staticmethod(lambda mod: _Rewriter(mod))  # the mutator, defined below
 
 

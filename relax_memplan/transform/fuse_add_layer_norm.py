@@ -31,7 +31,7 @@ and lowering (:func:`~relax_memplan.analysis.lowered_peak.lowered_peak_live_byte
 bound our planner reports) do not rise; when all together raise it, sites are added one at a
 time in program order and kept while the peak holds (the others counted in
 ``skipped["peak"]``). This costs two lowerings of the function, plus one per site when the
-first check fails (each kernel is built once per run and shared by the trials). Only vars
+first check fails (each kernel is built once per run and shared by the rewrites tried). Only vars
 defined before the
 ``layer_norm`` are read, so a symbolic var defined by a ``match_cast`` in the block is never
 used above its definition.
@@ -54,8 +54,18 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from ..analysis.lowered_peak import lowered_peak_live_bytes
 from ._layer_norm_kernel import add_layer_norm_compute, add_layer_norm_cpu
 from ._module_util import replace_functions
+from .fusion_record import RefusalLog
 
-__all__ = ["FuseAddLayerNorm", "EPILOGUE_PRODUCERS"]
+__all__ = ["FuseAddLayerNorm", "EPILOGUE_PRODUCERS", "REASONS"]
+
+#: ``skipped`` reason -> the words of the fusion report.
+REASONS = {
+    "shape": "not the supported form (shapes, dtype, axes or affine parameters)",
+    "epilogue": "left to FuseOps: the add fuses into the kernel producing an operand",
+    "reader": "the sum is read before the layer norm",
+    "sum_output": "the sum is read elsewhere (the compute kernel writes no second output)",
+    "peak": "the function's peak live bytes would rise",
+}
 
 #: Operators FuseOps fuses a following elementwise ``add`` into (matmul/conv epilogues and
 #: elementwise chains): an add reading one of these (single reader) is left to FuseOps.
@@ -101,6 +111,9 @@ class FuseAddLayerNorm:
         epilogue; ``shape``/``reader``: not the supported form; ``sum_output``: the sum is read
         elsewhere and the kernel is the ``compute`` one; ``peak``: the function's peak live
         bytes would rise).
+    records : list of PatternRecord
+        ``[add_layer_norm]``: candidates, fused, and each refusal with its reason
+        (:data:`REASONS`) and bindings (:mod:`~relax_memplan.transform.fusion_record`).
 
     Raises
     ------
@@ -121,10 +134,16 @@ class FuseAddLayerNorm:
         self.fused = 0
         self.skipped: Dict[str, int] = {}
         self._kernels: Dict[tuple, tvm.tirx.PrimFunc] = {}
+        self._log = RefusalLog()
+
+    @property
+    def records(self):
+        return [self._log.record("add_layer_norm", self.fused, REASONS)]
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        # kernels built once per run, shared by the trial rewrites of the peak check
+        # kernels built once per run, shared by the rewrites the peak check tries
         self.fused, self.skipped, self._kernels = 0, {}, {}
+        self._log = RefusalLog()
         for gv, func in list(mod.functions_items()):
             if isinstance(func, relax.Function):
                 mod = self._function(mod, gv, func)
@@ -147,17 +166,22 @@ class FuseAddLayerNorm:
         new_mod, sites, rewriter = self._rewrite(mod, gv, func, None)
         for reason, n in rewriter.skipped.items():
             self.skipped[reason] = self.skipped.get(reason, 0) + n
+        for reason, names in rewriter.refusals:
+            self._log.refuse(reason, names, func=func, function=gv.name_hint)
         if sites and self.memory_check:
             name = gv.name_hint
             peak = lowered_peak_live_bytes(mod, name, self.target)
             if lowered_peak_live_bytes(new_mod, name, self.target) > peak:
                 accepted = []  # greedy, in program order: keep a site if the peak holds
                 for site in sites:
-                    trial, _, _ = self._rewrite(mod, gv, func, set(accepted + [site]))
-                    if lowered_peak_live_bytes(trial, name, self.target) <= peak:
+                    tried, _, _ = self._rewrite(mod, gv, func, set(accepted + [site]))
+                    if lowered_peak_live_bytes(tried, name, self.target) <= peak:
                         accepted.append(site)
                 rejected = len(sites) - len(accepted)
                 self.skipped["peak"] = self.skipped.get("peak", 0) + rejected
+                for site in sites:
+                    if site not in accepted:
+                        self._log.refuse("peak", [site], func=func, function=gv.name_hint)
                 new_mod, sites, _ = self._rewrite(mod, gv, func, set(accepted)) if accepted \
                     else (mod, [], None)
         self.fused += len(sites)
@@ -202,6 +226,7 @@ class _Rewriter(PyExprMutator):
         self.pattern, self.add_pat, self.x_pat, self.res_pat, self.g_pat, self.b_pat = _pattern()
         self.kernels: Dict[tuple, relax.GlobalVar] = {}
         self.skipped: Dict[str, int] = {}
+        self.refusals: list = []  # (reason, [binding names])
         self.readers: Dict[str, list] = {}
         self.positions: Dict[str, int] = {}
         self.fused_here = 0
@@ -216,8 +241,10 @@ class _Rewriter(PyExprMutator):
                 pos += 1
         self.fused_here, self.sites = 0, []
 
-    def _skip(self, reason: str):
+    def _skip(self, reason: str, names=()):
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        self.refusals.append((reason, [self.site] + [n.name for n in names
+                                                     if isinstance(n, relax.Var)]))
 
     def visit_var_binding_(self, binding):
         self.position = self.positions.get(binding.var.name, self.position)
@@ -264,22 +291,23 @@ class _Rewriter(PyExprMutator):
 
     def _rewrite(self, ln, sum_var, add, x, res) -> Optional[relax.Expr]:
         form = self._form(ln, x, res)
+        names = (sum_var, x, res)
         if form is None:
-            self._skip("shape")
+            self._skip("shape", names)
             return None
         hidden, dtype = form
         if any(self._left_to_fuseops(v) for v in (x, res)):
-            self._skip("epilogue")
+            self._skip("epilogue", names)
             return None
         others = [p for p in self.readers.get(sum_var.name, []) if p != self.position]
         if any(p < self.position for p in others):
-            self._skip("reader")
+            self._skip("reader", names)
             return None
         write_sum = bool(others)
         if write_sum and self.owner.kernel == "compute":
             # dlight schedules the compute with the sum as an output as 4 kernels (add, two
             # reductions, normalize), not 1: no fewer kernels than the unfused add + layer_norm
-            self._skip("sum_output")
+            self._skip("sum_output", names)
             return None
         if self.allowed is not None and self.site not in self.allowed:
             return None

@@ -1,55 +1,65 @@
 """FuseAttention: scaled dot-product attention as one kernel, without the score matrix.
 
 Where it runs: on the high-level Relax graph, before ``LegalizeOps`` (our pipeline runs it in
-the ``legalize`` phase with ``fusion=True``, llvm and cuda targets: the emitted kernel carries
-its own CPU or CUDA schedule and is marked ``tirx.is_scheduled``, so dlight, our CPU schedules
-and ``SpecializeKernels`` leave it alone). Reads no attributes.
+the ``legalize`` phase with ``fusion=True``, llvm and cuda targets, after
+``FoldConstantsFirst`` and ``RemoveDropout``: the emitted kernel carries its own CPU or CUDA
+schedule and is marked ``tirx.is_scheduled``, so dlight, our CPU schedules and
+``SpecializeKernels`` leave it alone). Reads ``main``'s ``relax_memplan.onnx_nodes`` (to name
+the ONNX nodes of a refused candidate); writes no attribute.
 
-What it matches (the form TVM's ONNX importer gives BERT's and GPT-2's attention)::
+What it matches: ``softmax(Q . K^T * scale + bias) . V`` by structure, wherever it stands
+(:mod:`~relax_memplan.transform._attention_match`): the scores' element-wise steps (scales,
+additive biases and masks of any broadcastable shape, boolean masks through ``where``, casts,
+a reshape into windows and back), the ``where(isnan(p), 0, p)`` guard and casts after the
+softmax, any leading dims (batch, heads, windows; grouped-query heads repeated by
+``broadcast_to``/``tile``/``repeat`` are read from the unrepeated tensor), queries and keys of
+different lengths (cross-attention), and ``R.nn.attention``. Q, K, V and the bias operands are
+read where the graph has them, through the reshapes, transposes, splits and gathers between
+(:mod:`~relax_memplan.transform._attention_views`), and the output is written through the
+views after the ``P . V`` matmul, so those copies disappear with the scores. ``docs/fusion.md``
+lists the forms, per exporter.
 
-    s = R.matmul(permute_dims(q4, [0, 2, 1, 3]), permute_dims(k4, [0, 2, 3, 1]))
-    s = R.multiply(s, c) | R.multiply(c, s) | R.divide(s, c)      # optional, c a scalar constant
-    s = R.add(s, mask) | R.add(mask, s)                            # optional additive mask
-    p = R.nn.softmax(s, axis=-1)
-    o = R.matmul(p, permute_dims(v4, [0, 2, 1, 3]))
+Each candidate (a softmax whose result reaches a matmul's first operand, and every
+``nn.attention``) is fused or refused with its reason in :attr:`FuseAttention.records`
+(:mod:`~relax_memplan.transform.fusion_record`); a refused one is left exactly as it was.
 
-with q4, k4, v4 of shape (batch, seq, heads, head_dim), heads and head_dim static, and a 4-d
-mask whose batch, head and query dims are either 1 or the full extent. ``o`` becomes
-``permute_dims(call_tir(attention, (q4, k4, v4[, mask])), [0, 2, 1, 3])``; a later
-``permute_dims(o, [0, 2, 1, 3])`` cancels with it. The kernel
-(:mod:`~relax_memplan.transform._attention_kernel`) computes the softmax in streaming form
-over blocks of keys with a running maximum and sum: FlashAttention's recurrence (Dao et al.,
-"FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness", NeurIPS 2022).
+The kernel computes the softmax in streaming form over blocks of keys with a running maximum
+and sum: FlashAttention's recurrence (Dao et al., "FlashAttention: Fast and Memory-Efficient
+Exact Attention with IO-Awareness", NeurIPS 2022); CPU
+(:mod:`~relax_memplan.transform._attention_kernel`) or CUDA
+(:mod:`~relax_memplan.transform._attention_kernel_gpu`).
 
-Memory: the rewrite is applied only where every intermediate (scores, scaled scores, masked
-scores, probabilities) has no other reader and the q/k/v inputs come from the transposes
-above, so it adds no tensor and removes three (batch, heads, seq, seq) tensors and three
-transposes: the function's peak live bytes cannot rise.
+Memory: every intermediate of the block (scores, their steps, probabilities) has no reader
+outside it (else the candidate is refused), and the tensors the kernel reads instead of the
+matmul operands are no larger in total than those operands (else it reads the operands
+themselves, where a slice or gather of a larger tensor stands), so the rewrite adds no tensor
+and the function's peak live bytes cannot rise.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Union
+from typing import Dict, List, Optional, Union
 
-import numpy as np
 import tvm
-from tvm import relax
+import tvm_ffi
+from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.target import Target
 
-from ._attention_kernel import attention_kernel
-from ._attention_kernel_gpu import attention_kernel_gpu
+from . import _attention_kernel, _attention_kernel_gpu
+from ._attention_match import (AttentionMatch, FunctionGraph, Refusal, candidates,
+                               find_attention, find_nn_attention)
+from ._attention_spec import Access, KernelSpec, Step
+from ._attention_views import static_shape_values
 from ._module_util import replace_functions
+from .fusion_record import PatternRecord
 
-__all__ = ["FuseAttention"]
-
-_Q_AXES = (0, 2, 1, 3)  # (b, s, h, d) -> (b, h, s, d), also for v and the output
-_K_AXES = (0, 2, 3, 1)  # (b, s, h, d) -> (b, h, d, s)
+__all__ = ["FuseAttention", "kernel_spec"]
 
 
 @tvm.transform.module_pass(opt_level=0, name="FuseAttention")
 class FuseAttention:
-    """Rewrite matmul -> scale -> mask -> softmax -> matmul into one streaming-softmax kernel.
+    """Rewrite each attention block into one streaming-softmax kernel (module docstring).
 
     Parameters
     ----------
@@ -59,14 +69,15 @@ class FuseAttention:
     block_queries : int, optional
         Query rows per parallel task (CPU) or per thread block (CUDA). Default 32.
     target : str, dict or tvm.target.Target, optional
-        Whose kernel to emit: ``cuda`` gets the CUDA kernel
-        (:mod:`~relax_memplan.transform._attention_kernel_gpu`), any other kind (default
-        ``llvm``) the CPU one (:mod:`~relax_memplan.transform._attention_kernel`).
+        Whose kernel to emit: ``cuda`` gets the CUDA kernel, any other kind (default
+        ``llvm``) the CPU one.
 
     Attributes
     ----------
     fused : int
         Attention blocks rewritten by the last run.
+    records : list of PatternRecord
+        ``[attention]``: candidates, fused, and each refusal with its reason and bindings.
 
     Raises
     ------
@@ -86,202 +97,140 @@ class FuseAttention:
         self.block_keys = block_keys
         self.block_queries = block_queries
         self.fused = 0
+        self.records = [PatternRecord("attention")]
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        self.fused = 0
-        kernel = attention_kernel_gpu if self.gpu else attention_kernel
-        rewriter = _Rewriter(mod, kernel, self.block_keys, self.block_queries)
+        record = PatternRecord("attention")
+        self.records = [record]
+        kernels = _Kernels(self)
         updates = {}
+        rewriter = None
         for gv, func in mod.functions_items():
-            if not isinstance(func, relax.Function):
+            if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
                 continue
-            before = rewriter.fused
-            rewriter.uses = _use_counts(func)
-            new_func = rewriter.visit_expr(func)
-            if rewriter.fused > before:
-                updates[gv] = relax.analysis.remove_all_unused(new_func)
-        self.fused = rewriter.fused
+            plans = self._plans(func, gv.name_hint, record)
+            if not plans:
+                continue
+            rewriter = rewriter or _Rewriter(mod)
+            rewriter.plans = {anchor: (kernels.get(rewriter, spec), spec, sources)
+                              for anchor, (spec, sources) in plans.items()}
+            updates[gv] = relax.analysis.remove_all_unused(rewriter.visit_expr(func))
+        self.fused = record.fused
         if not updates:
             return mod
-        new_mod = rewriter.builder_.get()
-        return replace_functions(new_mod, updates)
+        return replace_functions(rewriter.builder_.get(), updates)
+
+    def _plans(self, func, name, record) -> Dict[relax.Var, tuple]:
+        """Anchor var -> (kernel spec, source exprs) of each block fused in ``func``; the
+        others refused in ``record``."""
+        graph = FunctionGraph(func)
+        found = [(var, kind, _find(graph, var, kind)) for var, kind in candidates(graph)]
+        # a block may read another's output through views: never through its anchor, whose
+        # bindings before it the other kernel replaces; so all anchors first, then again
+        graph.barrier = {m.anchor for _, _, m in found if isinstance(m, AttentionMatch)}
+        plans = {}
+        for var, kind, got in found:
+            if isinstance(got, AttentionMatch):
+                got = _find(graph, var, kind)
+            if got is None:
+                continue
+            if isinstance(got, Refusal):
+                record.refuse(got.reason, got.bindings, func, name)
+                continue
+            spec, sources = kernel_spec(got)
+            kernel = _attention_kernel_gpu if self.gpu else _attention_kernel
+            reason = kernel.decline_reason(spec)
+            if reason is not None:
+                record.refuse(f"kernel declined: {reason}", got.bindings, func, name)
+                continue
+            plans[got.anchor] = (spec, sources)
+            record.accept()
+        return plans
 
 
-def _use_counts(func) -> Dict[str, int]:
-    """Readers of each var, by name: the mutator renames nothing but makes new vars downstream
-    of a rewrite, and two vars sharing a name only make the count larger (no fusion)."""
-    counts: Dict[str, int] = {}
-
-    def add(var):
-        counts[var.name] = counts.get(var.name, 0) + 1
-
-    def visit(expr):
-        if isinstance(expr, relax.Call):
-            for arg in expr.args:
-                if isinstance(arg, relax.Var):
-                    add(arg)
-        elif isinstance(expr, relax.Tuple):
-            for field in expr.fields:
-                if isinstance(field, relax.Var):
-                    add(field)
-        elif isinstance(expr, relax.TupleGetItem) and isinstance(expr.tuple_value, relax.Var):
-            add(expr.tuple_value)
-
-    relax.analysis.post_order_visit(func.body, visit)
-    # a var returned, or used outside a call (R.output, a var-to-var binding), is kept
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            if isinstance(binding.value, relax.Var):
-                add(binding.value)
-    if isinstance(func.body.body, relax.Var):
-        add(func.body.body)
-    return counts
+def _find(graph, var, kind):
+    return find_attention(graph, var) if kind == "softmax" else find_nn_attention(graph, var)
 
 
-def _is_op(expr, name: str) -> bool:
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
+class _Kernels:
+    """The kernels of one run, one GlobalVar per structurally distinct PrimFunc."""
+
+    def __init__(self, owner: FuseAttention):
+        self.owner = owner
+        self.built: List[tuple] = []
+
+    def get(self, rewriter, spec: KernelSpec) -> relax.GlobalVar:
+        o = self.owner
+        if o.gpu:
+            func = _attention_kernel_gpu.attention_kernel_gpu(spec, o.block_keys,
+                                                              o.block_queries)
+        else:
+            func = _attention_kernel.attention_kernel(spec, o.block_keys, o.block_queries)
+        for known, gv in self.built:
+            if tvm_ffi.structural_equal(known, func, map_free_vars=True):
+                return gv
+        gv = rewriter.builder_.add_func(func, "fused_attention")
+        self.built.append((func, gv))
+        return gv
 
 
-def _scalar(expr) -> Optional[float]:
-    if isinstance(expr, tvm.ir.GenericConst) and isinstance(expr.value, tvm.runtime.Tensor):
-        value = expr.value.numpy()
-        if value.size == 1 and value.dtype.kind == "f":
-            return float(value.reshape(()))
-    return None
+def kernel_spec(match: AttentionMatch):
+    """(:class:`~relax_memplan.transform._attention_spec.KernelSpec`, the Relax exprs of its
+    inputs in order) of a match."""
+    sources: List[relax.Expr] = []
+
+    def access(traced) -> Access:
+        for k, s in enumerate(sources):
+            if s.same_as(traced.source):
+                return Access(k, traced.index)
+        sources.append(traced.source)
+        return Access(len(sources) - 1, traced.index)
+
+    q, k, v = access(match.q), access(match.k), access(match.v)
+    steps = [Step(s.op, s.operand if not hasattr(s.operand, "source") else access(s.operand),
+                  access(s.cond) if s.cond is not None else None, s.swapped, s.dtype)
+             for s in match.steps]
+    space = match.space
+    inputs = [(static_shape_values(s), s.ty.dtype) for s in sources]
+    out_shape = static_shape_values(match.anchor)
+    canonical = [space.vars[n] for n in match.lead + ["i", "j", "d", "e"]]
+    spec = KernelSpec(canonical, [space.extents[n] for n in match.lead], space.extents["i"],
+                      space.extents["j"], int(space.extents["d"]), int(space.extents["e"]),
+                      inputs, q, k, v, steps, match.scale, match.guard, out_shape,
+                      match.out_dtype, Access(-1, match.out_index))
+    spec.params = _symbolic_vars(spec)
+    return spec, sources
 
 
-def _same(a, b) -> bool:
-    return tvm.sym.Analyzer().can_prove_equal(a, b)
+def _symbolic_vars(spec: KernelSpec) -> List[tirx.Var]:
+    """The shape vars (``batch``, ``seq``) that the kernel's shapes and indices use."""
+    exprs = [x for shape, _ in spec.inputs for x in shape] + list(spec.out_shape)
+    exprs += list(spec.lead) + [spec.seq_q, spec.seq_k]
+    accesses = [spec.q, spec.k, spec.v, spec.out] + [a for s in spec.steps
+                                                     for a in (s.operand, s.cond)
+                                                     if isinstance(a, Access)]
+    exprs += [x for a in accesses for x in a.index]
+    found, seen = [], set(spec.canonical)
+    for expr in exprs:
+        for var in tirx.analysis.undefined_vars(tirx.Evaluate(expr), []):
+            if var not in seen:
+                seen.add(var)
+                found.append(var)
+    return found
 
 
 @mutator
 class _Rewriter(PyExprMutator):
-    def __init__(self, mod, kernel, block_keys, block_queries):
+    """Replaces the binding of each anchor var by the kernel's ``call_tir``."""
+
+    def __init__(self, mod):
         super().__init__(mod)
-        self.kernel = kernel
-        self.block_keys = block_keys
-        self.block_queries = block_queries
-        self.uses: Dict[relax.Var, int] = {}
-        self.kernels: Dict[tuple, relax.GlobalVar] = {}
-        self.fused = 0
+        self.plans: Dict[relax.Var, tuple] = {}
 
-    # -- helpers on the new (already visited) graph
-    def _bound(self, var, op: str, single_use: bool = True):
-        """The call ``var`` is bound to if it is ``op`` (and ``var`` has one reader)."""
-        if not isinstance(var, relax.Var):
-            return None
-        if single_use and self.uses.get(var.name, 0) != 1:
-            return None
-        value = self.lookup_binding(var)
-        return value if _is_op(value, op) else None
-
-    def _unpermute(self, var, axes) -> Optional[relax.Expr]:
-        """x when ``var = permute_dims(x, axes)``."""
-        value = self._bound(var, "relax.permute_dims", single_use=False)
-        if value is None or value.attrs.axes is None:
-            return None
-        if tuple(int(a) for a in value.attrs.axes) != axes:
-            return None
-        return value.args[0]
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if _is_op(call, "relax.permute_dims"):
-            return self._cancel_permutes(call)
-        if _is_op(call, "relax.matmul"):
-            fused = self._match(call)
-            if fused is not None:
-                return fused
-        return call
-
-    def _cancel_permutes(self, call):
-        inner = self._bound(call.args[0], "relax.permute_dims", single_use=False)
-        if inner is None or inner.attrs.axes is None or call.attrs.axes is None:
-            return call
-        a = [int(x) for x in inner.attrs.axes]
-        b = [int(x) for x in call.attrs.axes]
-        if [a[i] for i in b] == list(range(len(a))):
-            return inner.args[0]
-        return call
-
-    def _match(self, out_mm):
-        probs, v_t = out_mm.args
-        softmax = self._bound(probs, "relax.nn.softmax")
-        if softmax is None or int(softmax.attrs.axis) not in (-1, 3):
-            return None
-        scores, mask = softmax.args[0], None
-        add = self._bound(scores, "relax.add")
-        if add is not None:
-            for s, m in ((add.args[0], add.args[1]), (add.args[1], add.args[0])):
-                if any(self._bound(s, op) is not None
-                       for op in ("relax.multiply", "relax.divide", "relax.matmul")):
-                    scores, mask = s, m
-                    break
-            else:
-                return None
-        scale = 1.0
-        for op in ("relax.multiply", "relax.divide"):
-            scaled = self._bound(scores, op)
-            if scaled is None:
-                continue
-            c = _scalar(scaled.args[1])
-            if c is None and op == "relax.multiply":
-                c, scaled_arg = _scalar(scaled.args[0]), scaled.args[1]
-            else:
-                scaled_arg = scaled.args[0]
-            if c is None or (op == "relax.divide" and c == 0.0):
-                return None
-            scale, scores = (c if op == "relax.multiply" else 1.0 / c), scaled_arg
-            break
-        qk = self._bound(scores, "relax.matmul")
-        if qk is None:
-            return None
-        q4 = self._unpermute(qk.args[0], _Q_AXES)
-        k4 = self._unpermute(qk.args[1], _K_AXES)
-        v4 = self._unpermute(v_t, _Q_AXES)
-        if q4 is None or k4 is None or v4 is None:
-            return None
-        return self._emit(q4, k4, v4, mask, scale, out_mm)
-
-    def _emit(self, q4, k4, v4, mask, scale, out_mm):
-        q_ty, k_ty, v_ty = (x.ty for x in (q4, k4, v4))
-        if any(t.ndim != 4 or t.shape is None for t in (q_ty, k_ty, v_ty)):
-            return None
-        dtype = q_ty.dtype
-        if dtype not in ("float32", "float16") or k_ty.dtype != dtype or v_ty.dtype != dtype:
-            return None
-        b, sq, h, d = q_ty.shape.values
-        kb, sk, kh, kd = k_ty.shape.values
-        vb, vs, vh, vd = v_ty.shape.values
-        if not (isinstance(h, tvm.tirx.IntImm) and isinstance(d, tvm.tirx.IntImm)):
-            return None
-        if not all(_same(x, y) for x, y in ((b, kb), (b, vb), (h, kh), (h, vh), (d, kd),
-                                             (d, vd), (sk, vs))):
-            return None
-        broadcast = None
-        if mask is not None:
-            m_ty = mask.ty
-            if m_ty.ndim != 4 or m_ty.shape is None or m_ty.dtype != dtype:
-                return None
-            mdims = m_ty.shape.values
-            broadcast = []
-            for m, full in zip(mdims[:3], (b, h, sq)):
-                if isinstance(m, tvm.tirx.IntImm) and int(m) == 1:
-                    broadcast.append(True)
-                elif _same(m, full):
-                    broadcast.append(False)
-                else:
-                    return None
-            if not _same(mdims[3], sk):
-                return None
-            broadcast = tuple(broadcast)
-        key = (int(h), int(d), dtype, float(np.float32(scale)), broadcast)
-        if key not in self.kernels:
-            func = self.kernel(int(h), int(d), dtype, key[3], broadcast,
-                                    self.block_keys, self.block_queries)
-            self.kernels[key] = self.builder_.add_func(func, "fused_attention")
-        args = [q4, k4, v4] + ([mask] if mask is not None else [])
-        out = self.builder_.emit(relax.call_tir(
-            self.kernels[key], args, out_ty=relax.TensorType((b, sq, h, d), dtype)))
-        self.fused += 1
-        return relax.op.permute_dims(out, list(_Q_AXES))
+    def visit_var_binding_(self, binding):
+        plan = self.plans.get(binding.var)
+        if plan is None:
+            return super().visit_var_binding_(binding)
+        gv, spec, sources = plan
+        call = relax.call_tir(gv, list(sources) + list(spec.params), out_ty=binding.var.ty)
+        return super().visit_var_binding_(relax.VarBinding(binding.var, call))

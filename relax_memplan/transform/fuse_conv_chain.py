@@ -56,8 +56,20 @@ from ._conv_chain_blocked import blocked_plan, pack_weight
 from ._conv_chain_kernel import conv_chain_kernel, scratch_bytes
 from ._conv_chain_match import ChainSite, ConvChainMatcher, conv_spec
 from ._module_util import replace_functions
+from .fusion_record import RefusalLog
 
-__all__ = ["FuseConvChain", "CONSUMER_KINDS"]
+__all__ = ["FuseConvChain", "CONSUMER_KINDS", "REASONS"]
+
+#: ``skipped`` reason -> the words of the fusion report.
+REASONS = {"other_consumer": "intermediate has another reader",
+           "peak": "live bytes would not improve",
+           "scratch": "scratch of the threads not smaller than the intermediate",
+           "dense_consumer": "dense consumer under --schedule",
+           "kernel_below_stride": "kernel smaller than its stride",
+           "no_producer": "input not made by a conv",
+           "form": "producer conv not in the supported form",
+           "epilogue": "op between the convs not a supported epilogue",
+           "overlap": "producer already fused into another chain"}
 
 #: ``depthwise``: only consumers with one input channel per output channel (mobilenetv2's
 #: stride-2 depthwise convs); ``blocked``: those, and dense consumers whose pair gets the
@@ -118,6 +130,10 @@ class FuseConvChain:
         ``threads`` parallel iterations is not smaller than the intermediate).
     scratch_bytes : int
         Largest kernel-local scratch of one parallel iteration among the fused kernels (bytes).
+    records : list of PatternRecord
+        ``[conv_chain]``: candidates (every strided conv looked at), fused, and each refusal
+        with its reason (:data:`REASONS`) and bindings
+        (:mod:`~relax_memplan.transform.fusion_record`).
 
     Raises
     ------
@@ -143,18 +159,29 @@ class FuseConvChain:
         self.threads = threads
         self.fused = 0
         self.skipped: Dict[str, int] = {}
+        self._log = RefusalLog()
         self.scratch_bytes = 0
+
+    @property
+    def records(self):
+        return [self._log.record("conv_chain", self.fused, REASONS)]
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         self.fused, self.skipped, self.scratch_bytes = 0, {}, 0
+        self._log = RefusalLog()
         for gv, func in list(mod.functions_items()):
             if isinstance(func, relax.Function):
                 mod = self._function(mod, gv, func)
         return mod
 
-    def _skip(self, reason: str, n: int = 1):
+    def _skip(self, reason: str, n: int = 1, names=(), func=None, function: str = ""):
         if n:
             self.skipped[reason] = self.skipped.get(reason, 0) + n
+            if names:
+                for name in names:
+                    self._log.refuse(reason, [name], func=func, function=function)
+            else:
+                self._log.refuse(reason, n=n, func=func, function=function)
 
     def _sites(self, mod, func) -> List[ChainSite]:
         matcher = ConvChainMatcher(mod, func)
@@ -164,31 +191,31 @@ class FuseConvChain:
             if b is None or b.stride[0] < self.min_stride:
                 continue
             if b.kernel[0] < b.stride[0]:  # tiles would skip rows (see the kernel module)
-                self._skip("kernel_below_stride")
+                self._skip("kernel_below_stride", names=[var.name], func=func)
                 continue
             found = matcher.backward(value.args[0])
             if isinstance(found, str):
-                self._skip(found)
+                self._skip(found, names=[var.name], func=func)
                 continue
             producer, a, a_steps, a_arrays, replaced = found
             readers = replaced + [var]
             if not matcher.private_uses(replaced, readers):
-                self._skip("other_consumer")
+                self._skip("other_consumer", names=[var.name], func=func)
                 continue
             shape = tuple(int(v) for v in value.ty.shape.values)
             b_steps, b_arrays, last, after = matcher.forward(var, b.out_channels, shape)
             site = ChainSite(producer, a, a_steps, a_arrays, value, b, b_steps, b_arrays, last,
                              replaced + [var] + after)
             if self.memory_check and self._scratch_exceeds(a, b):
-                self._skip("scratch")
+                self._skip("scratch", names=[var.name], func=func)
                 continue
             if claimed & set(site.replaced):  # conv -> s2 conv -> s2 conv: the first pair only
-                self._skip("overlap")
+                self._skip("overlap", names=[var.name], func=func)
                 continue
             # the mode's choice last: a pair refused for another reason is counted by that
             # reason (review: under --schedule every dense candidate was "dense consumer")
             if not self._consumer_allowed(a, b):
-                self._skip("dense_consumer")
+                self._skip("dense_consumer", names=[var.name], func=func)
                 continue
             claimed |= set(site.replaced)
             sites.append(site)
@@ -227,11 +254,12 @@ class FuseConvChain:
         if sites and self.memory_check and not self._better(mod, new_mod, gv.name_hint):
             accepted, current = [], mod
             for site in sites:  # greedy, in program order
-                trial = self._rewrite(mod, gv, func, accepted + [site])
-                if self._better(current, trial, gv.name_hint):
+                tried = self._rewrite(mod, gv, func, accepted + [site])
+                if self._better(current, tried, gv.name_hint):
                     accepted.append(site)
-                    current = trial
-            self._skip("peak", len(sites) - len(accepted))
+                    current = tried
+            self._skip("peak", len(sites) - len(accepted),
+                       [s.last.name for s in sites if s not in accepted], func, gv.name_hint)
             sites, new_mod = accepted, current
         self.fused += len(sites)
         for s in sites:

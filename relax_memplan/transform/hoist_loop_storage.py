@@ -10,7 +10,7 @@ keeps TVM's behaviour (the body allocates on every iteration).
 
 What it does
 ------------
-It works on the recursive loop form of :mod:`relax_memplan.onnx_prepare.recursive_loops`:
+It works on the recursive loop form of :mod:`relax_memplan.frontend.prepare.recursive_loops`:
 a body function (attribute ``relax_memplan.loop_body``) called by a recursive driver
 (attribute ``relax_memplan.loop_driver`` = the body's name), itself called from the model.
 
@@ -53,7 +53,7 @@ from typing import Dict
 import tvm
 from tvm import relax
 
-from ..onnx_prepare.recursive_loops import LOOP_BODY_ATTR, LOOP_DRIVER_ATTR, LOOP_OUTER_ATTR
+from ..analysis.loop_form import LOOP_BODY_ATTR, LOOP_DRIVER_ATTR, LOOP_OUTER_ATTR
 from ._loop_storage import (AllocateBeforeCalls, NotHoistable, ThreadStorage, find_call,
                             lift_size, loop_storages, storage_params, typed_global_var,
                             without_bindings)

@@ -37,6 +37,7 @@ class RemoveDropout(CountingRewritePass):
     """
 
     count_attr = "removed"
+    pattern = ("dropout", "removed")
     make_rewriter = staticmethod(lambda mod: _Rewriter(mod))  # the mutator, defined below
 
 

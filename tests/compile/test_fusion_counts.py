@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from relax_memplan.compile.fusion_summary import fusion_skips
+from relax_memplan.report.fusion_summary import fusion_skips
 from relax_memplan.pipeline import fusion_counts, fusion_passes, get_pipeline
 
 C = 8
@@ -110,7 +110,7 @@ def test_ort_node_count_includes_if_bodies():
     If holding the model) against our 103 kernels."""
     from onnx import TensorProto, helper
 
-    from relax_memplan.compile.fusion_summary import _node_counts, ort_optimized_nodes
+    from relax_memplan.report.fusion_summary import _node_counts, ort_optimized_nodes
 
     def branch(op):
         return helper.make_graph([helper.make_node(op, ["x"], [f"{op}_y"])], op, [],

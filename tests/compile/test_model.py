@@ -44,7 +44,7 @@ def test_strategies_share_one_import_one_tvm_build_and_the_inputs(monkeypatch):
 def test_report_names_an_in_memory_model_by_its_graph_not_its_text():
     """Tutorial 04: a ModelProto given to compile_model put its whole text (every node and
     weight) in the report's first line."""
-    from relax_memplan.report_text import format_report
+    from relax_memplan.report.text import format_report
 
     result = compile_model(mlp_model(), {"x": (2, 16)}, check=CheckOptions(measure=False))
     assert result.report.model == "graph 'mlp' (onnx.ModelProto)"

@@ -67,11 +67,12 @@ def test_gemv_result_on_vad_head_is_refused():
     assert vector_codegen_risk(scheduled) is None
 
 
-def test_vad_model_builds_quickly_for_the_host_cpu_subprocess():
-    """Was > 15 min (two runs timed out); now about 1 s. Numerics against onnxruntime."""
+def test_vad_model_builds_for_the_host_cpu_and_matches_onnxruntime_subprocess():
+    """The build took over 15 min (a schedule blowing up LLVM); now about 1 s, measured by
+    benchmarks/compile_time_bench.py. The subprocess's limit only guards against a hang."""
     call = (
         "import time, tempfile, os, numpy as np, onnx, tvm; from tvm import relax\n"
-        "from relax_memplan.recurrent_example import vad_lstm_model\n"
+        "from relax_memplan.frontend.recurrent_example import vad_lstm_model\n"
         "from relax_memplan.frontend import import_onnx, run_onnxruntime\n"
         "from relax_memplan.pipeline import get_pipeline\n"
         "from relax_memplan.schedules import host_target\n"
@@ -92,8 +93,8 @@ def test_vad_model_builds_quickly_for_the_host_cpu_subprocess():
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TVM_NUM_THREADS="2")
     try:
         proc = subprocess.run([sys.executable, "-c", call], env=env, cwd=REPO_ROOT,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as err:
-        pytest.fail(f"the VAD build hung for 120 s (a schedule blowing up LLVM?): {err}")
+        pytest.fail(f"the VAD build hung for 600 s (a schedule blowing up LLVM?): {err}")
     tail = (proc.stdout + proc.stderr)[-3000:]
     assert proc.returncode == 0 and "MATCH" in proc.stdout, tail

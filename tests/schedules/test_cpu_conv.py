@@ -121,8 +121,11 @@ def test_gemv_guard_rejects_one_pixel_convolution_and_keeps_plain_matvec():
         assert DotProductGEMV().apply(matvec, target, False) is not None
 
 
-def test_silero_builds_quickly_with_cpu_schedules_subprocess():
-    """dlight GEMV on its one-pixel conv1d kernels made this build take 18-24 s (now ~2 s)."""
+def test_silero_builds_with_cpu_schedules_subprocess():
+    """dlight GEMV on its one-pixel conv1d kernels made this build take 18-24 s (now ~2 s):
+    the rule refuses them now (test_gemv_guard_rejects_one_pixel_convolution_and_keeps_plain_
+    matvec). The build's time is measured by benchmarks/compile_time_bench.py; the
+    subprocess's limit only guards against a hang."""
     path = shared_model("silero-vad-op18-ifless.onnx")
     call = ("import time, tvm; from relax_memplan.frontend import import_onnx; "
             "from relax_memplan.pipeline import get_pipeline; "
@@ -131,7 +134,7 @@ def test_silero_builds_quickly_with_cpu_schedules_subprocess():
             "t = host_target(); t0 = time.perf_counter(); "
             "tvm.compile(mod, t, relax_pipeline=get_pipeline(t, schedule=True)); "
             "print('BUILT', time.perf_counter() - t0)")
-    _run_isolated(call, "BUILT", timeout=60)
+    _run_isolated(call, "BUILT")
 
 
 def test_small_convolution_runs_serially():

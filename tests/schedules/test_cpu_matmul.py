@@ -262,9 +262,11 @@ def test_bert_tiny_dynamic_scheduled_matches_onnxruntime_subprocess():
 def test_bert_static_at_seq_1_builds_with_cpu_schedules_and_matches_onnxruntime():
     """dlight's CPU GEMV rule asserts on a reduction of length 1 (attention at seq 1): the
     guarded rule leaves that kernel unscheduled instead of failing the build."""
-    from relax_memplan.compiler import compile_onnx
+    from relax_memplan.compile import BuildOptions, CheckOptions, compile_model
 
-    result = compile_onnx(shared_model("bert-tiny-randw.onnx"), None, verify=True, schedule=True)
+    seq_1 = {name: (1, 1) for name in ("input_ids", "attention_mask", "token_type_ids")}
+    result = compile_model(shared_model("bert-tiny-randw.onnx"), seq_1,
+                           options=BuildOptions(schedule=True), check=CheckOptions(verify=True))
     assert result.report.main.verified
 
 

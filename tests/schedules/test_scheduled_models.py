@@ -8,7 +8,7 @@ and element-wise kernels)."""
 import numpy as np
 import pytest
 
-from relax_memplan.compiler import compile_onnx
+from relax_memplan.compile import BuildOptions, CheckOptions, compile_model
 from relax_memplan.schedules import host_target
 from tests.conftest import shared_model
 
@@ -39,7 +39,8 @@ CASES = [
                          [pytest.param(*c.values, *([None] * (3 - len(c.values))), id=c.id,
                                        marks=c.marks) for c in CASES])
 def test_scheduled_model_matches_onnxruntime(name, shapes, values):
-    result = compile_onnx(shared_model(name), shapes, target=host_target(), schedule=True,
-                          verify=True, measure=False, input_values=values)
+    result = compile_model(shared_model(name), shapes,
+                           options=BuildOptions(target=host_target(), schedule=True),
+                           check=CheckOptions(verify=True, measure=False), input_values=values)
     main = result.report.main
     assert main.verified, f"max abs error {main.max_abs_error} > {main.error_tolerance}"

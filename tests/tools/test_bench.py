@@ -35,6 +35,25 @@ def test_bench_rejects_a_repeat_below_one():
         bench_onnx(_model(), repeat=0)
 
 
+def test_bench_refuses_a_dim_no_shape_fixes_before_the_import(monkeypatch):
+    """No silent size 1: bench timed n at 1 when no --shape fixed it."""
+    from relax_memplan import frontend
+    from relax_memplan.errors import UndeclaredDimError
+
+    real_import = frontend.import_onnx
+
+    def no_fixed_import(*args, **kwargs):  # the suggestions' checks import with symbolic dims
+        assert kwargs.get("keep_dynamic"), "imported at a guessed shape"
+        return real_import(*args, **kwargs)
+
+    monkeypatch.setattr(frontend, "import_onnx", no_fixed_import)
+    with pytest.raises(UndeclaredDimError) as info:
+        bench_onnx(_model())
+    assert str(info.value) == ("symbolic dim(s) n (axis 0 of x) not declared and bench does not "
+                               "guess a size: fix them with --shape x=1,64 (placeholders: set "
+                               "them to the sizes you will run)")
+
+
 def test_cli_bench_prints_a_table_and_writes_json(tmp_path, capsys):
     path = tmp_path / "m.onnx"
     path.write_bytes(_model().SerializeToString())

@@ -7,7 +7,8 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from relax_memplan.cli import main
-from relax_memplan.tools.inspect import inspect_onnx, suggest_dim_range
+from relax_memplan.tools.inspect import inspect_onnx
+from tests.frontend.test_suggested_ranges import _fpn_model
 
 
 def _model(tmp_path):
@@ -34,12 +35,6 @@ def test_summary_names_dims_ops_and_unsupported_ops(tmp_path):
     assert summary.unsupported_ops == {"Det": 1}
     assert summary.symbolic_dims == ["batch", "seq", "x_dim2"]
     assert summary.dim_flags() == "--dim batch=1..8 --dim seq=1..128 --dim x_dim2=1..64"
-
-
-def test_suggested_ranges_follow_the_dim_name():
-    assert suggest_dim_range("batch_size") == "1..8"
-    assert suggest_dim_range("sequence_length") == "1..128"
-    assert suggest_dim_range("height") == "32..320:32"
 
 
 def test_cli_inspect_text_and_json(tmp_path, capsys):
@@ -89,7 +84,7 @@ def test_loops_name_the_form_they_take_not_only_the_step():
     """Newcomer trial: inspect said "Loop (1 node, step unroll_loops)" for a loop whose trip
     count is an input, which takes the recursive form (a body function per iteration)."""
     from relax_memplan.tools.inspect import inspect_onnx, loop_forms
-    from tests.onnx_prepare.loop_models import loop_model, scan_model
+    from tests.frontend.prepare.loop_models import loop_model, scan_model
 
     assert loop_forms(loop_model(trip=5)) == {"Loop": {"unrolled": 1}}
     assert loop_forms(loop_model(trip=65)) == {"Loop": {"recursive": 1}}  # above 64
@@ -100,31 +95,6 @@ def test_loops_name_the_form_they_take_not_only_the_step():
     assert ("Loop (1 node, step unroll_loops: 1 recursive: a body function per iteration)"
             in text), text
     assert "step unroll_loops: 1 unrolled)" in inspect_onnx(loop_model(trip=5)).format_text()
-
-
-def _fpn_model(strides=(2, 2), scale=2.0):
-    """x [n, 3, h, w] -> two strided 1x1 convs -> Resize x``scale`` -> Add to the first
-    conv's output (an FPN merge): downsampling factor ``strides[0] * strides[1] / scale``."""
-    from onnx import numpy_helper
-
-    w = numpy_helper.from_array(np.ones((3, 3, 1, 1), np.float32), "w")
-    scales = numpy_helper.from_array(np.array([1, 1, scale, scale], np.float32), "scales")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["c1"], strides=[strides[0]] * 2),
-         helper.make_node("Conv", ["c1", "w"], ["c2"], strides=[strides[1]] * 2),
-         helper.make_node("Resize", ["c2", "", "scales"], ["up"], mode="nearest"),
-         helper.make_node("Add", ["up", "c1"], ["y"])], "fpn",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "rows", "cols"])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[w, scales])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-
-
-def test_downsampling_factor_multiplies_strides_and_divides_by_upsampling():
-    from relax_memplan.tools.inspect import downsampling_factor
-
-    assert downsampling_factor(_fpn_model().graph) == 4  # the coarsest map, not after Resize
-    assert downsampling_factor(_fpn_model((2, 4), 4.0).graph) == 8
-    assert downsampling_factor(_fpn_model((1, 1), 1.0).graph) == 1
 
 
 def test_image_dims_are_suggested_on_the_downsampling_grid_whatever_their_names():

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper
 
 from relax_memplan import get_pipeline, import_onnx
 from relax_memplan.cli import EXIT_ERROR, main
-from relax_memplan.compiler import export_library
+from relax_memplan.compile import export_library
 from relax_memplan.tools.run import run_library
 
 

@@ -110,7 +110,7 @@ def test_gpt2_tanh_gelu_blocks_are_chunked_with_the_same_values():
     """gpt2-tiny's FFN is the importer's tanh GELU (pow, tanh, multiply chain) after a 2-d
     reshape; at 2 x 16 tokens (at its 1-token import shape there is no axis to cut), chunk
     every block (check off) and compare with the unchunked build."""
-    from relax_memplan.onnx_prepare import STEP_NAMES
+    from relax_memplan.frontend.prepare import STEP_NAMES
 
     path = _MODELS / "gpt2-tiny-randw.onnx"
     if not path.exists():

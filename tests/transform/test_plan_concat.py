@@ -202,8 +202,8 @@ def test_yolov8n_concats_in_place_match_onnxruntime():
 
 
 def test_report_states_concats_in_place_and_refusals():
-    from relax_memplan.compile.summary import static_functions
-    from relax_memplan.report_text import _format_function
+    from relax_memplan.report.summary import static_functions
+    from relax_memplan.report.text import _format_function
     from relax_memplan.transform.record_storage import RecordStorage
 
     plan = PlanStaticMemory(inplace=True, concat_inplace=True)

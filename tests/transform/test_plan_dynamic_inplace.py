@@ -19,7 +19,7 @@ from relax_memplan.planner import OverlapError
 from relax_memplan.runtime import run_and_measure
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
 from tests.conftest import shared_model
-from tests.test_cli import _check_dynamic_tensors
+from tests.cli.test_cli import _check_dynamic_tensors
 
 
 @I.ir_module

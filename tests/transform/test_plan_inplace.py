@@ -124,8 +124,8 @@ def test_inplace_numerics_match_numpy_and_bound_never_rises(mod, ref):
 
 
 def test_report_states_inplace_counts_and_bound_without_it():
-    from relax_memplan.compile.summary import static_functions
-    from relax_memplan.report_text import _format_function
+    from relax_memplan.report.summary import static_functions
+    from relax_memplan.report.text import _format_function
     from relax_memplan.transform.record_storage import RecordStorage
 
     plan = PlanStaticMemory(inplace=True)
@@ -173,8 +173,8 @@ class ReorderAndInplace:
 
 
 def test_report_gives_the_bound_in_importer_order_after_reorder_and_after_inplace():
-    from relax_memplan.compile.summary import static_functions
-    from relax_memplan.report_text import _format_function
+    from relax_memplan.report.summary import static_functions
+    from relax_memplan.report.text import _format_function
     from relax_memplan.transform.record_storage import RecordStorage
     from relax_memplan.transform.reorder_for_memory import ReorderForMemory
 
