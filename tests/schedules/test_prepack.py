@@ -125,12 +125,12 @@ def test_each_packing_function_is_built_once_and_run_per_weight(monkeypatch):
     """Regression (compile time): TVM's FoldConstant built the packing PrimFunc again at every
     call site (72 LLVM builds for BERT-base). Two weights of one kernel: one build, and each
     packed constant is its own weight's panels."""
-    import relax_memplan.schedules.prepack as prepack
+    import relax_memplan.schedules._fold_packing as _fold_packing
 
-    monkeypatch.setattr(prepack, "layout_copy", lambda func: None)  # the TVM-build path
+    monkeypatch.setattr(_fold_packing, "layout_copy", lambda func: None)  # the TVM-build path
     builds = []
     real_compile = tvm.compile
-    monkeypatch.setattr(prepack.tvm, "compile",
+    monkeypatch.setattr(_fold_packing.tvm, "compile",
                         lambda *a, **k: builds.append(1) or real_compile(*a, **k))
     w1, w2 = (RNG.standard_normal((32, 96)).astype("float32") for _ in range(2))
     x = relax.Var("x", relax.TensorType([7, 32], "float32"))
@@ -179,13 +179,13 @@ def test_all_packing_functions_are_built_in_one_module(monkeypatch, numpy_copy):
     """Compile time: one LLVM module (one code generation, one JIT) for the packers of
     different kernels, each packed constant its own weight's panels; packers that are a pure
     layout copy (these two) run as numpy, with no LLVM build at all (vad-lstm: 23 -> 2.6 ms)."""
-    import relax_memplan.schedules.prepack as prepack
+    import relax_memplan.schedules._fold_packing as _fold_packing
 
     if not numpy_copy:
-        monkeypatch.setattr(prepack, "layout_copy", lambda func: None)
+        monkeypatch.setattr(_fold_packing, "layout_copy", lambda func: None)
     builds = []
     real_compile = tvm.compile
-    monkeypatch.setattr(prepack.tvm, "compile",
+    monkeypatch.setattr(_fold_packing.tvm, "compile",
                         lambda *a, **k: builds.append(a[0]) or real_compile(*a, **k))
     mod, weights = _two_kernels()
     out = _scheduled(mod)
