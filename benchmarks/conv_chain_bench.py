@@ -71,7 +71,7 @@ def bench_model(label, path, name, shape, rounds: int) -> dict:
     from relax_memplan.compile.model import _import
     from relax_memplan.runtime import kernel_profile
 
-    _, _, mod, _ = _import(str(path), {name: shape}, {}, True, lambda _m: None)
+    _, _, mod, _, _ = _import(str(path), {name: shape}, {}, True, lambda _m: None)
     builds = {(s, c): _build(mod, s, c) for s in (False, True) for c in (False, True)}
     x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype("float32"))
     outs = {k: b["vm"]["main"](x) for k, b in builds.items()}

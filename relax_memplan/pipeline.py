@@ -80,11 +80,12 @@ __all__ = ["get_pipeline", "backend_phases", "fusion_passes", "fusion_counts", "
 PLANNERS = ("relax_memplan", "tvm")
 
 #: ``fusion_passes(conv_chain=...)``: ``auto`` fuses conv chains where measured not slower (into
-#: depthwise strided convs; into dense ones too without our CPU schedules, where TVM's legalized
-#: conv is an unscheduled loop nest), ``memory`` into any strided conv (lowest peak; dense
-#: consumers measured 1.2-3x slower than our scheduled convs), ``off`` never. Values: the
+#: depthwise strided convs, and into dense ones whose pair gets the register-blocked kernel;
+#: without our CPU schedules into any, TVM's legalized conv being an unscheduled loop nest),
+#: ``memory`` into any strided conv (lowest peak; the generic kernel's dense consumers measured
+#: 1.2x slower than our scheduled convs), ``off`` never. Values: the
 #: ``FuseConvChain(consumers=...)`` with and without ``schedule``.
-CONV_CHAIN_MODES = {"auto": ("depthwise", "all"), "memory": ("all", "all"), "off": (None, None)}
+CONV_CHAIN_MODES = {"auto": ("blocked", "all"), "memory": ("all", "all"), "off": (None, None)}
 
 _BACKEND_MODULES = {
     "llvm": "tvm.relax.backend.cpu_generic.pipeline",

@@ -22,10 +22,13 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 from tvm.target import Target
 
+from ..analysis.concat import CONCAT_AXIS_ATTR, concat_axis
 from . import _rule_gates
 from ._rule_gates import kernel_blocks, may_apply
 from .codegen_guard import CodegenGuard, vector_codegen_risk
 from .cpu_conv import DirectConv
+from .cpu_conv_blocked import ChannelBlockedConv
+from .cpu_conv_depthwise import ChannelBlockedDepthwise
 from .cpu_fallback import SpatialFallback
 from .cpu_gemv import DotProductGEMV
 from .cpu_reduction import RowReduction, VectorPlaneSum, VectorRowReduction
@@ -38,6 +41,8 @@ __all__ = [
     "REDUCTION_RULES",
     "NO_GATHER_FEATURES",
     "SCHEDULE_RULE_ATTR",
+    "ChannelBlockedConv",
+    "ChannelBlockedDepthwise",
     "CodegenGuard",
     "DirectConv",
     "DotProductGEMV",
@@ -74,8 +79,12 @@ def _as_target(target: Union[str, dict, Target]) -> Target:
 
 
 def cpu_schedule_rules() -> list:
-    """The rules, most specific first: convolution (it declines 1x1 convolutions on small
-    maps, :attr:`DirectConv.min_direct_1x1_pixels`), matmul, GEMV, reduction, then the fallback.
+    """The rules, most specific first: convolutions (:class:`ChannelBlockedConv`, output
+    channels in the lanes, where the map is too narrow for full column vectors or the
+    reduction long; :class:`ChannelBlockedDepthwise`, depthwise ones with large kernels,
+    strides or narrow maps; :class:`DirectConv`, output columns in the lanes, which declines
+    1x1 convolutions on small maps, :attr:`DirectConv.min_direct_1x1_pixels`), matmul, GEMV,
+    reduction, then the fallback.
 
     dlight's CPU ``GEMV`` and ``Reduction`` (softmax, layer norm) follow ours,
     guarded (:class:`GuardedRule`): any failure inside them, e.g. GEMV's assertion on a
@@ -97,7 +106,8 @@ def cpu_schedule_rules() -> list:
     -------
     list of tvm.s_tir.dlight.ScheduleRule
     """
-    return [DirectConv(), StaticMatmul(), GenericMatmul(),
+    return [ChannelBlockedConv(), ChannelBlockedDepthwise(), DirectConv(), StaticMatmul(),
+            GenericMatmul(),
             GuardedRule(CodegenGuard(DotProductGEMV(dlight.cpu.GEMV()))),
             GuardedRule(VectorRowReduction()), GuardedRule(VectorPlaneSum()),
             GuardedRule(RowReduction(dlight.cpu.Reduction())),
@@ -185,14 +195,19 @@ def rule_name(rule) -> str:
 
 def _apply_first(rules, func: tirx.PrimFunc, target: Target):
     """dlight's ``ApplyDefaultSchedule`` for one function: the first rule's result, marked
-    ``tirx.is_scheduled`` and ``relax_memplan.schedule_rule``; ``None`` if no rule applies."""
+    ``tirx.is_scheduled`` and ``relax_memplan.schedule_rule`` (and, for a plain
+    concatenation, :data:`~relax_memplan.analysis.concat.CONCAT_AXIS_ATTR`, so that the
+    planner still writes it in place); ``None`` if no rule applies."""
     for rule in rules:
         space = rule.apply(func, target, False)
         if space is None:
             continue
         sch = space if isinstance(space, s_tir.Schedule) else space[0]
-        return sch.mod["main"].with_attrs({IS_SCHEDULED_ATTR: True,
-                                           SCHEDULE_RULE_ATTR: rule_name(rule)})
+        attrs = {IS_SCHEDULED_ATTR: True, SCHEDULE_RULE_ATTR: rule_name(rule)}
+        axis = concat_axis(func)
+        if axis is not None:
+            attrs[CONCAT_AXIS_ATTR] = axis
+        return sch.mod["main"].with_attrs(attrs)
     return None
 
 

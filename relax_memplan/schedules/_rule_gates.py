@@ -193,7 +193,8 @@ def _row_reduction_may_apply(kb: KernelBlocks, rule) -> bool:
     return work is None or work >= rule.min_reduction_work
 
 
-_GATES = {"DirectConv": _conv_may_apply, "StaticMatmul": _matmul_may_apply,
+_GATES = {"ChannelBlockedConv": _conv_may_apply, "ChannelBlockedDepthwise": _conv_may_apply,
+          "DirectConv": _conv_may_apply, "StaticMatmul": _matmul_may_apply,
           "GenericMatmul": _matmul_may_apply, "DotProductGEMV": _gemv_may_apply,
           "VectorRowReduction": _row_sums_may_apply, "VectorPlaneSum": _plane_sum_may_apply,
           "RowReduction": _row_reduction_may_apply}

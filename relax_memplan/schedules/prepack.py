@@ -41,7 +41,7 @@ from typing import List, Optional, Sequence
 import tvm
 from tvm import relax, s_tir, tirx
 
-from ._layout_copy import layout_copy
+from ._fold_packing import FoldPacking, without_trivial_bindings
 from .analysis import MatmulAxes
 
 __all__ = ["LAYOUT_FREE_ATTR", "PREPROC_ANNOTATION", "mark_constant_weights",
@@ -348,8 +348,9 @@ def split_prepacked_weights() -> tvm.transform.Pass:
     (our index checks: "There should be a compute block if there is only one subtree
     under the root"). ``layout_free_buffers`` is removed from the other PrimFuncs. The
     packing calls on constants are then evaluated, each packing PrimFunc built once
-    (:class:`_FoldPacking`; ``FoldConstant`` on the whole module would also build our
-    index-check kernels standalone, which fails on their symbolic buffer shapes), and the
+    (:class:`~relax_memplan.schedules._fold_packing.FoldPacking`; ``FoldConstant`` on the
+    whole module would also build our index-check kernels standalone, which fails on their
+    symbolic buffer shapes), a weight read at several call sites packed once, and the
     PrimFuncs of the split that nothing calls any more (folded packers, the kernels their
     split versions replace) are removed, so that the build does not compile them. Runs after
     the CPU schedules.
@@ -378,12 +379,12 @@ def split_prepacked_weights() -> tvm.transform.Pass:
         # fold the packing calls on the constants; FoldConstant sees only these PrimFuncs
         packers = {gv: f for gv, f in split.items()
                    if gv.name_hint.endswith(_PACKER_SUFFIX) and isinstance(f, tirx.PrimFunc)}
-        folder = _FoldPacking(tvm.IRModule(split, attrs=mod.attrs), packers)
+        folder = FoldPacking(tvm.IRModule(split, attrs=mod.attrs), packers)
         for gv in marked:
             funcs.pop(gv)
         funcs.update(split)
-        funcs.update({gv: folder.visit_expr(f) for gv, f in split.items()
-                      if isinstance(f, relax.Function)})
+        funcs.update({gv: without_trivial_bindings(folder.visit_expr(f))
+                      for gv, f in split.items() if isinstance(f, relax.Function)})
         # the PrimFuncs of the split that no function calls any more (the packers whose calls
         # were folded, the marked kernels replaced by their split versions) would only be
         # compiled for nothing: LLVM builds each one (bert-tiny: 9 of 25 PrimFuncs, 0.2 CPU s)
@@ -394,46 +395,3 @@ def split_prepacked_weights() -> tvm.transform.Pass:
         return tvm.IRModule(funcs, attrs=mod.attrs, global_infos=mod.global_infos)
 
     return _pass
-
-
-_PACKER_TARGET = {"kind": "llvm", "opt-level": 0}
-"""Where the packing PrimFuncs are built to run at compile time (the host, no optimization)."""
-
-
-@relax.expr_functor.mutator
-class _FoldPacking(relax.PyExprMutator):
-    """Replace each ``call_tir`` of a packing PrimFunc on constants by its result. A packer
-    that is a pure layout copy runs as numpy (:func:`._layout_copy.layout_copy`, no LLVM
-    build); the others are built once, all in one module (plain ``llvm``, on the host). What
-    ``FoldConstant`` does here, except that TVM 0.27's ``FoldConstant`` builds the PrimFunc
-    again at every call site: 72 LLVM builds for BERT-base's 12 layers, 4 s of a 5 s pass."""
-
-    def __init__(self, mod: tvm.IRModule, packers):
-        super().__init__(mod)
-        self.packers = {gv.name_hint: f for gv, f in packers.items()}
-        self.copies = {n: layout_copy(f) for n, f in self.packers.items()}
-        self.built = {}
-
-    def visit_call_(self, op):
-        call = super().visit_call_(op)
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.call_tir"):
-            return call
-        name = call.args[0].name_hint
-        args = call.args[1].fields if hasattr(call.args[1], "fields") else [call.args[1]]
-        if name not in self.packers or not all(isinstance(a, tvm.ir.GenericConst) for a in args):
-            return call
-        if self.copies[name] is not None:
-            # vad-lstm's one packer: LLVM build + load 0.02 CPU s, numpy well under 1 ms
-            return relax.const(self.copies[name](args[0].value.numpy()))
-        if not self.built:
-            # every packer in one LLVM module: one code generation and one JIT, not one
-            # per packer; LLVM at -O0: a packer is a copy, run once (bert-tiny, 3 packers:
-            # 0.10 -> 0.05 CPU s; vad-lstm, 1: 0.034 -> 0.023)
-            funcs = {n: f.with_attr("global_symbol", n) for n, f in self.packers.items()
-                     if self.copies[n] is None}
-            built = tvm.compile(tvm.IRModule(funcs), target=_PACKER_TARGET)
-            self.built = {n: built[n] for n in funcs}
-        (out_ty,) = call.ty_args
-        out = tvm.runtime.empty([int(d) for d in out_ty.shape.values], str(out_ty.dtype))
-        self.built[name](*[a.value for a in args], out)
-        return relax.const(out.numpy())

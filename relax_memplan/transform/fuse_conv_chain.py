@@ -51,6 +51,8 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..analysis.lowered_peak import lowered_live_bytes_by_step
+from ..schedules.cpu_conv_blocked import vector_registers
+from ._conv_chain_blocked import blocked_plan, pack_weight
 from ._conv_chain_kernel import conv_chain_kernel, scratch_bytes
 from ._conv_chain_match import ChainSite, ConvChainMatcher, conv_spec
 from ._module_util import replace_functions
@@ -70,8 +72,10 @@ REASONS = {"other_consumer": "intermediate has another reader",
            "overlap": "producer already fused into another chain"}
 
 #: ``depthwise``: only consumers with one input channel per output channel (mobilenetv2's
-#: stride-2 depthwise convs); ``all``: dense and grouped consumers too (yolov8n's stem pair).
-CONSUMER_KINDS = ("depthwise", "all")
+#: stride-2 depthwise convs); ``blocked``: those, and dense consumers whose pair gets the
+#: register-blocked kernel (:func:`~relax_memplan.transform._conv_chain_blocked.blocked_plan`:
+#: yolov8n's stem pair); ``all``: every dense and grouped consumer too.
+CONSUMER_KINDS = ("depthwise", "blocked", "all")
 
 
 @tvm.transform.module_pass(opt_level=0, name="FuseConvChain")
@@ -83,13 +87,14 @@ class FuseConvChain:
     ----------
     min_stride : int
         Smallest row stride of the consumer conv (>= 1; default 2).
-    consumers : {"depthwise", "all"}
-        Which consumer convs may be fused (:data:`CONSUMER_KINDS`). Measured
-        (``benchmarks/conv_chain_bench.py``, 1 thread, with our CPU schedules): the fused kernel
-        takes 0.85x the time of the two it replaces on mobilenetv2's depthwise consumers, 1.19x
-        on yolov8n's dense 3x3 consumers (our DirectConv schedule blocks output channels in
-        registers, this kernel does not); without our schedules it takes 0.19x (yolov8n) and
-        0.10x (mobilenetv2) of TVM's unscheduled convs. The pipeline's ``auto`` mode
+    consumers : {"depthwise", "blocked", "all"}
+        Which consumer convs may be fused (:data:`CONSUMER_KINDS`). The register-blocked
+        kernel (channel counts multiples of the SIMD width, dense producer) is not slower than
+        the two scheduled kernels it replaces (one thread, znver5, CPU time, whole model with
+        and without FuseConvChain: efficientnet-b0 9.1 / 9.5 ms, mobilenetv2 5.8 / 6.3 ms,
+        yolov8n's stem pair alone 0.74 ms against 0.36 + 0.44); the generic kernel (other
+        channel counts) blocks no channels in registers and ran 1.19x the time of our
+        scheduled convs on yolov8n's dense consumers. The pipeline's ``auto`` mode
         (:data:`~relax_memplan.pipeline.CONV_CHAIN_MODES`) follows that.
     tile_rows : int
         Output rows of the consumer per parallel iteration (>= 1).
@@ -117,8 +122,9 @@ class FuseConvChain:
         reader; ``epilogue``: an op between the convs that is not a supported epilogue;
         ``no_producer``/``form``: no conv producer in the supported form;
         ``kernel_below_stride``: the consumer's kernel height is below its row stride;
-        ``dense_consumer``: not depthwise, with ``consumers="depthwise"``, and fusable
-        otherwise (checked after every other reason but ``peak``); ``overlap``: the
+        ``dense_consumer``: not depthwise, with ``consumers="depthwise"`` (or, with
+        ``consumers="blocked"``, without the register-blocked kernel), and fusable otherwise
+        (checked after every other reason but ``peak``); ``overlap``: the
         producer is the consumer of a chain already fused;
         ``peak``: the function's live bytes would not improve; ``scratch``: the scratch of
         ``threads`` parallel iterations is not smaller than the intermediate).
@@ -208,12 +214,21 @@ class FuseConvChain:
                 continue
             # the mode's choice last: a pair refused for another reason is counted by that
             # reason (review: under --schedule every dense candidate was "dense consumer")
-            if self.consumers == "depthwise" and not b.groups == b.in_channels == b.out_channels:
+            if not self._consumer_allowed(a, b):
                 self._skip("dense_consumer", names=[var.name], func=func)
                 continue
             claimed |= set(site.replaced)
             sites.append(site)
         return sites
+
+    def _consumer_allowed(self, a, b) -> bool:
+        if self.consumers == "all" or b.groups == b.in_channels == b.out_channels:
+            return True
+        return self.consumers == "blocked" and self.plan(a, b) is not None
+
+    def plan(self, a, b):
+        """The register-blocked kernel's tiles for the pair (``None``: the generic kernel)."""
+        return blocked_plan(a, b, self.lanes, vector_registers(_target(self.target)))
 
     def _scratch_exceeds(self, a, b) -> bool:
         """Scratch of all threads >= the intermediate of one image (float32 bytes)."""
@@ -252,6 +267,12 @@ class FuseConvChain:
         return new_mod
 
 
+def _target(target) -> tvm.target.Target:
+    if target is None:
+        return tvm.target.Target("llvm")
+    return target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+
+
 @mutator
 class _Rewriter(PyExprMutator):
     def __init__(self, mod, owner: FuseConvChain, by_last: Dict[relax.Var, ChainSite]):
@@ -260,13 +281,22 @@ class _Rewriter(PyExprMutator):
         self.by_last = by_last
         self.kernels: Dict[tuple, relax.GlobalVar] = {}
 
-    def _kernel(self, site: ChainSite, batch: int) -> relax.GlobalVar:
+    def _kernel(self, site: ChainSite, batch: int, plan) -> relax.GlobalVar:
         key = (batch, site.a, tuple(site.a_steps), site.b, tuple(site.b_steps))
         if key not in self.kernels:
             func = conv_chain_kernel(batch, site.a, site.a_steps, site.b, site.b_steps,
-                                     tile_rows=self.owner.tile_rows, lanes=self.owner.lanes)
+                                     tile_rows=self.owner.tile_rows, lanes=self.owner.lanes,
+                                     plan=plan)
             self.kernels[key] = self.builder_.add_func(func, "conv_chain")
         return self.kernels[key]
+
+    def _weights(self, site: ChainSite, plan):
+        """The two weights as the kernel reads them (blocked layouts with ``plan``)."""
+        wa, wb = site.producer.args[1], site.consumer.args[1]
+        if plan is None:
+            return wa, wb
+        return (relax.const(pack_weight(wa.value.numpy(), plan.producer_block)),
+                relax.const(pack_weight(wb.value.numpy(), plan.consumer_block, plan.depthwise)))
 
     def visit_var_binding_(self, binding):
         site: Optional[ChainSite] = self.by_last.get(binding.var)
@@ -275,7 +305,9 @@ class _Rewriter(PyExprMutator):
             return
         x = self.visit_expr(site.producer.args[0])
         batch = int(site.producer.args[0].ty.shape.values[0])
-        args = ([x, site.producer.args[1]] + [relax.const(a) for a in site.a_arrays]
-                + [site.consumer.args[1]] + [relax.const(a) for a in site.b_arrays])
-        call = relax.call_tir(self._kernel(site, batch), args, out_ty=binding.var.ty)
+        plan = self.owner.plan(site.a, site.b)
+        wa, wb = self._weights(site, plan)
+        args = ([x, wa] + [relax.const(a) for a in site.a_arrays]
+                + [wb] + [relax.const(a) for a in site.b_arrays])
+        call = relax.call_tir(self._kernel(site, batch, plan), args, out_ty=binding.var.ty)
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(call)))

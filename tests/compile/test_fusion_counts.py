@@ -54,10 +54,10 @@ def module():
     return mod
 
 
-def _run(mod, mode, schedule):
+def _run(mod, mode, schedule, target=None):
     import tvm
 
-    target = tvm.target.Target("llvm")
+    target = target or tvm.target.Target("llvm")
     passes = fusion_passes(target, mode, schedule)
     get_pipeline(target, fusion=True, fusion_pass_list=passes)(mod)
     return fusion_counts(passes), fusion_skips(passes)
@@ -72,11 +72,19 @@ _SCHEDULED = {"skipped: dense consumer under --schedule": 1,
               "skipped: kernel smaller than its stride": 1}
 
 
-@pytest.mark.parametrize("mode, schedule, fused, reasons", [
-    ("auto", False, 2, _ALL), ("auto", True, 1, _SCHEDULED), ("memory", True, 2, _ALL)])
-def test_every_strided_conv_is_counted_once_with_a_reason(module, mode, schedule, fused,
+# 8 channels: the register-blocked chain kernel on plain llvm (4 lanes), which ``auto`` fuses
+# under our schedules too; not for an AVX-512 CPU (16 lanes), where a2 is left to our schedules
+_AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512"}
+
+
+@pytest.mark.parametrize("mode, schedule, target, fused, reasons", [
+    ("auto", False, None, 2, _ALL), ("auto", True, None, 2, _ALL),
+    ("auto", True, _AVX512, 1, _SCHEDULED), ("memory", True, None, 2, _ALL)])
+def test_every_strided_conv_is_counted_once_with_a_reason(module, mode, schedule, target, fused,
                                                           reasons):
-    counts, got = _run(module, mode, schedule)
+    import tvm
+
+    counts, got = _run(module, mode, schedule, target and tvm.target.Target(target))
     assert got == reasons
     assert counts["conv_chain"] == fused
     assert counts["conv_chain_candidates"] == fused + sum(got.values()) == 5

@@ -244,7 +244,8 @@ def test_1x1_conv_goes_to_direct_conv_on_large_maps_only(shape, direct):
     pixels; a 3x3 convolution on a small map is still its own."""
     from relax_memplan.schedules import cpu_schedule_rules
 
-    assert isinstance(cpu_schedule_rules()[0], DirectConv)
+    names = [type(r).__name__ for r in cpu_schedule_rules()]
+    assert names.index("DirectConv") < names.index("StaticMatmul")
     (func,) = _fused_kernels(conv_module(shape, 16, 1, 1, 0, 1, 1, "relu"))
     assert (DirectConv().apply(func, host_target(), False) is not None) == direct
     assert DirectConv().apply(_conv_func((1, 8, 6, 6), 8, 3, 1, 1), host_target(),

@@ -6,7 +6,7 @@ import pytest
 import tvm
 from tvm.script import tirx as T
 
-from relax_memplan.schedules import prepack
+from relax_memplan.schedules import _fold_packing, prepack
 from relax_memplan.schedules._layout_copy import layout_copy
 
 from ..conftest import shared_model
@@ -19,7 +19,7 @@ def _packers(path, shapes):
     from relax_memplan.schedules import host_target
 
     found = {}
-    init = prepack._FoldPacking.__init__
+    init = _fold_packing.FoldPacking.__init__
 
     def _record(self, mod, packers):
         init(self, mod, packers)
@@ -27,7 +27,7 @@ def _packers(path, shapes):
 
     mod, _info = import_onnx(path, shapes)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(prepack._FoldPacking, "__init__", _record)
+        patch.setattr(_fold_packing.FoldPacking, "__init__", _record)
         get_pipeline(host_target(), schedule=True)(mod)
     return found
 

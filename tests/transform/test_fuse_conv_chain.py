@@ -175,9 +175,9 @@ def test_refused_where_live_bytes_would_rise():
 
 
 def test_auto_mode_leaves_dense_consumers_to_our_schedules():
-    """``auto`` with our CPU schedules leaves a dense consumer unfused (measured slower fused)
-    and fuses a depthwise one; without schedules it fuses both; ``off`` runs no
-    FuseConvChain."""
+    """``auto`` with our CPU schedules leaves a dense consumer without the register-blocked
+    kernel unfused (5 -> 7 channels: the generic kernel, measured slower fused) and fuses a
+    depthwise one; without schedules it fuses both; ``off`` runs no FuseConvChain."""
     mod, _ = import_onnx(_chain_model(**CASES[0]), {"x": (1, 3, 13, 11)})
     for schedule, fused, skipped in ((True, 0, {"dense_consumer": 1}), (False, 1, {})):
         (chain,) = [p for p in fusion_passes(_LLVM, "auto", schedule)
@@ -192,14 +192,68 @@ def test_auto_mode_leaves_dense_consumers_to_our_schedules():
 
 
 def test_get_pipeline_default_fusion_follows_schedule():
-    # get_pipeline(schedule=True) without a fusion_pass_list fused dense consumers too (the
-    # unscheduled choice): yolov8n ran 40.4 ms instead of 27.0 ms (one thread)
+    # get_pipeline(schedule=True) without a fusion_pass_list fused dense consumers on the
+    # generic kernel too (the unscheduled choice): yolov8n ran 40.4 ms instead of 27.0 ms
     mod, _ = import_onnx(_chain_model(**CASES[0]), {"x": (1, 3, 13, 11)})
     for schedule, chains in ((True, 0), (False, 1)):
         with _LLVM:
             out = get_pipeline(_LLVM, schedule=schedule)(mod)
         names = [gv.name_hint for gv, _f in out.functions_items()]
         assert sum(n.startswith("conv_chain") for n in names) == chains, (schedule, names)
+
+
+# channel counts multiples of the SIMD width: the register-blocked kernel (dense and depthwise
+# consumers, SiLU through fast_sigmoid, 5x5 stride 2, a producer with padding and stride 2)
+BLOCKED_CASES = [
+    dict(c_in=3, hw=[20, 18], c_mid=16, k_a=3, stride_a=(2, 2), pad_a=(1, 1, 1, 1), c_out=32,
+         k_b=3, stride_b=(2, 2), pad_b=(1, 1, 1, 1), group_b=1, act="silu"),
+    dict(c_in=8, hw=[14, 30], c_mid=32, k_a=1, stride_a=(1, 1), pad_a=(0, 0, 0, 0), c_out=32,
+         k_b=3, stride_b=(2, 2), pad_b=(1, 1, 1, 1), group_b=32, act="relu6"),
+    dict(c_in=16, hw=[30, 30], c_mid=48, k_a=1, stride_a=(1, 1), pad_a=(0, 0, 0, 0), c_out=48,
+         k_b=5, stride_b=(2, 2), pad_b=(2, 2, 2, 2), group_b=48, act="silu"),
+]
+
+
+@pytest.mark.parametrize("case", BLOCKED_CASES, ids=["dense_stem_silu", "dw_relu6", "dw5x5_silu"])
+def test_blocked_chain_kernel_matches_onnxruntime_with_schedules(case):
+    """The pipeline with our CPU schedules for the host CPU (``auto``: the blocked kernel takes
+    dense consumers too) against onnxruntime; the pair gets the register-blocked kernel."""
+    from relax_memplan.schedules import host_target
+
+    model = _chain_model(**case)
+    shape = (1, case["c_in"], *case["hw"])
+    target = host_target()
+    passes = fusion_passes(target, "auto", schedule=True)
+    mod, _ = import_onnx(model, {"x": shape})
+    ex = tvm.compile(mod, target, relax_pipeline=get_pipeline(
+        target, schedule=True, fusion_pass_list=passes))
+    (chain,) = [p for p in passes if p.info.name == "FuseConvChain"]
+    assert chain.fused == 1
+    assert chain.plan(*_site_specs(case)) is not None
+    x = np.random.default_rng(2).standard_normal(shape).astype("float32")
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    out = run_and_measure(ex, [x]).outputs[0]
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+def _site_specs(case):
+    a = ConvSpec(case["c_in"], case["c_mid"], tuple(case["hw"]), (case["k_a"],) * 2,
+                 case["stride_a"], case["pad_a"], 1)
+    b = ConvSpec(case["c_mid"], case["c_out"], a.out_hw, (case["k_b"],) * 2, case["stride_b"],
+                 case["pad_b"], case["group_b"])
+    return a, b
+
+
+def test_pack_weight_layout():
+    from relax_memplan.transform._conv_chain_blocked import pack_weight
+
+    w = np.arange(32 * 3 * 2 * 2, dtype="float32").reshape(32, 3, 2, 2)
+    packed = pack_weight(w, 16)
+    assert packed.shape == (2, 2, 2, 3, 16)
+    assert packed[1, 0, 1, 2, 5] == w[16 + 5, 2, 0, 1]
+    dw = pack_weight(w[:, :1], 16, depthwise=True)
+    assert dw.shape == (2, 2, 2, 16) and dw[1, 1, 0, 3] == w[19, 0, 1, 0]
 
 
 def test_config_modes_are_the_pipeline_modes():
@@ -216,6 +270,7 @@ def test_bad_arguments_name_the_argument():
         FuseConvChain(lanes=0)
     with pytest.raises(ValueError, match="consumers"):
         FuseConvChain(consumers="dense")
+    assert FuseConvChain(consumers="blocked").consumers == "blocked"
     with pytest.raises(ValueError, match="conv_chain must be one of"):
         fusion_passes(_LLVM, "fast")
 
