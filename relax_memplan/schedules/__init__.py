@@ -22,7 +22,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 from tvm.target import Target
 
-from ..analysis.concat import CONCAT_AXIS_ATTR, concat_axis
+from .concat_kernel import CONCAT_AXIS_ATTR, concat_axis
 from . import _rule_gates
 from ._rule_gates import kernel_blocks, may_apply
 from .codegen_guard import CodegenGuard, vector_codegen_risk
