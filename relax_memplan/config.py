@@ -27,7 +27,7 @@ import yaml
 
 from .errors import ConfigError, TargetError
 from .planner import ALGORITHMS
-from .targets import check_cuda_arch
+from .targets import check_cpu, check_cuda_arch
 
 # pipeline.CONV_CHAIN_MODES' keys (this module does not import TVM; a test checks they agree)
 _CONV_CHAIN_MODES = ("auto", "memory", "off")
@@ -236,6 +236,10 @@ class Config:
         CUDA arch of a ``cuda`` build (``sm_80``, ``sm_90a``; as ``--cuda-arch``); null: the
         installed GPU's, else :data:`relax_memplan.targets.DEFAULT_CUDA_ARCH` (``sm_80``).
         Ignored for ``llvm``.
+    cpu : str
+        CPU of an ``llvm`` build (as ``--cpu``): ``host`` (this machine's, the default),
+        ``portable`` (any CPU of the architecture) or an LLVM CPU name such as
+        ``skylake-avx512``. Ignored for ``cuda``.
     planner : PlannerConfig
         Offset planner settings.
     shapes : dict of str to tuple of int
@@ -250,7 +254,8 @@ class Config:
         each kernel using the dim gets a version per value plus the generic one,
         chosen at run time.
     schedule : bool
-        Apply our CPU matmul schedules (llvm; :mod:`relax_memplan.schedules`).
+        Apply our CPU schedules (llvm; :mod:`relax_memplan.schedules`); on by default,
+        ``false`` gives TVM's unscheduled kernels (as ``--no-schedule``).
     check_indices : bool
         Check index values (Gather ids, ...) at run time where they are not proved in range
         (:class:`~relax_memplan.transform.check_index_bounds.CheckIndexBounds`); ``false``
@@ -272,11 +277,12 @@ class Config:
 
     target: str = "llvm"
     cuda_arch: str | None = None
+    cpu: str = "host"
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     dims: dict[str, tuple] = field(default_factory=dict)
     dispatch: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    schedule: bool = False
+    schedule: bool = True
     check_indices: bool = True
     fusion: bool = True
     fusion_conv_chain: str = "auto"
@@ -299,6 +305,10 @@ class Config:
                 check_cuda_arch(self.cuda_arch, option="cuda_arch")
             except TargetError as err:
                 raise ConfigError(str(err)) from None
+        try:
+            check_cpu(self.cpu, option="cpu")
+        except TargetError as err:
+            raise ConfigError(str(err)) from None
         for key, cls in (("planner", PlannerConfig), ("verify", VerifyConfig)):
             if not isinstance(getattr(self, key), cls):
                 raise ConfigError(f"{key} must be a {cls.__name__}, got {getattr(self, key)!r}")
@@ -383,6 +393,7 @@ class Config:
         return {
             "target": self.target,
             "cuda_arch": self.cuda_arch,
+            "cpu": self.cpu,
             "planner": planner,
             "shapes": {name: list(dims) for name, dims in self.shapes.items()},
             "dims": {name: list(bounds) for name, bounds in self.dims.items()},

@@ -95,15 +95,22 @@ _BACKEND_MODULES = {
 
 
 def _as_target(target: Union[str, dict, tvm.target.Target, None]) -> tvm.target.Target:
+    """``target`` as a Target; None: the target ``tvm.compile`` entered, else this machine's
+    CPU (the target our CPU schedules are written for)."""
     if target is None:
-        return tvm.target.Target("llvm")
+        current = tvm.target.Target.current(allow_none=True)
+        if current is not None:
+            return current
+        from .schedules.host import host_target
+
+        return host_target()
     if isinstance(target, tvm.target.Target):
         return target
     return tvm.target.Target(target)
 
 
 def fusion_passes(target: tvm.target.Target, conv_chain: str = "auto",
-                  schedule: bool = False) -> list:
+                  schedule: bool = True) -> list:
     """Our graph-level fusion passes, in the order they run (before ``LegalizeOps``).
 
     :class:`~relax_memplan.transform.fold_matmul_reshape.FoldMatmulReshape` (a matmul between
@@ -182,7 +189,7 @@ def backend_phases(
     dim_ranges: Optional[Mapping[str, Tuple[Optional[int], Optional[int]]]] = None,
     dispatch: Optional[Mapping[str, Sequence[int]]] = None,
     dispatch_pass: Optional[SpecializeKernels] = None,
-    schedule: bool = False,
+    schedule: bool = True,
     index_pass: Optional[CheckIndexBounds] = None,
     fusion: bool = True,
     fusion_pass_list: Optional[Sequence[tvm.transform.Pass]] = None,
@@ -218,7 +225,7 @@ def backend_phases(
         A configured instance to insert instead (its ``specialized`` attribute
         is filled while the pipeline runs); takes precedence over ``dispatch``.
     schedule : bool
-        For an llvm target, append
+        On by default. For an llvm target, append
         :func:`~relax_memplan.schedules.cpu_schedule_pass` (CPU matmul/GEMV/
         reduction schedules) at the end of the ``legalize`` phase, and run
         :class:`~relax_memplan.transform.fast_bounded_math.FastBoundedMath` before
@@ -334,7 +341,7 @@ def get_pipeline(
     dim_ranges: Optional[Mapping[str, Tuple[Optional[int], Optional[int]]]] = None,
     dispatch: Optional[Mapping[str, Sequence[int]]] = None,
     dispatch_pass: Optional[SpecializeKernels] = None,
-    schedule: bool = False,
+    schedule: bool = True,
     check_indices: bool = True,
     index_pass: Optional[CheckIndexBounds] = None,
     fusion: bool = True,
@@ -347,7 +354,12 @@ def get_pipeline(
     Parameters
     ----------
     target : str, dict or tvm.target.Target, optional
-        Compilation target; default ``llvm``.
+        Compilation target. Default: the target ``tvm.compile`` runs the pipeline under
+        (``tvm.compile(mod, target, relax_pipeline="relax_memplan")``), else this machine's CPU
+        (:func:`~relax_memplan.schedules.host_target`). Our CPU schedules generate vector code
+        for the target's CPU: plain ``"llvm"`` is the architecture's baseline (x86-64: SSE2),
+        2-5x slower than the host CPU's; use :func:`relax_memplan.targets.make_target`
+        (``make_target("llvm")``: the host CPU; ``cpu="portable"`` or an LLVM CPU name).
     planner : {"relax_memplan", "tvm"}
         Whose static memory planner runs.
     plan_pass : PlanStaticMemory, optional
@@ -371,7 +383,8 @@ def get_pipeline(
         A configured ``SpecializeKernels``, used instead of one made from
         ``dispatch``; read its ``specialized`` attribute after the build.
     schedule : bool
-        Schedule CPU kernels (llvm only; see :func:`backend_phases`).
+        Our CPU schedules (llvm only; see :func:`backend_phases`): on by default, ``False``
+        gives TVM's unscheduled kernels.
     check_indices : bool
         Check index values at run time where they are not proved in range
         (:class:`~relax_memplan.transform.check_index_bounds.CheckIndexBounds`, both planners;
@@ -405,6 +418,21 @@ def get_pipeline(
     """
     if planner not in PLANNERS:
         raise ValueError(f"unknown planner '{planner}'; use one of {PLANNERS}")
+    if target is None and tvm.target.Target.current(allow_none=True) is None:
+        # made before tvm.compile enters its target (relax_pipeline="relax_memplan"): the
+        # phases are chosen for that target when the pipeline runs
+        kwargs = dict(planner=planner, plan_pass=plan_pass, record_pass=record_pass,
+                      dump_dir=dump_dir, dynamic_pass=dynamic_pass, dim_ranges=dim_ranges,
+                      dispatch=dispatch, dispatch_pass=dispatch_pass, schedule=schedule,
+                      check_indices=check_indices, index_pass=index_pass, fusion=fusion,
+                      fusion_pass_list=fusion_pass_list, reorder_pass=reorder_pass,
+                      hoist_pass=hoist_pass)
+
+        @tvm.transform.module_pass(opt_level=0, name=f"RelaxMemplanPipeline_{planner}")
+        def _deferred(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+            return get_pipeline(_as_target(None), **kwargs)(mod)
+
+        return _deferred
     tgt = _as_target(target)
     if planner == "relax_memplan" and plan_pass is None:
         plan_pass = PlanStaticMemory()

@@ -23,7 +23,8 @@ class FourKernels:
 
 
 def _vm():
-    ex = tvm.compile(FourKernels, "llvm", relax_pipeline=get_pipeline("llvm", fusion=False))
+    ex = tvm.compile(FourKernels, "llvm", relax_pipeline=get_pipeline("llvm", fusion=False,
+                                                                     schedule=False))
     vm = relax.VirtualMachine(ex, tvm.cpu())
     args = [tvm.runtime.tensor(np.random.default_rng(0).random((8, 16), dtype="float32"))]
     return vm, args

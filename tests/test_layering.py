@@ -21,8 +21,8 @@ PACKAGE = "relax_memplan"
 
 LAYERS: Tuple[Tuple[str, ...], ...] = (  # bottom to top; "" is the package's own __init__
     ("_version", "errors"),
-    ("targets", "planner", "kernels", "schedules"),
-    ("analysis",),
+    ("planner", "kernels", "schedules"),
+    ("analysis", "targets"),
     ("frontend", "transform", "runtime"),
     ("pipeline", "config", "library"),
     ("report",),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import RelaxMemplanError, ShapeSpecError
-from ..targets import check_cuda_arch
+from ..targets import check_cuda_arch, resolve_cpu
 
 if TYPE_CHECKING:
     import numpy as np
@@ -207,6 +207,13 @@ def check_environment(args) -> None:
             raise RelaxMemplanError(f"--cuda-arch {args.cuda_arch}: only for --target cuda "
                                     f"(the target is {target})")
         check_cuda_arch(args.cuda_arch)
+    cpu = getattr(args, "cpu", None)
+    if cpu is not None:
+        if target != "llvm":
+            raise RelaxMemplanError(f"--cpu {cpu}: only for --target llvm (the target is "
+                                    f"{target})" if cpu != "portable" else
+                                    f"--portable: only for --target llvm (the target is {target})")
+        resolve_cpu(cpu)  # an unknown CPU name refused before the import
     if args.verify and target == "cuda":
         raise RelaxMemplanError("--verify runs the build on the CPU; use it with --target llvm "
                                 "(a cuda build is compiled only)")

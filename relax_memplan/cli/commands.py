@@ -118,7 +118,9 @@ def _build_options(args, config):
                                               args.reorder)
     common = dict(target=args.target, cuda_arch=args.cuda_arch or config.cuda_arch,
                   plan_pass=plan_pass, reorder_pass=reorder_pass, dump_dir=args.dump_ir,
-                  prepare=not args.no_prepare, schedule=args.schedule or config.schedule,
+                  cpu=args.cpu or config.cpu,
+                  prepare=not args.no_prepare,
+                  schedule=config.schedule if args.schedule is None else args.schedule,
                   check_indices=config.check_indices and not args.no_index_checks,
                   fusion=config.fusion if args.fusion is None else args.fusion,
                   fusion_conv_chain=config.fusion_conv_chain, library_path=args.output,
@@ -308,6 +310,7 @@ def _bench(args) -> int:
         result = bench_onnx(args.model, shapes, repeat=args.repeat, warmup=args.warmup,
                             plan_pass=plan_pass, reorder_pass=reorder_pass,
                             onnxruntime=not args.no_onnxruntime, schedule=schedule, fusion=fusion,
+                            cpu=args.cpu or config.cpu,
                             fusion_conv_chain=config.fusion_conv_chain,
                             check_indices=config.check_indices, seed=config.verify.seed,
                             input_values=parse_inputs(args.input), progress=progress)

@@ -26,6 +26,29 @@ def _add_lower_bound_flags(c) -> None:
             "planner.reorder: on)")
 
 
+def _add_target_flags(parser) -> None:
+    """--target, --cuda-arch, --cpu and --portable."""
+    parser.add_argument("--target", choices=("llvm", "cuda"),
+                        help="compilation target (default from config: llvm)")
+    parser.add_argument("--cuda-arch", metavar="sm_XX",
+                        help="CUDA arch of a --target cuda build, e.g. sm_90 (default from "
+                        f"config, else the installed GPU's, else {DEFAULT_CUDA_ARCH}); cuda "
+                        "builds are compiled and reported, not run")
+    _add_cpu_flags(parser)
+
+
+def _add_cpu_flags(parser) -> None:
+    """--cpu NAME and --portable (mutually exclusive), both setting ``cpu``."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--cpu", metavar="NAME",
+                       help="CPU an llvm build is compiled for: host (this machine's CPU) or an "
+                       "LLVM CPU name such as skylake-avx512, znver3, neoverse-v1 for a library "
+                       "shipped to other machines (default from config: host)")
+    group.add_argument("--portable", dest="cpu", action="store_const", const="portable",
+                       help="compile for any CPU of this architecture (plain llvm: baseline "
+                       "vector instructions only, 2-5x slower kernels than --cpu host)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``relax-memplan``."""
     parser = argparse.ArgumentParser(
@@ -52,11 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--input", action="append", default=[], metavar="NAME=VALUE|FILE.npy",
                    help="use this value for an input instead of random data, e.g. sr=16000")
     c.add_argument("--config", metavar="YAML", help="configuration file (see configs/default.yaml)")
-    c.add_argument("--target", choices=("llvm", "cuda"), help="compilation target (default from config: llvm)")
-    c.add_argument("--cuda-arch", metavar="sm_XX",
-                   help="CUDA arch of a --target cuda build, e.g. sm_90 (default from config, "
-                   f"else the installed GPU's, else {DEFAULT_CUDA_ARCH}); cuda builds are "
-                   "compiled and reported, not run")
+    _add_target_flags(c)
     c.add_argument("--verify", action="store_true",
                    help="compare outputs with onnxruntime on the same random inputs")
     c.add_argument("--no-measure", action="store_true",
@@ -87,9 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dispatch", action="append", default=[], metavar="NAME=V1,V2,...",
                    help="with --dim: specialize kernels using this dim at these values (plus "
                    "the generic kernel), chosen at run time (repeatable)")
-    c.add_argument("--schedule", action="store_true",
-                   help="apply relax_memplan's CPU schedules (llvm): matmuls, convolutions, "
-                   "reductions and the other kernels its rules match")
+    _on_off(c, "schedule",
+            help="relax_memplan's CPU schedules (llvm): matmuls, convolutions, reductions "
+            "and the other kernels its rules match (default from config: on; --no-schedule: "
+            "TVM's unscheduled kernels, for comparisons)")
     _on_off(c, "fusion",
             help="our graph-level fusion before TVM's FuseOps: attention as one kernel "
             "(llvm and cuda), dropout removed; in both builds, like --schedule (default "
@@ -138,8 +158,9 @@ def _add_tool_parsers(sub) -> None:
                    help="untimed calls per build first (default 3)")
     b.add_argument("--no-onnxruntime", action="store_true", help="time the two TVM builds only")
     _on_off(b, "schedule",
-            help="both TVM builds with our CPU schedules, for the host CPU (default "
-            "from config; without: TVM's unscheduled kernels, plain llvm)")
+            help="both TVM builds with our CPU schedules (default from config: on; "
+            "--no-schedule: TVM's unscheduled kernels)")
+    _add_cpu_flags(b)
     _on_off(b, "fusion",
             help="our graph-level fusion in both TVM builds (default from config: on)")
     b.add_argument("--config", metavar="YAML",

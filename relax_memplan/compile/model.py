@@ -330,10 +330,12 @@ def _fusion_counts(passes, options: BuildOptions):
 def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOptions,
                   tvm_rec) -> None:
     """The report of a build before any run: the plan's summary."""
-    arch = options.cuda_arch_used
+    arch, cpu = options.cuda_arch_used, options.cpu_used
     b.report = CompileReport(model=source.name, target=str(options.tvm_target.kind.name),
                              resident=b.resident.resident,
                              arch=arch.arch if arch else None,
+                             cpu=cpu.mcpu if cpu else None,
+                             cpu_source=cpu.source if cpu else None,
                              notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
                              fusion=_fusion_counts(b.fusion, options),
                              fusion_skipped=fusion_skips(b.fusion),
@@ -396,9 +398,11 @@ def _not_run_reason(options: BuildOptions) -> str:
 
 
 def _target_words(options: BuildOptions) -> str:
-    """``llvm``, or ``cuda sm_80 (the default: no CUDA GPU here; set --cuda-arch)``."""
-    arch = options.cuda_arch_used
-    return options.tvm_target.kind.name + (f" {arch.describe()}" if arch else "")
+    """``llvm rocketlake (this machine's CPU; ...)``, or ``cuda sm_80 (the default: no CUDA GPU
+    here; set --cuda-arch)``."""
+    arch, cpu = options.cuda_arch_used, options.cpu_used
+    described = arch.describe() if arch else cpu.describe() if cpu else None
+    return options.tvm_target.kind.name + (f" {described}" if described else "")
 
 
 def _dispatch_schedule(options: BuildOptions):

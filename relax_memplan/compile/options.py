@@ -8,7 +8,7 @@ from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import tvm
 
-from ..targets import CudaArch, make_target, resolve_cuda_arch
+from ..targets import CpuTarget, CudaArch, make_target, resolve_cpu, resolve_cuda_arch
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
 from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.reorder_for_memory import ReorderForMemory
@@ -31,6 +31,10 @@ class BuildOptions:
     cuda_arch : str, optional
         ``sm_XX`` of a ``cuda`` build given by name; default: the installed GPU's, else
         :data:`relax_memplan.targets.DEFAULT_CUDA_ARCH` (``sm_80``).
+    cpu : str
+        CPU of an ``llvm`` build given by name: ``host`` (this machine's CPU, the default),
+        ``portable`` (plain ``llvm``: any CPU of the architecture) or an LLVM CPU name
+        (:func:`relax_memplan.targets.resolve_cpu`).
     plan_pass : PlanStaticMemory, optional
         Settings of our planner (alignment, algorithms, time limit, in-place); a default
         one otherwise.
@@ -52,14 +56,9 @@ class BuildOptions:
         Kernel specialization values (:class:`~relax_memplan.transform.SpecializeKernels`).
     schedule : bool
         Apply our CPU schedules (:mod:`relax_memplan.schedules`: matmul, convolution, GEMV,
-        row reduction, then :class:`~relax_memplan.schedules.SpatialFallback`) to every build.
-        Off by default: with it every shared model matches onnxruntime and runs faster than
-        TVM's default build, but its build takes 1.5-2 x TVM's default pipeline's CPU time on
-        mnist-8, squeezenet1.0, magika, bert-tiny and vad-lstm (gpt2-tiny 5.6 x, with fusion;
-        ``benchmarks/compile_time_bench.py``), some kernels are still slower than TVM's
-        (``benchmarks/fallback_bench.py``), and the default target is plain ``llvm``, where
-        the schedules get SSE2 vectors only (:func:`~relax_memplan.schedules.host_target`
-        for the host CPU).
+        row reduction, then :class:`~relax_memplan.schedules.SpatialFallback`) to every build
+        for an ``llvm`` target (on by default; ``False``: TVM's unscheduled kernels, the
+        baseline of kernel comparisons).
     check_indices : bool
         Check index values at run time where not proved in range (every build).
     fusion : bool
@@ -80,6 +79,7 @@ class BuildOptions:
 
     target: Union[str, tvm.target.Target] = "llvm"
     cuda_arch: Optional[str] = None
+    cpu: str = "host"
     plan_pass: Optional[PlanStaticMemory] = None
     reorder_pass: Optional[ReorderForMemory] = None
     strategies: Tuple[str, ...] = ("exact",)
@@ -88,7 +88,7 @@ class BuildOptions:
     size_classes: bool = False
     size_class_growth: float = 4.0
     dispatch: Mapping[str, Sequence[int]] = field(default_factory=dict)
-    schedule: bool = False
+    schedule: bool = True
     check_indices: bool = True
     fusion: bool = True
     fusion_conv_chain: str = "auto"
@@ -102,8 +102,19 @@ class BuildOptions:
         """:attr:`target` as a ``tvm.target.Target`` (``cuda``: with the arch of
         :func:`relax_memplan.targets.resolve_cuda_arch`)."""
         if isinstance(self.target, str):
-            return make_target(self.target, self.cuda_arch)
+            return make_target(self.target, self.cuda_arch, self.cpu)
         return self.target
+
+    @property
+    def cpu_used(self) -> Optional[CpuTarget]:
+        """The CPU an ``llvm`` build is compiled for and where it came from (None for other
+        targets; a ``tvm.target.Target`` given as it is: its ``mcpu``)."""
+        if isinstance(self.target, str):
+            return resolve_cpu(self.cpu) if self.target == "llvm" else None
+        if self.target.kind.name != "llvm":
+            return None
+        mcpu = self.target.attrs.get("mcpu")
+        return CpuTarget(str(mcpu), "given") if mcpu else CpuTarget("generic", "portable")
 
     @property
     def cuda_arch_used(self) -> Optional[CudaArch]:

@@ -105,7 +105,7 @@ def count_kernel_calls(func: relax.Function, mod: tvm.IRModule) -> int:
     return count[0]
 
 
-def _relax_phases(mod, target, fusion: bool, conv_chain: str = "auto", schedule: bool = False,
+def _relax_phases(mod, target, fusion: bool, conv_chain: str = "auto", schedule: bool = True,
                   planner=(False, False, False)):
     """(kernel calls of main, intermediate bytes, lower bound bytes, conv chain scratch bytes)
     after our Relax phases; ``planner``: (in-place, concat in place, reorder)."""
@@ -185,7 +185,7 @@ def ort_optimized_nodes(onnx_model, split: bool = False):
 
 
 def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None, conv_chain: str = "auto",
-                     schedule: bool = False, plan_pass: Optional[PlanStaticMemory] = None,
+                     schedule: bool = True, plan_pass: Optional[PlanStaticMemory] = None,
                      reorder: bool = False) -> FusionSummary:
     """Kernels, intermediate bytes and lower bound of ``mod``'s ``main`` without and with our
     fusion (fixed shapes: a symbolic dim makes the lower bound a function of it, see the

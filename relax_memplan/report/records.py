@@ -340,6 +340,10 @@ class CompileReport:
     model, target : str
     arch : str, optional
         The CUDA arch of a ``cuda`` build (``sm_80``); None for other targets.
+    cpu, cpu_source : str, optional
+        The LLVM CPU of an ``llvm`` build (``znver3``; ``generic`` for a portable one) and
+        where it came from (``host``, ``given``, ``portable``:
+        :class:`relax_memplan.targets.CpuTarget`); None for other targets.
     inputs : dict
         Input name -> ``{"shape": [...], "dtype": str}`` (fixed-shape builds).
     functions : dict of str to FunctionMemoryReport
@@ -425,6 +429,8 @@ class CompileReport:
     buckets: Dict[str, List[int]] = field(default_factory=dict)
     fusion: Optional[Dict[str, int]] = None
     arch: Optional[str] = None
+    cpu: Optional[str] = None
+    cpu_source: Optional[str] = None
     tensors: List[Dict] = field(default_factory=list)
     fusion_summary: Optional[Dict[str, int]] = None
     loops: List = field(default_factory=list)
@@ -466,7 +472,8 @@ class CompileReport:
         """JSON-ready dict. Fixed shape: ``main``'s fields at top level, every function under
         ``functions``; symbolic dims: ``strategy``, ``dims``, ``ratio_check``, ... Both have
         ``shapes`` (the rows) and ``verified``."""
-        out = {"model": self.model, "target": self.target, "arch": self.arch,
+        out = {"model": self.model, "target": self.target, "arch": self.arch, "cpu": self.cpu,
+               "cpu_source": self.cpu_source,
                "inputs": self.inputs,
                "notes": self.notes, "strategy": self.strategy,
                "dims": {n: list(r) for n, r in self.dims.items()}}

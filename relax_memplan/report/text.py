@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
 
 from ..analysis.dims import DimRange
 from ..runtime.verify import WEAK_VERIFICATION, Comparison
+from ..targets import CpuTarget
 from .dispatch import dispatch_lines
 from .fusion_patterns import pattern_lines
 from .not_applied import FEATURE_WORDS
@@ -63,7 +64,10 @@ def _resident_lines(report: CompileReport) -> List[str]:
 
 
 def _target_text(report: CompileReport) -> str:
-    """``llvm`` or ``cuda (sm_80)``."""
+    """``llvm rocketlake (this machine's CPU; ...)``, ``llvm portable (...)`` or
+    ``cuda (sm_80)``."""
+    if report.cpu:
+        return f"{report.target} {CpuTarget(report.cpu, report.cpu_source or 'given').describe()}"
     return report.target + (f" ({report.arch})" if report.arch else "")
 
 

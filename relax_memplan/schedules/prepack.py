@@ -286,7 +286,8 @@ def split_root_preproc(func: tirx.PrimFunc):
 
 def mark_constant_weights() -> tvm.transform.Pass:
     """Write ``layout_free_buffers`` on each PrimFunc: the parameters that receive a Relax
-    constant at every ``call_tir`` site.
+    constant at every ``call_tir`` site, a constant no other kernel reads (a packed copy of a
+    constant shared with another kernel would be a second copy of its bytes).
 
     Our replacement for ``relax.transform.AttachAttrLayoutFreeBuffers``, which breaks
     PrimFuncs with symbolic buffer shapes (our index checks then fail to build: "variables
@@ -303,19 +304,28 @@ def mark_constant_weights() -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="MarkConstantWeights")
     def _pass(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        constant = {}
+        sites = []  # (kernel, {parameter index: constant})
+        readers = {}  # constant -> the (kernel, parameter index) pairs reading it
 
         def _visit(node):
             if not (isinstance(node, relax.Call) and node.op.same_as(call_tir)):
                 return
             args = node.args[1].fields if hasattr(node.args[1], "fields") else [node.args[1]]
-            found = {k for k, arg in enumerate(args) if isinstance(arg, tvm.ir.GenericConst)}
-            gv = node.args[0]
-            constant[gv] = constant[gv] & found if gv in constant else found
+            found = {k: arg for k, arg in enumerate(args) if isinstance(arg, tvm.ir.GenericConst)}
+            sites.append((node.args[0], found))
+            for k, arg in found.items():
+                readers.setdefault(arg, set()).add((node.args[0], k))
 
         for _, func in mod.functions_items():
             if isinstance(func, relax.Function):
                 relax.analysis.post_order_visit(func.body, _visit)
+        constant = {}
+        for gv, found in sites:
+            # a constant another kernel reads too (a tied embedding: the gather and the LM
+            # head) stays unpacked: packing it for one kernel would store the weight twice;
+            # calls of one kernel share one packed copy
+            alone = {k for k, arg in found.items() if len(readers[arg]) == 1}
+            constant[gv] = constant[gv] & alone if gv in constant else alone
         for gv, indices in constant.items():
             func = mod[gv] if gv in mod.get_global_vars() else None
             if isinstance(func, tirx.PrimFunc) and indices:

@@ -141,7 +141,8 @@ def bench_onnx(
     input_values: Optional[Dict[str, np.ndarray]] = None,
     seed: int = 0,
     prepare: bool = True,
-    schedule: bool = False,
+    schedule: bool = True,
+    cpu: str = "host",
     check_indices: bool = True,
     fusion: bool = True,
     fusion_conv_chain: str = "auto",
@@ -172,7 +173,10 @@ def bench_onnx(
     prepare : bool
         Run the ONNX preparation steps before import.
     schedule : bool
-        Our CPU schedules in both TVM builds.
+        Our CPU schedules in both TVM builds (default; ``False``: TVM's unscheduled kernels).
+    cpu : str
+        The CPU both builds are compiled for (``host``, ``portable`` or an LLVM CPU name:
+        :func:`relax_memplan.targets.resolve_cpu`).
     check_indices : bool
         Run-time index checks in both TVM builds.
     fusion : bool
@@ -203,7 +207,7 @@ def bench_onnx(
     from ..compile import build
     from ..compile.model import model_name
     from ..compile.shapes import check_dims_up_front
-    from ..schedules import host_target
+    from ..targets import make_target
     from ..errors import RunError, summarize_error
     from ..frontend.examples import example_cnn
     from ..frontend.prepare import STEP_NAMES
@@ -223,8 +227,7 @@ def bench_onnx(
     arrays = list(feed.values())
     plan_pass = plan_pass if plan_pass is not None else PlanStaticMemory()
     say("building with relax_memplan's planner")
-    # our schedules need the host CPU's vector width; plain llvm (SSE2) otherwise
-    target = host_target() if schedule else "llvm"
+    target = make_target("llvm", cpu=cpu)
     kernels = dict(schedule=schedule, check_indices=check_indices, fusion=fusion)
 
     def passes():  # a fresh list per build: the passes keep what they did

@@ -78,9 +78,16 @@ _KERNELS = {"relax.tanh": (topi.fast_tanh, "fast_tanh"),
 
 
 def _float32_tensor(expr) -> bool:
+    """A float32 tensor whose dims are constants or plain symbolic vars. A dim given by an
+    expression (``T.min(2147483647, n) - ...`` after a slice) is left to TVM's op: ``call_te``
+    simplifies it in the new kernel's buffers, and FuseTIR then refuses a fused function where
+    one tensor meets two spellings of its shape ("Inconsistent buffers ... mapped to the same
+    relax var"; magika at a symbolic batch)."""
     ty = expr.ty
-    return isinstance(ty, relax.TensorType) and str(ty.dtype) == "float32" \
-        and ty.shape is not None
+    if not (isinstance(ty, relax.TensorType) and str(ty.dtype) == "float32"):
+        return False
+    values = getattr(ty.shape, "values", None)
+    return values is not None and all(isinstance(d, (tirx.IntImm, tirx.Var)) for d in values)
 
 
 @mutator

@@ -79,7 +79,7 @@ def _dense_module():
 def _legalized(dispatch_pass=None, target="llvm"):
     """The module after the library_dispatch and legalize phases."""
     tgt = tvm.target.Target(target)
-    phases = dict(backend_phases(tgt, dispatch_pass=dispatch_pass))
+    phases = dict(backend_phases(tgt, dispatch_pass=dispatch_pass, schedule=False))
     with tgt:
         mod = tvm.transform.Sequential(phases["library_dispatch"])(_dense_module())
         return tvm.transform.Sequential(phases["legalize"])(mod)
@@ -112,7 +112,8 @@ def _marker_schedule(func, _target):
 def _build(dispatch_pass, target="llvm"):
     tgt = tvm.target.Target(target)
     return tvm.compile(_dense_module(), tgt,
-                       relax_pipeline=get_pipeline(tgt, dispatch_pass=dispatch_pass))
+                       relax_pipeline=get_pipeline(tgt, dispatch_pass=dispatch_pass,
+                                                   schedule=False))
 
 
 def _run(vm, seq):
@@ -280,9 +281,17 @@ def test_cuda_build_has_one_device_kernel_per_branch():
 
 @pytest.mark.parametrize("target", ["llvm", "cuda"])
 def test_pipeline_inserts_the_pass_right_after_fuse_tir(target):
-    phases = dict(backend_phases(tvm.target.Target(target), dispatch=BUCKETS))
+    phases = dict(backend_phases(tvm.target.Target(target), dispatch=BUCKETS, schedule=False))
     names = [p.info.name for p in phases["legalize"]]
     assert names[names.index("FuseTIR") + 1] == "SpecializeKernels"
+    # with our CPU schedules the constant weights are marked first (one packed copy for all
+    # versions)
+    scheduled = [p.info.name for p in dict(backend_phases(
+        tvm.target.Target(target), dispatch=BUCKETS))["legalize"]]
+    after = scheduled[scheduled.index("FuseTIR") + 1:]
+    expected = ["MarkConstantWeights", "SpecializeKernels"] if target == "llvm" else [
+        "SpecializeKernels"]
+    assert after[:len(expected)] == expected
     assert "SpecializeKernels" not in [p.info.name for p in dict(backend_phases(
         tvm.target.Target(target)))["legalize"]]
 
@@ -411,7 +420,8 @@ def _attention_module():
 
 def _legalized_mod(mod, dispatch_pass, target):
     # without our fusion: the attention block stays TVM's matmul, softmax and copy kernels
-    phases = dict(backend_phases(target, dispatch_pass=dispatch_pass, fusion=False))
+    phases = dict(backend_phases(target, dispatch_pass=dispatch_pass, fusion=False,
+                                 schedule=False))
     with target:
         mod = tvm.transform.Sequential(phases["library_dispatch"])(mod)
         return tvm.transform.Sequential(phases["legalize"])(mod)
@@ -497,7 +507,7 @@ def test_bert_tiny_dispatch_llvm_matches_onnxruntime_on_bucket_and_generic_paths
     path, mod = _bert_dynamic()
     dispatch = SpecializeKernels(BERT_DISPATCH)
     ex = tvm.compile(mod, "llvm", relax_pipeline=get_pipeline(  # unfused: softmax is a kernel
-        "llvm", dim_ranges=BERT_RANGES, dispatch_pass=dispatch, fusion=False))
+        "llvm", dim_ranges=BERT_RANGES, dispatch_pass=dispatch, fusion=False, schedule=False))
     kernels = list(dispatch.specialized)
     assert any(k.startswith("softmax") for k in kernels) and any("matmul" in k for k in kernels)
     assert not any(k.startswith(("reshape", "transpose", "take", "cast")) for k in kernels)
