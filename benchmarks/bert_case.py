@@ -14,7 +14,7 @@ Every row uses our CPU schedules (``schedule=True``) and one target, llvm with t
 3. **dynamic + kernel specialization** -- row 2 with ``dispatch={"seq": [64, 128]}``
    (``SpecializeKernels``: static-shape versions chosen at run time inside each kernel).
 4. **exact arena + specialization** -- row 3 with ``PlanDynamicMemory(strategy="exact")``
-   (one arena per call, sized for the actual seq), naive allocator (as the README advises).
+   (one arena per call, sized for the actual seq), naive allocator (as docs/dynamic_shapes.md advises).
 5. **exact arena + specialization + fused attention** -- row 4 with ``fusion=True`` (our
    graph-level fusion: attention as one streaming-softmax kernel, no (batch, heads, seq, seq)
    score tensor; residual add + LayerNorm where it removes a kernel; the FFN over row chunks

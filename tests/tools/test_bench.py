@@ -68,7 +68,7 @@ def test_cli_bench_prints_a_table_and_writes_json(tmp_path, capsys):
 
 
 def test_cli_bench_schedule_builds_both_with_our_schedules(tmp_path, capsys, monkeypatch):
-    """Regression: bench could not time the scheduled build the README's latency table
+    """Regression: bench could not time the scheduled build docs/benchmarks.md's latency table
     describes; --schedule gives both TVM builds our CPU schedules for the host CPU."""
     import relax_memplan.compile as compile_pkg
 
