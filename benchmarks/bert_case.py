@@ -14,7 +14,7 @@ Every row uses our CPU schedules (``schedule=True``) and one target, llvm with t
 3. **dynamic + kernel specialization** -- row 2 with ``dispatch={"seq": [64, 128]}``
    (``SpecializeKernels``: static-shape versions chosen at run time inside each kernel).
 4. **exact arena + specialization** -- row 3 with ``PlanDynamicMemory(strategy="exact")``
-   (one arena per call, sized for the actual seq), naive allocator (as the README advises).
+   (one arena per call, sized for the actual seq), naive allocator (as docs/dynamic_shapes.md advises).
 5. **exact arena + specialization + fused attention** -- row 4 with ``fusion=True`` (our
    graph-level fusion: attention as one streaming-softmax kernel, no (batch, heads, seq, seq)
    score tensor; residual add + LayerNorm where it removes a kernel; the FFN over row chunks
@@ -29,8 +29,7 @@ Every row uses our CPU schedules (``schedule=True``) and one target, llvm with t
    block per branch), so row 4i finds no in-place call; **4n** is row 4i without
    specialization (the same Relax graph and tensors as row 4, so row 4's arena is its
    "before"). Measured (``--layers 1 --max-seq 512 --seqs 128,256,512 --rows exact_spec,
-   exact_spec_inplace,exact_inplace_nospec --repeats 1``, BERT-base layer, batch 8,
-   ``benchmarks/results/bert_case_inplace.json``): row 4 arena 18.87 / 56.62 / 213.91 MB at seq
+   exact_spec_inplace,exact_inplace_nospec --repeats 1``, BERT-base layer, batch 8): row 4 arena 18.87 / 56.62 / 213.91 MB at seq
    128 / 256 / 512; row 4i the same (0 in-place calls); row 4n 15.73 / 56.62 / 213.91 MB (one
    call: the FFN's output + bias + residual written over the LayerNorm output; 0.833 x at
    seq 128, where the peak is in the FFN; at 256 and 512 the peak is at the attention scores,
@@ -41,14 +40,14 @@ Every row uses our CPU schedules (``schedule=True``) and one target, llvm with t
 512) so that ``--seqs`` may hold 256 and 512. The exact plans of rows 4 and 5 give the lower
 bound (peak live bytes) at every seq without and with fusion: ratio "row5/row4 lower bound".
 Measured (``--layers 1 --rows exact_spec,exact_spec_fused --max-seq 512 --seqs 128,256,512
---repeats 1 --json benchmarks/results/bert_case_fusion.json``, BERT-base layer, batch 8): lower
+--repeats 1``, BERT-base layer, batch 8): lower
 bound row 5 / row 4 = 1.000 at seq 128, 0.667 at 256, 0.353 at 512; bytes per call 22.0 / 22.0,
 44.0 / 62.9, 88.1 / 226.5 MB. At seq 128 the peak is in the FFN, not at the scores: the
 (8, 128, 3072) GELU output (12.6 MB) with its input and output (8, 128, 768) (3.1 MB each) is
 the whole 18.9 MB lower bound, while a score tensor is 6.3 MB. With ``ChunkFeedForward`` (the
 FFN over 4 chunks of the batch, in our fusion passes since) the same command measured 0.667 at
 seq 128, 0.444 at 256, 0.235 at 512 (bytes per call 15.7 / 22.0, 31.5 / 62.9, 62.9 / 226.5 MB;
-``benchmarks/results/bert_case_ffn_chunk.json``, ``--repeats 3``); row 5 with / without the
+``--repeats 3``); row 5 with / without the
 chunking alone: ``benchmarks/ffn_chunk_bench.py``. The layers repeat, so one layer gives the
 ratio of twelve.
 

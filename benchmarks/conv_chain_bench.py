@@ -17,7 +17,8 @@ max difference between the outputs of the two builds.
 Usage: TVM_NUM_THREADS=1 python benchmarks/conv_chain_bench.py [--rounds 20] [--only LABEL]
 [--json PATH]
 
-Runs so far (machine shared with other jobs: ranges are loose; results/conv_chain_*.json),
+Measured (machine shared with other jobs: ranges are loose; the latest run is
+results/conv_chain_2t.json),
 chain / no chain, "default" and "--schedule" builds:
 
 * mobilenetv2 (depthwise consumers), 1 thread: median ms 0.85 / 0.97, min ms 0.78 / 0.93,

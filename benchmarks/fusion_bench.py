@@ -17,7 +17,7 @@ the same way at their own fixed shapes; every model also gets onnxruntime's opti
 count (``ORT_ENABLE_ALL``) and its median ms per call (same thread count, interleaved with the
 two builds), and a ratio table closes the run.
 
-Last run (``--schedule --kernel-seqs '' --repeat 20 --json benchmarks/results/fusion_models.json``,
+Last run (``--schedule --kernel-seqs '' --repeat 20 --json benchmarks/results/fusion.json``,
 seq 128, machine shared with other jobs, so the times are loose): kernels ours / FuseOps alone
 bert-tiny 29/41 (0.71), gpt2-tiny 22/40 (0.55), the CNNs 1.00 (nothing to fuse); onnxruntime's
 optimized graphs have 114 and 119 nodes for bert-tiny and gpt2-tiny; lower bound unchanged at

@@ -241,6 +241,6 @@ def test_cli_passes_fusion_conv_chain_to_the_build(tmp_path):
 
 @pytest.mark.parametrize("text", ["off", "false", "no", "'off'", '"off"'])
 def test_fusion_conv_chain_off_unquoted_is_off(tmp_path, text):
-    """Newcomer trial: YAML 1.1 reads a bare ``off`` as False, and the documented
+    """Regression: YAML 1.1 reads a bare ``off`` as False, and the documented
     ``fusion_conv_chain: off`` was refused ("got False")."""
     assert load_config(write_yaml(tmp_path, f"fusion_conv_chain: {text}\n")).fusion_conv_chain == "off"

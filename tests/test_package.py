@@ -121,7 +121,7 @@ def test_import_onnx_runs_the_preparation_steps_by_default_with_fixed_shapes():
 
 
 def test_ctrl_c_while_the_cli_imports_is_one_line_and_exit_130(monkeypatch, capsys):
-    # a newcomer's Ctrl-C in the first second (TVM loading) printed a KeyboardInterrupt traceback
+    # a Ctrl-C in the first second (TVM loading) printed a KeyboardInterrupt traceback
     import importlib
 
     import relax_memplan_launch

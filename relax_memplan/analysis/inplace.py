@@ -26,8 +26,8 @@ An output parameter ``out`` may share storage with an input parameter ``in`` whe
 
 "At its own iter var" includes an iter var of extent 1 written as its one value: our scheduled
 matmul epilogues (:mod:`relax_memplan.schedules.cpu_matmul`) index the unit batch axis by the
-constant 0 (bert-tiny under ``--schedule`` lost 4 of its 5 in-place calls before this was
-accepted); a constant for an iter var of extent above 1 is a broadcast and refused.
+constant 0 (refusing it would cost bert-tiny under ``--schedule`` 4 of its 5 in-place
+calls); a constant for an iter var of extent above 1 is a broadcast and refused.
 
 Then each element of ``out`` is written only after the element of ``in`` at the same
 index has been read for the last time, so writing ``out`` over ``in`` gives the same

@@ -56,9 +56,9 @@ __all__ = ["lowest_first_sweep", "rank_of"]
 #: A pass looks at the clock once per this many steps.
 CLOCK_EVERY = 1024
 #: A pass judges its speed only after placing this share of its buffers: the first
-#: placements are the slowest (wide segments, long candidate slices), so an early
-#: measurement cut Y_1's pass short under load (1 s budget, load 5: lanes 1.0524 x LB
-#: before this, 1.02-1.04 with it).
+#: placements are the slowest (wide segments, long candidate slices): measured earlier,
+#: Y_1's pass is cut short under load (1 s budget, load 5: lanes 1.0524 x LB, against
+#: 1.02-1.04 measured at this share).
 MEASURE_SHARE = 0.125
 #: When a pass measures that it cannot place all its buffers in time, it keeps this share
 #: of the number it can afford (the speed varies on a shared machine).

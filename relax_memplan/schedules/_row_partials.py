@@ -14,10 +14,6 @@ LOCAL_ROW_LIMIT_BYTES = 16384
 """Largest per-row intermediate (bytes) moved to a ``local`` (stack) buffer."""
 
 
-def _leading_s(kind: str) -> int:
-    return len(kind) - len(kind.lstrip("S"))
-
-
 def _is_sum(block: s_tir.SBlock) -> bool:
     """Whether the reduction block's update is ``acc = acc + value``."""
     return isinstance(block.body, tirx.BufferStore) and isinstance(block.body.value, tirx.Add)

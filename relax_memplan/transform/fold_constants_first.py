@@ -22,8 +22,8 @@ computable from constants (in dataflow blocks, where TVM folds: constants, opera
 ``call_tir`` calls on them, ``R.shape_of`` of a tensor of static shape), returning each
 bound var; the vars it folded to a constant or shape are replaced by it in the function and
 the bindings left unused removed, as TVM's pass does. Tested to give TVM's whole-module
-result (structurally equal on bert-tiny; the lowered modules of all eleven shared models were
-identical before and after the change).
+result (structurally equal on bert-tiny; the lowered modules of all eleven shared models are
+identical with this probe and with TVM's whole-module pass).
 
 TVM 0.27's graph-level ``FoldConstant`` can leave a binding that calls a PrimFunc it did not
 add to the module (the shape function of a ``dynamic_strided_slice`` whose bounds are run-time

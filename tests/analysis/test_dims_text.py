@@ -6,7 +6,7 @@ from relax_memplan.analysis.dims import expr_text
 
 
 def test_dims_keep_the_models_spelling_not_tvmscripts():
-    """Newcomer trial: ppocrv4-det's shapes showed p2o_DynamicDimension_1, its flags need
+    """Regression: ppocrv4-det's shapes showed p2o_DynamicDimension_1, its flags need
     p2o.DynamicDimension.1."""
     h = tirx.Var("p2o.DynamicDimension.1", "int64")
     h_ = tirx.Var("p2o_DynamicDimension_10", "int64")  # a prefix that must stay as it is

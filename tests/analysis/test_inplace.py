@@ -209,7 +209,7 @@ def batch_broadcast_by_constant(a: T.Buffer((2, 4, 4), "float32"),
 
 
 def test_unit_extent_iter_var_indexed_by_its_constant_is_elementwise():
-    """Newcomer trial (bert-tiny --schedule): the scheduled matmul + residual kernels index the
+    """Regression (bert-tiny --schedule): the scheduled matmul + residual kernels index the
     unit batch axis by 0, and the rule refused them (5 in-place calls became 1)."""
     assert inplace_pairs(unit_batch_by_constant) == [InplacePair(2, 0), InplacePair(2, 1)]
     rng = np.random.default_rng(0)

@@ -44,7 +44,7 @@ def test_the_default_limit_is_this_machines_memory():
 
 def test_cli_compile_with_a_huge_dim_range_warns_once_before_the_report(tmp_path,
                                                                          monkeypatch):
-    """Newcomer trial: --dim batch=1..1000000 planned hundreds of GB without a word; then the
+    """Regression: --dim batch=1..1000000 planned hundreds of GB without a word; then the
     warning came after the report's table, where it scrolled by unseen.
     y = relu(x @ W) @ W, x: [batch, 64]: the arena holds batch * 256 B at the upper bound."""
     import io

@@ -215,7 +215,7 @@ def test_float64_values_for_a_float32_input_are_rounded_not_refused():
     assert out.dtype == np.float32 and np.array_equal(out, data.astype(np.float32))
     with pytest.raises(ShapeSpecError, match="changes when cast to int64"):
         cast_value("n", np.array([1.5]), "int64")
-    with warnings.catch_warnings():  # newcomer trial: numpy's RuntimeWarning leaked first
+    with warnings.catch_warnings():  # regression: numpy's RuntimeWarning leaked first
         warnings.simplefilter("error")
         with pytest.raises(ShapeSpecError, match="overflow to infinity"):
             cast_value("x", np.array([1.0, 1e300]), "float32")
@@ -295,7 +295,7 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
     assert (tmp_path / "shapes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # one table, a column group per strategy, the bucket values in its header
     assert out.count("relax-memplan dynamic report") == 1 and "strategies side by side" in out
-    # 9 is outside batch's range: skipped with a note, not in the header (newcomer trial)
+    # 9 is outside batch's range: skipped with a note, not in the header (regression)
     assert "batch in [1, 4]; buckets batch=2;" in out
     assert "bucket values [9] of 'batch' are outside its declared range" in out
     assert [line.split() for line in out.splitlines() if line.strip().startswith("upper_bound")
@@ -429,7 +429,7 @@ def test_shape_of_one_bert_input_fixes_the_dims_all_inputs_share(capsys):
     assert "--dim seq: dim 'seq' is fixed to 16 by --shape" in line
 
 
-# --- newcomer trial (issue 8): checked before any work, one line each ------------------------
+# --- issue 8: checked before any work, one line each ------------------------
 @pytest.mark.parametrize("argv, expected", [
     (["--plot", "{tmp}/plan.txt"], "--plot {tmp}/plan.txt: the file name must end in one of"),
     (["-o", "{tmp}/lib.txt"], "-o {tmp}/lib.txt: a compiled library must end in .so"),
@@ -473,14 +473,14 @@ def test_a_float_input_holding_nan_is_accepted():
 
 
 def test_output_under_a_file_names_the_file(capsys, tmp_path):
-    """Newcomer trial: '-o out/r.json/m.so' said 'cannot write: File exists'."""
+    """Regression: '-o out/r.json/m.so' said 'cannot write: File exists'."""
     (tmp_path / "r.json").write_text("{}")
     line = _one_line_error(capsys, ["compile", "-q", "-o", str(tmp_path / "r.json" / "m.so")])
     assert line.endswith(f"{tmp_path / 'r.json'} is a file, not a directory")
 
 
 def test_a_closed_pipe_ends_quietly(capsys, monkeypatch):
-    """Newcomer trial: `relax-memplan inspect --json model | head` printed a BrokenPipeError
+    """Regression: `relax-memplan inspect --json model | head` printed a BrokenPipeError
     traceback."""
     import relax_memplan.cli.entry as cli
 
@@ -493,7 +493,7 @@ def test_a_closed_pipe_ends_quietly(capsys, monkeypatch):
 
 
 def test_dynamic_index_error_has_no_shape_hint_and_input_with_dim_says_why(capsys, tmp_path):
-    """Newcomer trial: an out-of-range id at a valid shape got the hint 'does the model accept
+    """Regression: an out-of-range id at a valid shape got the hint 'does the model accept
     this shape?'; a fixed --input value with --dim said only 'expected (1, 1)'."""
     model = str(shared_model("bert-tiny-randw.onnx"))
     ids = tmp_path / "ids.npy"
@@ -507,7 +507,7 @@ def test_dynamic_index_error_has_no_shape_hint_and_input_with_dim_says_why(capsy
 
 
 def test_a_failed_run_at_a_sampled_shape_keeps_no_library(capsys, tmp_path):
-    """Newcomer trial: when a run at a shape of the declared ranges failed, the -o library
+    """Regression: when a run at a shape of the declared ranges failed, the -o library
     (which cannot serve those ranges) stayed written."""
     model = str(shared_model("bert-tiny-randw.onnx"))
     ids = tmp_path / "ids.npy"
@@ -614,7 +614,7 @@ def test_dim_with_target_cuda_builds_and_reports_the_plan_without_run_rows(tmp_p
 
 
 def test_output_paths_create_missing_folders_and_say_so(tmp_path, capsys):
-    """Newcomer trial: --report/--plot/-o created missing folders without a word. They are
+    """Regression: --report/--plot/-o created missing folders without a word. They are
     still created (as export_library users expect), with one line naming the first one."""
     from relax_memplan.cli.args import check_output_path
 
@@ -631,7 +631,7 @@ def test_output_paths_create_missing_folders_and_say_so(tmp_path, capsys):
 
 
 def test_dynamic_table_widens_byte_columns_to_the_longest_number():
-    """Newcomer trial: --dim batch=1..1000000 ran the cells together
+    """Regression: --dim batch=1..1000000 ran the cells together
     ('393,216,000,000393,216,000,000')."""
     from relax_memplan.report import CompileReport, ShapeMeasurement
 
@@ -648,7 +648,7 @@ def test_dynamic_table_widens_byte_columns_to_the_longest_number():
 
 def test_run_hint_after_o_pastes_as_one_command_with_spaces_and_quotes(capsys, tmp_path,
                                                                       monkeypatch):
-    """Newcomer trial: the run hint printed after -o was not shell-quoted, so a path with a
+    """Regression: the run hint printed after -o was not shell-quoted, so a path with a
     space or a quote broke when pasted."""
     import shlex
 
@@ -676,7 +676,7 @@ def test_run_hint_after_o_pastes_as_one_command_with_spaces_and_quotes(capsys, t
 
 
 def test_no_compare_skips_tvms_build_and_says_so(tmp_path, capsys):
-    """Newcomer trial: TVM's comparison build (2-3x ours) could not be skipped."""
+    """Regression: TVM's comparison build (2-3x ours) could not be skipped."""
     import json
 
     report = tmp_path / "m.json"
@@ -695,7 +695,7 @@ def test_no_compare_skips_tvms_build_and_says_so(tmp_path, capsys):
                                   ["compile", "--no-inplace", "--inplace"],
                                   ["bench", "m.onnx", "--schedule", "--no-schedule"]])
 def test_on_and_off_flags_are_mutually_exclusive(argv, capsys):
-    """Newcomer trial: --fusion --no-fusion was accepted, the last one winning."""
+    """Regression: --fusion --no-fusion was accepted, the last one winning."""
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2
@@ -711,7 +711,7 @@ def test_on_off_flag_alone_sets_its_value():
 
 
 def test_strategy_without_dims_is_refused(capsys):
-    """Newcomer trial: --strategy all without --dim was silently ignored."""
+    """Regression: --strategy all without --dim was silently ignored."""
     assert main(["compile", "--strategy", "all", "--no-measure"]) == EXIT_ERROR
     assert capsys.readouterr().err.strip() == (
         "relax-memplan: error: --strategy all plans symbolic dims: give --dim NAME=LO..HI "
@@ -720,7 +720,7 @@ def test_strategy_without_dims_is_refused(capsys):
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
 def test_non_positive_tvm_num_threads_is_refused(value, monkeypatch, capsys):
-    """Newcomer trial: TVM_NUM_THREADS=0 or -1 ran on one thread without a word."""
+    """Regression: TVM_NUM_THREADS=0 or -1 ran on one thread without a word."""
     monkeypatch.setenv("TVM_NUM_THREADS", value)
     assert main(["compile", "--no-measure"]) == EXIT_ERROR
     assert capsys.readouterr().err.strip() == (

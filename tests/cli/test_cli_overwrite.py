@@ -1,4 +1,4 @@
-"""Newcomer trial: an output path naming the input model (or another output) overwrote it.
+"""Regression: an output path naming the input model (or another output) overwrote it.
 
 Every case is refused before any work with one line naming both paths; the file is unchanged.
 """

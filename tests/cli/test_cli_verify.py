@@ -136,7 +136,7 @@ def _two_scale_model(tmp_path):
 
 
 def test_a_large_output_does_not_hide_an_error_in_a_small_one(monkeypatch, capsys, tmp_path):
-    """Regression (newcomer trial): one tolerance over all outputs came from the largest one
+    """Regression: one tolerance over all outputs came from the largest one
     (1e6 scale here), so a 0.05 error in tanh's output passed as OK."""
     _shifted_reference(monkeypatch, 0.05)
     report = tmp_path / "r.json"
@@ -273,7 +273,7 @@ def test_interrupt_inside_the_vm_call_is_one_line(capsys, monkeypatch, tmp_path)
 
 
 def test_interrupt_swallowed_inside_the_build_still_stops(capsys, monkeypatch, tmp_path):
-    """Regression (newcomer trial): a Ctrl-C during the build that TVM's FFI turned into
+    """Regression: a Ctrl-C during the build that TVM's FFI turned into
     another error and a fallback swallowed let the compile finish, write -o and exit 0."""
     import signal
 
@@ -303,7 +303,7 @@ def test_interrupt_swallowed_inside_the_build_still_stops(capsys, monkeypatch, t
 
 
 def test_interrupt_during_import_leaves_no_tvm_log_line(capfd, monkeypatch, tmp_path):
-    """Newcomer trial: after a Ctrl-C in the import the importer's BlockBuilder, still open,
+    """Regression: after a Ctrl-C in the import the importer's BlockBuilder, still open,
     was freed after main returned and its C++ warning reached the terminal."""
     import gc
 

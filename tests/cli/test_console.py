@@ -13,7 +13,7 @@ def test_progress_prints_each_phase_with_seconds_and_the_total():
     progress("building")
     progress.finish()
     lines = out.getvalue().splitlines()
-    # not a terminal: a line when each phase starts (newcomer trial: long silences), one
+    # not a terminal: a line when each phase starts (regression: long silences), one
     # with its seconds when it ends
     assert lines[0] == "[relax-memplan] importing m.onnx ..."
     assert lines[1].startswith("[relax-memplan] importing m.onnx: ") and lines[1].endswith(" s")
@@ -48,7 +48,7 @@ def test_native_log_mute_drops_and_verbose_keeps(capfd):
 
 
 def test_native_log_collects_what_objects_left_in_cycles_log_when_freed(capfd):
-    """Newcomer trial: with -q, ultraface's failed first import left a BlockBuilder in a
+    """Regression: with -q, ultraface's failed first import left a BlockBuilder in a
     reference cycle; freed after the capture, its C++ warning reached the terminal raw."""
     import gc
 
@@ -65,7 +65,7 @@ def test_native_log_collects_what_objects_left_in_cycles_log_when_freed(capfd):
 
 
 def test_native_log_summary_leaves_out_the_block_builder_of_a_stopped_import():
-    """Newcomer trial: after bench on ultraface (its opset-9 import fails and is retried) and
+    """Regression: after bench on ultraface (its opset-9 import fails and is retried) and
     after Ctrl-C, 'TVM: Warning: BlockBuilder destroyed with remaining blocks!' was shown."""
     text = ("[21:16:05] /project/src/relax/ir/block_builder.cc:67: Warning: BlockBuilder "
             "destroyed with remaining blocks!\n"

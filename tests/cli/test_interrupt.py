@@ -50,7 +50,7 @@ def test_sigint_during_the_build_ends_the_command_with_one_line_and_no_output(tm
 
 
 def test_nested_recording_blocks_that_both_received_ctrl_c_exit_cleanly():
-    """Newcomer trial: Ctrl-C while TVM's default build ran inside two nested
+    """Regression: Ctrl-C while TVM's default build ran inside two nested
     recording_interrupts blocks gave 'ValueError: list.remove(x): x not in list' (the inner
     block removed the outer block's equal list [2]) and exit 1 instead of 130."""
     from relax_memplan.runtime import vm as runtime

@@ -40,7 +40,7 @@ def test_every_suggested_dim_flag_passes_compiles_checks(name):
 
 
 def test_silero_suggestion_starts_at_the_smallest_sequence_that_works():
-    """Newcomer trial: inspect suggested sequence=1..128, which compile refused (192 is the
+    """Regression: inspect suggested sequence=1..128, which compile refused (192 is the
     smallest sequence: the frame count is (sequence - 192) // 512 + 1)."""
     path = shared_model("silero-vad-op18-ifless.onnx")
     assert inspect_onnx(path).suggested_dims["sequence"].startswith("192..")
@@ -49,7 +49,7 @@ def test_silero_suggestion_starts_at_the_smallest_sequence_that_works():
 
 
 def test_import_failure_at_defaulted_dims_suggests_the_models_grid():
-    """Newcomer trial: yolov8n without --shape failed at a Concat and the hint said only that
+    """Regression: yolov8n without --shape failed at a Concat and the hint said only that
     dims were set to 1 (the notes suggested images=1,3,1,1); the hint now gives the grid."""
     from relax_memplan.errors import UnsupportedOperatorError
 
@@ -106,7 +106,7 @@ def test_undeclared_dims_are_refused_with_flags_that_pass_compiles_checks(capsys
 
 
 def test_silero_refusal_gives_the_smallest_sequence_that_works(capsys):
-    """Newcomer trial: silero without --dim said "... (size 0), whatever the input shape",
+    """Regression: silero without --dim said "... (size 0), whatever the input shape",
     which is false: sequence >= 192 works; the refusal's --shape starts there."""
     ranges, shapes = _refusal(capsys, shared_model("silero-vad-op18-ifless.onnx"))
     assert shapes == {"input": (1, 192), "state": (2, 1, 128)}

@@ -1,6 +1,6 @@
 """Conv chain candidates: each counted once with a reason, the same total in every mode.
 
-Newcomer trial on yolov8n: "conv chains fused 2x, conv chains refused 4x" (no reason, one of
+Regression on yolov8n: "conv chains fused 2x, conv chains refused 4x" (no reason, one of
 its 7 strided convs in no count), "skipped: 7 x dense consumer" under --schedule, and nothing
 at all with ``fusion_conv_chain: off``. A small model with the same patterns stands in.
 """
@@ -106,7 +106,7 @@ def test_off_is_said_not_left_out(module):
 
 
 def test_ort_node_count_includes_if_bodies():
-    """Newcomer trial: silero's onnxruntime graph was "4 nodes" (Reshape, Gather, Equal and an
+    """Regression: silero's onnxruntime graph was "4 nodes" (Reshape, Gather, Equal and an
     If holding the model) against our 103 kernels."""
     from onnx import TensorProto, helper
 

@@ -25,7 +25,7 @@ def test_ranges_on_the_stride_grid_pass(ppocr_module):
 
 
 def test_a_value_the_casts_reject_is_refused_with_the_step_to_use(ppocr_module):
-    """Newcomer trial: inspect's old suggestion 1..64 built both versions (85 s), then the VM
+    """Regression: inspect's old suggestion 1..64 built both versions (85 s), then the VM
     stopped in the FPN's match_cast ((H - 1) // 32 * 2 + 2 vs. (H - 1) // 16 + 1)."""
     with pytest.raises(ShapeSpecError) as err:
         check_shape_casts(ppocr_module, {N: (1, 8), H: (32, 320, 32), W: (1, 64)})
@@ -47,7 +47,7 @@ def test_cli_refuses_the_range_before_building(capsys):
 
 
 def test_dims_are_taken_in_their_printed_spelling_and_named_in_the_flag_one(capsys):
-    """Newcomer trial: shapes print p2o_DynamicDimension_1, flags need p2o.DynamicDimension.1."""
+    """Regression: shapes print p2o_DynamicDimension_1, flags need p2o.DynamicDimension.1."""
     status = main(["compile", str(shared_model(PPOCR)), "-q", "--no-measure",
                    "--dim", "p2o_DynamicDimension_0=1..1", "--dim", f"{H}=32..64:32",
                    "--dim", "p2o_DynamicDimension_2=1..64"])

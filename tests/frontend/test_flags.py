@@ -67,7 +67,7 @@ def test_compile_takes_the_quoted_suggestion_of_a_dim_with_a_space(tmp_path, cap
     ("h=160..650:32", "(e.g. 160..640:32 or 160..672:32)"),
 ])
 def test_a_step_off_the_range_suggests_ranges_that_hold_more_than_one_value(text, advice):
-    """Newcomer trial: --dim s27=1..64:100 suggested "e.g. 1..1:100"."""
+    """Regression: --dim s27=1..64:100 suggested "e.g. 1..1:100"."""
     with pytest.raises(ShapeSpecError) as info:
         parse_dim_spec(text)
     assert str(info.value).endswith(advice)

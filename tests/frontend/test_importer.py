@@ -382,7 +382,7 @@ def test_reason_keeps_one_informative_line():
 
 
 def test_reason_of_an_op_error_names_the_op_and_the_shapes():
-    """Regression (newcomer trial): bert-tiny with --shape input_ids=1,200 printed TVM's whole
+    """Regression: bert-tiny with --shape input_ids=1,200 printed TVM's whole
     op object and was cut before the cause (position table of 128 rows)."""
     error = RuntimeError(
         'In ir.Op(span=None, ty=ir.Type(span=None), name="relax.add", description="", '
@@ -397,7 +397,7 @@ def test_reason_of_an_op_error_names_the_op_and_the_shapes():
 
 
 def test_reason_of_a_failed_match_cast_is_short_and_whole():
-    """Regression (newcomer trial): ppocrv4-det at a height off its stride grid stopped in a
+    """Regression: ppocrv4-det at a height off its stride grid stopped in a
     match_cast; the line was cut mid-word inside the printed shape ("match_cast e...")."""
     shape = "(p2o_DynamicDimension_0, 96, (p2o_DynamicDimension_1 - 1) // 16 + 1, " * 3
     error = RuntimeError(
@@ -669,7 +669,7 @@ def _relu_model(dims):
 
 
 def test_static_dim_zero_is_an_empty_dim_not_a_symbolic_one():
-    """Newcomer trial: an input [0, 16] was taken as a symbolic dim x_dim0 (set to 1), and
+    """Regression: an input [0, 16] was taken as a symbolic dim x_dim0 (set to 1), and
     onnxruntime's refusal of it was cut mid-sentence."""
     from relax_memplan.frontend.input_shapes import graph_inputs, input_dim_symbols
 

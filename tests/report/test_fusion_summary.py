@@ -1,5 +1,5 @@
 """The fusion summary describes the build it reports: bert-tiny 1x128 with and without
---schedule (newcomer trial: under --schedule the fusion line's "-> 393,216 B" was the
+--schedule (regression: under --schedule the fusion line's "-> 393,216 B" was the
 unscheduled build's bound while the report's bound was 458,752 B, and the scheduled kernels
 had lost 4 of the 5 in-place calls)."""
 
@@ -13,7 +13,7 @@ pytest.importorskip("onnxruntime")
 
 # both builds: the 2 residual adds of each of bert-tiny's 2 layers sit in a matmul's epilogue
 # (4 calls written over the residual) plus the embeddings' add of three: 5 kernels, 5 calls;
-# the bound found by hand in the trial (a 1x128x128 float32 tensor is 65,536 B)
+# the bound worked out by hand (a 1x128x128 float32 tensor is 65,536 B)
 EXPECTED = {"lower_bound_bytes": 393_216, "inplace_capable_kernels": 5, "inplace_calls": 5}
 
 

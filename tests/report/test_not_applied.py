@@ -1,4 +1,4 @@
-"""features_not_applied: what a build with symbolic dims does not get, and why (newcomer trial:
+"""features_not_applied: what a build with symbolic dims does not get, and why (regression:
 with --dim, CNNs got no in-place reuse, concat in place or conv chains and the report did not
 say so)."""
 

@@ -1,7 +1,7 @@
 """The peak rows, JSON rows and plot of a plan with placement groups (a concatenation written
 in place whose second input ends an in-place chain) agree with the lower bound.
 
-Regression (newcomer trial, yolov8n with in-place and concat in place): the text listed a
+Regression (yolov8n with in-place and concat in place): the text listed a
 group's member at the peak step outside its live range and sizes adding to more than the
 header; the JSON had two rows overlapping in time and address with nothing saying one lives
 inside the other; the plot's live bytes peaked below the lower bound on the same chart."""
@@ -110,7 +110,7 @@ def test_plot_live_bytes_peak_is_the_lower_bound(plan):
 
 
 def test_peak_table_columns_widen_to_huge_numbers():
-    """Newcomer trial (--dim batch=1..10000000 on mobilenetv2): 'float328,847,360,000,000',
+    """Regression (--dim batch=1..10000000 on mobilenetv2): 'float328,847,360,000,000',
     the shape ran into the bytes and the bytes into the offset."""
     rows = [{"name": "alloc4", "shape": ["batch", 96, 48, 48], "dtype": "float32",
              "producer": "conv", "size_bytes": 8_847_360_000_000, "offset_bytes": 0,

@@ -110,7 +110,7 @@ def test_shape_series_draw_no_arena_for_a_plan_that_placed_nothing():
 
 
 def test_long_model_path_titles_fit_the_figure():
-    """Newcomer trial: a model given by a long path made the plan title run off the figure;
+    """Regression: a model given by a long path made the plan title run off the figure;
     the title names the file and wraps at 70 characters."""
     from relax_memplan.report.plot import _fit_title, _short_name
 
@@ -123,7 +123,7 @@ def test_long_model_path_titles_fit_the_figure():
 
 
 def test_live_bytes_count_tensors_placed_inside_one_another_once():
-    """Newcomer trial: yolov8n's plot showed live bytes 2,400 KiB above its 2,000 KiB arena
+    """Regression: yolov8n's plot showed live bytes 2,400 KiB above its 2,000 KiB arena
     (a concat output and its three inputs placed inside it, summed). With offsets the live
     bytes are the bytes covered; the report's peak rows the same."""
     from types import SimpleNamespace

@@ -95,7 +95,7 @@ def test_text_shows_the_ten_largest_tensors_live_at_the_peak():
 
 
 def test_side_by_side_ratios_are_against_the_lowest_bound_of_the_row():
-    """Newcomer trial: with in-place reuse exact's bound (786,432) is below upper_bound's
+    """Regression: with in-place reuse exact's bound (786,432) is below upper_bound's
     (917,504, no in-place); the LB column showed upper_bound's and exact said 1.000 against
     it. Now one LB column, the lowest, and every x LB against it."""
     reports = {}
@@ -111,7 +111,7 @@ def test_side_by_side_ratios_are_against_the_lowest_bound_of_the_row():
 
 
 def test_no_static_saving_when_loop_bodies_allocate_per_iteration():
-    """Newcomer trial: a Loop with a run-time trip count read "TVM default 0 B" and
+    """Regression: a Loop with a run-time trip count read "TVM default 0 B" and
     saved_bytes -49,152 while TVM's build allocated 655,360 B at run time against our
     49,152 B: TVM's static figure leaves out its per-iteration allocations, so no saving is
     computed from it and the text says to compare the run-time lines."""
@@ -130,7 +130,7 @@ def test_no_static_saving_when_loop_bodies_allocate_per_iteration():
 
 
 def test_each_without_row_names_what_is_off_and_the_steps_credit_concat_in_place():
-    """Newcomer trial (yolov8n): 2,457,600 -> 2,048,000 B came from concat in place, but the
+    """Regression (yolov8n): 2,457,600 -> 2,048,000 B came from concat in place, but the
     "without in-place reuse" row (also without concat in place) and the steps line
     ("-> in-place 2,048,000 B") credited in-place reuse alone."""
     report = _report(lower_bound_bytes=2_048_000, arena_bytes=2_048_000,
@@ -154,7 +154,7 @@ def test_each_without_row_names_what_is_off_and_the_steps_credit_concat_in_place
 
 
 def test_fusion_line_names_the_skipped_chains_and_the_bound_baseline():
-    """Newcomer trial (yolov8n --schedule): "conv chains fused 0x, conv chains refused 0x"
+    """Regression (yolov8n --schedule): "conv chains fused 0x, conv chains refused 0x"
     while auto had skipped the stem's dense consumer; the fusion bound's planner settings.
     Then (yolov8n without --schedule): "fused 2x, refused 4x", no reason, a candidate missing."""
     report = _report(lower_bound_bytes=100)
@@ -210,7 +210,7 @@ def test_fusion_skips_gives_every_reason_a_chain_was_not_fused():
 
 
 def test_long_dim_names_keep_the_table_columns_aligned():
-    """Newcomer trial: dims text longer than the 28-character column pushed that row's cells
+    """Regression: dims text longer than the 28-character column pushed that row's cells
     right of their headers in the side-by-side table (and the per-shape table)."""
     dims = {"sequence_length_of_the_encoder": 7, "batch_size_of_requests": 3}
     reports = {}
@@ -231,7 +231,7 @@ def test_long_dim_names_keep_the_table_columns_aligned():
 
 
 def test_side_by_side_widens_byte_columns_to_the_longest_number():
-    """Newcomer trial: at batch=1..1000000 12-wide byte cells ran together."""
+    """Regression: at batch=1..1000000 12-wide byte cells ran together."""
     reports = {}
     for name, arena in (("exact", 393_216_000_000), ("upper_bound", 393_216_000_000)):
         r = CompileReport(model="m", strategy=name, dims={"batch": (1, 1_000_000)})
@@ -245,7 +245,7 @@ def test_side_by_side_widens_byte_columns_to_the_longest_number():
 
 
 def test_fusion_line_says_when_its_bound_is_not_this_builds():
-    """Newcomer trial (bert-tiny --schedule): "-> 393,216 B" beside a report bound of
+    """Regression (bert-tiny --schedule): "-> 393,216 B" beside a report bound of
     458,752 B. The summary carries the build's bound; the line names it when they differ."""
     report = _report(lower_bound_bytes=130)
     report.fusion = {"attention": 2}

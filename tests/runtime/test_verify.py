@@ -85,7 +85,7 @@ def test_each_output_has_its_own_tolerance():
 
 
 def test_int32_cast_mismatch_fails_next_to_a_large_output():
-    # the newcomer's two_cast model: y = Cast(x, int32) differs, z = x * 1e6 agrees
+    # a two_cast model: y = Cast(x, int32) differs, z = x * 1e6 agrees
     y_ours = np.array([-1, -1294967296, 1294967296, 2, -2, 0, 0, 1], dtype=np.int32)
     y_ref = np.array([-1, -2147483648, -2147483648, 2, -2, -2147483648, 0, 1], dtype=np.int32)
     z = np.array([3e11, -3e11, 1.0], dtype=np.float32)
@@ -100,7 +100,7 @@ def test_within_tolerance_on_every_output_passes():
 
 
 def test_a_nonfinite_mismatch_says_which_side_produced_it():
-    """Newcomer trial: "1 element(s) NaN/Inf on one side only" did not say whether our build or
+    """Regression: "1 element(s) NaN/Inf on one side only" did not say whether our build or
     onnxruntime produced the NaN."""
     ours = _cmp([NAN, INF, 1.0, 1.0], [1.0, 1.0, NAN, 1.0])
     assert (ours.nonfinite_only_ours, ours.nonfinite_only_reference) == (2, 1)

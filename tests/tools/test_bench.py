@@ -68,7 +68,7 @@ def test_cli_bench_prints_a_table_and_writes_json(tmp_path, capsys):
 
 
 def test_cli_bench_schedule_builds_both_with_our_schedules(tmp_path, capsys, monkeypatch):
-    """Newcomer trial: bench could not time the scheduled build the README's latency table
+    """Regression: bench could not time the scheduled build docs/benchmarks.md's latency table
     describes; --schedule gives both TVM builds our CPU schedules for the host CPU."""
     import relax_memplan.compile as compile_pkg
 
@@ -89,7 +89,7 @@ def test_cli_bench_schedule_builds_both_with_our_schedules(tmp_path, capsys, mon
 
 
 def test_cli_bench_takes_fusion_and_config(tmp_path, capsys, monkeypatch):
-    """Newcomer trial: bench had no --fusion or --config, so a configured build could not be
+    """Regression: bench had no --fusion or --config, so a configured build could not be
     timed. --no-fusion reaches both builds; a config's planner and schedule are used; a bad
     config key is one clear error."""
     import relax_memplan.compile as compile_pkg
@@ -111,7 +111,7 @@ def test_cli_bench_takes_fusion_and_config(tmp_path, capsys, monkeypatch):
            "--no-onnxruntime", "-q"]
     assert main(run + ["--no-fusion", "--config", str(config)]) == 0
     assert seen == [("relax_memplan", False, True, 0.25), ("tvm", False, True, None)]
-    # newcomer trial: bench did not say which settings it applied
+    # regression: bench did not say which settings it applied
     assert capsys.readouterr().out.splitlines()[0] == (
         f"settings (config {config}, --fusion given): schedule on, fusion off, "
         "fusion_conv_chain off (no fusion), planner algorithms default, time limit 0.25 s, "
@@ -126,7 +126,7 @@ def test_cli_bench_takes_fusion_and_config(tmp_path, capsys, monkeypatch):
 
 def test_cli_bench_honours_config_shapes_and_planner_and_refuses_dims_and_target(
         tmp_path, capsys, monkeypatch):
-    """Newcomer trial: bench --config used the planner/schedule/fusion settings but not the
+    """Regression: bench --config used the planner/schedule/fusion settings but not the
     config's shapes (x ran at 1x64), dims or target. Shapes are used (--shape wins), the
     planner's concat_inplace/reorder and fusion_conv_chain reach the build; dims, dispatch and a
     non-llvm target are refused, naming the key."""

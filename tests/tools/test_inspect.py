@@ -81,7 +81,7 @@ def test_ops_our_converter_steps_import_are_not_unsupported(tmp_path, capsys):
 
 
 def test_loops_name_the_form_they_take_not_only_the_step():
-    """Newcomer trial: inspect said "Loop (1 node, step unroll_loops)" for a loop whose trip
+    """Regression: inspect said "Loop (1 node, step unroll_loops)" for a loop whose trip
     count is an input, which takes the recursive form (a body function per iteration)."""
     from relax_memplan.tools.inspect import inspect_onnx, loop_forms
     from tests.frontend.prepare.loop_models import loop_model, scan_model
@@ -98,7 +98,7 @@ def test_loops_name_the_form_they_take_not_only_the_step():
 
 
 def test_image_dims_are_suggested_on_the_downsampling_grid_whatever_their_names():
-    """Newcomer trial: ppocrv4-det's dims (p2o.DynamicDimension.1) got 1..64, which the model
+    """Regression: ppocrv4-det's dims (p2o.DynamicDimension.1) got 1..64, which the model
     cannot take; the compile failed after 85 s of builds."""
     summary = inspect_onnx(_fpn_model((2, 4), 4.0))
     assert summary.suggested_dims == {"n": "1..8", "rows": "8..80:8", "cols": "8..80:8"}

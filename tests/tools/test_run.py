@@ -139,7 +139,7 @@ def test_cli_run_onnx_model_says_compile_it_first(tmp_path, capsys):
 
 def test_cli_run_onnx_model_in_a_read_only_folder_suggests_a_library_here(tmp_path, capsys,
                                                                           monkeypatch):
-    """Newcomer trial: for ../shared/models/x.onnx (read-only) the hint wrote -o there."""
+    """Regression: for ../shared/models/x.onnx (read-only) the hint wrote -o there."""
     import os
 
     import onnx
@@ -168,7 +168,7 @@ def test_cli_run_cuda_library_without_gpu_says_it_needs_cuda(tmp_path, capsys):
 
 
 def test_cli_run_decides_by_content_not_extension(library, tmp_path, capsys):
-    """Newcomer trial: `run` decided by the file name: an ONNX model renamed .so reached TVM's
+    """Regression: `run` decided by the file name: an ONNX model renamed .so reached TVM's
     loader, a library renamed .onnx was called an ONNX model."""
     import onnx
 
@@ -189,7 +189,7 @@ def test_cli_run_decides_by_content_not_extension(library, tmp_path, capsys):
 
 @pytest.mark.parametrize("command", ["compile", "inspect", "bench"])
 def test_a_compiled_library_given_as_a_model_says_use_run(library, capsys, command):
-    """Newcomer trial: compile lib.so / inspect lib.so said "Wire format was corrupt"."""
+    """Regression: compile lib.so / inspect lib.so said "Wire format was corrupt"."""
     err = _one_line_error(capsys, [command, str(library)])
     assert err == (f"relax-memplan: error: {library} is a compiled library (ELF), not an ONNX "
                    f"model: {command} reads an .onnx file; use `relax-memplan run {library}` to "
@@ -197,7 +197,7 @@ def test_a_compiled_library_given_as_a_model_says_use_run(library, capsys, comma
 
 
 def test_cli_run_output_into_a_missing_folder_says_it_created_it(library, tmp_path, capsys):
-    """Newcomer trial: run --output into a missing folder created it without a word; compile's
+    """Regression: run --output into a missing folder created it without a word; compile's
     outputs say so (the same helper, cli_args.check_output_path)."""
     a, b = tmp_path / "a.npy", tmp_path / "b.npy"
     np.save(a, np.ones((2, 4), "float32"))
@@ -213,7 +213,7 @@ def test_cli_run_output_into_a_missing_folder_says_it_created_it(library, tmp_pa
 
 @pytest.mark.parametrize("keep", [5000, "quarter", "half", "all_but_one"])
 def test_cli_run_truncated_library_is_one_line_not_a_bus_error(library, tmp_path, capsys, keep):
-    """Newcomer trial: ``head -c N lib.so > tr.so; run tr.so`` died of SIGBUS (exit 135)."""
+    """Regression: ``head -c N lib.so > tr.so; run tr.so`` died of SIGBUS (exit 135)."""
     data = library.read_bytes()
     n = {"quarter": len(data) // 4, "half": len(data) // 2, "all_but_one": len(data) - 1}.get(keep, keep)
     truncated = tmp_path / "tr.so"

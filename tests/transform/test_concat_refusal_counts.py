@@ -1,5 +1,5 @@
 """Every concatenation call has a count: written in place or refused with a reason, also when
-its kernel is fused with other ops (newcomer trial: yolov8n under --schedule said
+its kernel is fused with other ops (regression: yolov8n under --schedule said
 "3 written; refused: 1" of its 11 concatenations, 7 in no count)."""
 
 import numpy as np

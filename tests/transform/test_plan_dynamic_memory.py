@@ -353,7 +353,7 @@ def test_storage_is_not_reused_while_a_reshape_or_match_cast_alias_is_live(strat
 
 
 def test_bytes_at_refuses_a_shape_outside_the_declared_range_naming_the_dim(bounded):
-    """Newcomer trial: bytes_at returned bytes above the range and at 0, and a missing dim
+    """Regression: bytes_at returned bytes above the range and at 0, and a missing dim
     raised a raw KeyError."""
     fplan = bounded[1].plans["main"]
     assert fplan.bytes_at({"n": 64})[0] > 0  # the upper bound itself is in range

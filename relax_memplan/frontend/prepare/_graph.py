@@ -102,11 +102,6 @@ def has_subgraph(node: onnx.NodeProto) -> bool:
     )
 
 
-def node_label(node: onnx.NodeProto) -> str:
-    """How notes and errors name a node: its name, else its first output."""
-    return node.name or (node.output[0] if node.output else node.op_type)
-
-
 def default_opset(model: onnx.ModelProto) -> int:
     for entry in model.opset_import:
         if entry.domain in ("", "ai.onnx"):

@@ -279,7 +279,7 @@ def test_zero_or_negative_trip_count_returns_the_initial_state(trip):
 
 
 def test_report_gives_the_run_time_trip_count_given_with_input(tmp_path, capsys):
-    """Newcomer trial: a Loop whose trip count is the graph input M said "-1 iterations"
+    """Regression: a Loop whose trip count is the graph input M said "-1 iterations"
     even with ``--input M=7``; now the count that run used, verified against onnxruntime."""
     path, report = tmp_path / "loop.onnx", tmp_path / "r.json"
     onnx.save(loop_model(trip_as_input=True, width=4), str(path))
