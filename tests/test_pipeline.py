@@ -43,3 +43,98 @@ def test_the_fusion_passes_see_a_constant_subgraph_folded():
     (body,) = seen[0]["main"].body.blocks[0].bindings
     assert isinstance(body.value.args[1], tvm.ir.GenericConst)
 
+
+
+# The phases are written out in order (relax_memplan/pipeline/phases.py); these tests hold
+# them to TVM's backend lists and to the options.
+
+import pytest
+from tvm.relax.backend.cpu_generic import pipeline as tvm_cpu
+from tvm.relax.backend.cuda import pipeline as tvm_cuda
+
+from relax_memplan.pipeline import (PipelineOptions, PipelinePasses, build_pipeline,
+                                    format_pass_order, get_pipeline, pass_order)
+
+CUDA = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
+TVM_PHASES = ("library_dispatch_passes", "legalize_passes", "dataflow_lower_passes",
+              "finalize_passes")
+
+
+def _tvm_lists(backend, target):
+    return [[p.info.name for p in getattr(backend, name)(target)] for name in TVM_PHASES]
+
+
+@pytest.mark.parametrize("target, backend", [(LLVM, tvm_cpu), (CUDA, tvm_cuda)])
+@pytest.mark.parametrize("options", [
+    PipelineOptions(), PipelineOptions(planner="tvm"), PipelineOptions(schedule=False),
+    PipelineOptions(fusion=False, dim_ranges={"n": (1, 8)}, dispatch={"n": (4,)})])
+def test_without_our_passes_each_phase_is_tvms_backend_list(target, backend, options):
+    """A TVM release that changes its backend lists fails here, not silently in a build."""
+    tvm_names = set(sum(_tvm_lists(backend, target), []))
+    # (on cuda, dlight's ApplyDefaultSchedule is ours with a guard, under the same name)
+    ours = [[n for n in names if n in tvm_names] for _, names in pass_order(target, options)]
+    assert ours == _tvm_lists(backend, target)
+
+
+def test_pass_order_follows_the_options():
+    names = lambda **kw: sum((n for _, n in pass_order(LLVM, PipelineOptions(**kw))), [])  # noqa
+    default = names()
+    assert {"CPUSchedule", "FastBoundedMath", "PlanStaticMemory", "HoistLoopStorage",
+            "FuseAttention"} <= set(default)
+    assert "CPUSchedule" not in names(schedule=False)
+    assert not {"PlanStaticMemory", "HoistLoopStorage", "InsertDimRangeCheck"} & set(
+        names(planner="tvm"))
+    assert "FuseAttention" not in names(fusion=False)
+    assert names(dim_ranges={"n": (1, 8)})[0] == "AnnotateDimRanges"
+    text = format_pass_order(LLVM)
+    assert "*  PlanStaticMemory" in text.replace("* ", "*  ") and "  StaticPlanBlockMemory" in text
+
+
+def test_bad_options_are_refused_by_name():
+    with pytest.raises(ValueError, match="unknown planner 'mine'"):
+        PipelineOptions(planner="mine")
+    with pytest.raises(ValueError, match="conv_chain must be one of"):
+        PipelineOptions(fusion_conv_chain="sometimes")
+    with pytest.raises(TypeError, match=r"unknown pipeline option\(s\) \['schedul'\]"):
+        get_pipeline(LLVM, schedul=False)
+    with pytest.raises(ValueError, match="target kind 'opencl' is not supported"):
+        pass_order(tvm.target.Target("opencl"))
+
+
+def test_build_pipeline_returns_what_its_passes_recorded():
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Chain:
+        @R.function
+        def main(x: R.Tensor((16, 16), "float32")):
+            with R.dataflow():
+                a = R.exp(x)
+                b = R.add(a, a)
+                c = R.multiply(b, x)
+                R.output(c)
+            return c
+
+    pipeline, passes = build_pipeline(LLVM, PipelineOptions(fusion=False))
+    assert isinstance(passes, PipelinePasses) and passes.plan is not None
+    tvm.compile(Chain, LLVM, relax_pipeline=pipeline)
+    assert "main" in passes.plan.plans
+    _, theirs = build_pipeline(LLVM, PipelineOptions(planner="tvm"))
+    assert theirs.plan is None and theirs.hoist is None and theirs.fusion
+
+
+def test_inspect_pipeline_prints_the_order_compile_runs(capsys):
+    from relax_memplan.cli import EXIT_ERROR, main
+
+    assert main(["inspect", "--pipeline"]) == 0
+    out = capsys.readouterr().out
+    lines = [line.split()[-1] for line in out.splitlines() if line.startswith("  ")]
+    assert lines.index("PlanStaticMemory") < lines.index("StaticPlanBlockMemory")
+    assert "ReorderForMemory" in lines and "CPUSchedule" in lines  # the config's defaults
+    assert main(["inspect", "--pipeline", "--no-schedule", "--planner", "tvm"]) == 0
+    plain = capsys.readouterr().out
+    assert "CPUSchedule" not in plain and "PlanStaticMemory" not in plain
+    assert main(["inspect", "--pipeline", "model.onnx"]) == EXIT_ERROR
+    assert "takes no model" in capsys.readouterr().err
+    assert main(["inspect", "--no-fusion", "model.onnx"]) == EXIT_ERROR
+    assert "only with --pipeline" in capsys.readouterr().err

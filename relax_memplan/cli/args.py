@@ -16,7 +16,7 @@ from ..targets import check_cuda_arch, resolve_cpu
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["check_environment", "positive_seconds", "int_at_least", "check_output_path",
+__all__ = ["check_environment", "check_target_flags", "positive_seconds", "int_at_least", "check_output_path",
            "check_distinct_paths", "input_files", "parse_inputs", "parse_repeated"]
 
 
@@ -199,21 +199,31 @@ LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")
 """Extensions ``tvm.runtime.load_module`` loads a compiled library from."""
 
 
-def check_environment(args) -> None:
-    """Check optional dependencies and output paths before any work."""
-    target = args.target
-    if args.cuda_arch is not None:
+def check_target_flags(target: str, cuda_arch: Optional[str], cpu: Optional[str]) -> None:
+    """Refuse --cuda-arch off cuda, --cpu/--portable off llvm, a bad arch or an unknown CPU.
+
+    Raises
+    ------
+    RelaxMemplanError
+        One line naming the flag (``TargetError`` for a bad value).
+    """
+    if cuda_arch is not None:
         if target != "cuda":
-            raise RelaxMemplanError(f"--cuda-arch {args.cuda_arch}: only for --target cuda "
+            raise RelaxMemplanError(f"--cuda-arch {cuda_arch}: only for --target cuda "
                                     f"(the target is {target})")
-        check_cuda_arch(args.cuda_arch)
-    cpu = getattr(args, "cpu", None)
+        check_cuda_arch(cuda_arch)
     if cpu is not None:
         if target != "llvm":
             raise RelaxMemplanError(f"--cpu {cpu}: only for --target llvm (the target is "
                                     f"{target})" if cpu != "portable" else
                                     f"--portable: only for --target llvm (the target is {target})")
         resolve_cpu(cpu)  # an unknown CPU name refused before the import
+
+
+def check_environment(args) -> None:
+    """Check optional dependencies and output paths before any work."""
+    target = args.target
+    check_target_flags(target, args.cuda_arch, getattr(args, "cpu", None))
     if args.verify and target == "cuda":
         raise RelaxMemplanError("--verify runs the build on the CPU; use it with --target llvm "
                                 "(a cuda build is compiled only)")

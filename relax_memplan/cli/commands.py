@@ -19,8 +19,8 @@ import warnings
 from pathlib import Path
 
 from ..errors import RelaxMemplanError, summarize_error
-from .args import (check_distinct_paths, check_environment, check_output_path, input_files,
-                   parse_inputs, parse_repeated)
+from .args import (check_distinct_paths, check_environment, check_output_path,
+                   check_target_flags, input_files, parse_inputs, parse_repeated)
 from .console import native_log
 
 __all__ = ["COMMANDS", "EXIT_VERIFY_FAILED"]
@@ -274,10 +274,45 @@ def _inspect(args) -> int:
     from ..tools.inspect import inspect_onnx
     from ..tools.run import refuse_compiled_library
 
+    if args.pipeline:
+        print(_pipeline_text(args))
+        return 0
+    for flag, given in (("--target", args.target), ("--cuda-arch", args.cuda_arch),
+                        ("--cpu/--portable", args.cpu), ("--planner", args.planner),
+                        ("--schedule", args.schedule), ("--fusion", args.fusion),
+                        ("--config", args.config)):
+        if given is not None:
+            raise RelaxMemplanError(f"inspect {flag}: only with --pipeline")
+    if args.model is None:
+        raise RelaxMemplanError("inspect needs an ONNX model (or --pipeline for the pass order)")
     refuse_compiled_library(args.model, "inspect")
     summary = inspect_onnx(args.model)
     print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.format_text())
     return 0
+
+
+def _pipeline_text(args) -> str:
+    """``inspect --pipeline``: the pass order compile would run with these options."""
+    from ..config import load_config
+    from ..pipeline import PipelineOptions, PipelinePasses, format_pass_order
+    from ..targets import make_target
+    from ..transform import ReorderForMemory
+
+    if args.model is not None:
+        raise RelaxMemplanError(f"inspect --pipeline takes no model (got {args.model}): the "
+                                f"pass order depends on the target and options only")
+    config = load_config(args.config)
+    target = args.target or config.target
+    check_target_flags(target, args.cuda_arch, args.cpu)
+    options = PipelineOptions(
+        planner=args.planner or "relax_memplan",
+        schedule=config.schedule if args.schedule is None else args.schedule,
+        fusion=config.fusion if args.fusion is None else args.fusion,
+        fusion_conv_chain=config.fusion_conv_chain, check_indices=config.check_indices,
+        dim_ranges=dict(config.dims), dispatch=dict(config.dispatch))
+    passes = PipelinePasses(reorder=ReorderForMemory() if config.planner.reorder else None)
+    tvm_target = make_target(target, args.cuda_arch or config.cuda_arch, args.cpu or config.cpu)
+    return format_pass_order(tvm_target, options, passes)
 
 
 def _bench(args) -> int:

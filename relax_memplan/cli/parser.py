@@ -141,8 +141,17 @@ def _add_tool_parsers(sub) -> None:
                        description="Summarize an ONNX model before compiling it: inputs (dtype, "
                        "dims with symbolic names), opsets, op counts, ops TVM cannot import, and "
                        "--dim flags for its symbolic dims (placeholder ranges).")
-    i.add_argument("model", help="path to an .onnx file")
+    i.add_argument("model", nargs="?", help="path to an .onnx file")
     i.add_argument("--json", action="store_true", help="print the summary as JSON")
+    i.add_argument("--pipeline", action="store_true",
+                   help="print the passes of the pipeline compile would run, in order, for the "
+                   "target and options given here (no model needed)")
+    _add_target_flags(i)
+    i.add_argument("--planner", choices=("relax_memplan", "tvm"),
+                   help="with --pipeline: whose memory planner (default relax_memplan)")
+    _on_off(i, "schedule", help="with --pipeline: our CPU schedules (default from config: on)")
+    _on_off(i, "fusion", help="with --pipeline: our fusion passes (default from config: on)")
+    i.add_argument("--config", metavar="YAML", help="with --pipeline: configuration file")
     b = sub.add_parser("bench", help="latency: ours vs TVM's default build vs onnxruntime",
                        description="Build the model with relax_memplan's planner and with TVM's "
                        "default planner (same kernels), and time them and onnxruntime (same "
