@@ -6,9 +6,9 @@ sequence 128: ``_peer_models.py``):
 
 1. our library is built as a user builds it, ``relax-memplan compile MODEL --shape ... -o
    LIB.so --no-compare --no-measure -q`` plus the flags of each ``--build`` (``default``: none,
-   ``schedule``: ``--schedule``, ``no-schedule``: ``--no-schedule``; ``--build-flags NAME=...``
-   adds others; ``host-schedule``: our schedules for the host CPU through the Python API, which
-   the CLI cannot build today), the compile's wall time and peak RSS recorded;
+   our schedules for this machine's CPU; ``no-schedule``: ``--no-schedule``; ``portable``:
+   ``--portable``; ``--build-flags NAME=...`` adds others), the compile's wall time and peak RSS
+   recorded;
 2. one set of inputs is drawn and saved (``_peer_models.draw_inputs``);
 3. in each of ``--rounds`` rounds every runtime runs once in a fresh process
    (``_peer_runner.py``: load, one call whose outputs are kept, ``--warmup`` calls, then up
@@ -27,7 +27,7 @@ manifest checked, the embedded constants' file pages released); ``--runtimes`` m
 ``tvm`` (the same library loaded with plain TVM) to see what that costs.
 
 Usage: python benchmarks/peer_bench.py [--set shared|full|all] [--only NAME ...]
-       [--build default] [--build schedule] [--threads 2] [--rounds 3] [--json PATH]
+       [--build default] [--build no-schedule] [--threads 2] [--rounds 3] [--json PATH]
        [--work /tmp/peer_bench] [--reuse]
 """
 
@@ -51,16 +51,9 @@ sys.path.insert(0, str(HERE))
 from _peer_models import SHARED_MODELS, draw_inputs, full_size_models  # noqa: E402
 from _peer_report import format_table, summarize  # noqa: E402
 
-BUILDS = {"default": [], "schedule": ["--schedule"], "no-schedule": ["--no-schedule"]}
-HOST = "host-schedule"
-"""A build the CLI cannot make today: our schedules for the host CPU, through the Python API
-(``BuildOptions(target=host_target(), schedule=True)``), the library written the same way."""
-_HOST_SCRIPT = (
-    "import json, sys; from relax_memplan.compile import BuildOptions, CheckOptions, "
-    "compile_model; from relax_memplan.schedules import host_target; "
-    "compile_model(sys.argv[1], {k: tuple(v) for k, v in json.loads(sys.argv[3]).items()}, "
-    "options=BuildOptions(target=host_target(), schedule=True, compare_with_tvm=False, "
-    "library_path=sys.argv[2]), check=CheckOptions(measure=False))")
+BUILDS = {"default": [], "no-schedule": ["--no-schedule"], "portable": ["--portable"]}
+"""Our builds by name: ``default`` (our schedules for this machine's CPU), ``no-schedule``
+(TVM's unscheduled kernels) and ``portable`` (our schedules, any x86-64 CPU)."""
 PEERS = ("onnxruntime", "openvino", "openvino-f32")
 
 
@@ -83,9 +76,6 @@ def compile_library(model, build: str, flags, work: Path, reuse: bool, threads: 
         if shape:
             command += ["--shape", f"{name}={','.join(str(d) for d in shape)}"]
     command += flags
-    if build == HOST:
-        command = [sys.executable, "-c", _HOST_SCRIPT, str(model.path), str(library),
-                   json.dumps({k: list(v) for k, v in model.shapes.items() if v})]
     start = time.perf_counter()
     proc = subprocess.run(["/usr/bin/time", "-f", "%M", *command], capture_output=True,
                           text=True, env=_env(threads), cwd=REPO)
@@ -135,7 +125,7 @@ def compare(outputs: Path, reference: Path, rtol: float, atol: float) -> dict:
 
 def _flags(build: str, args):
     """The compile flags of one of our builds."""
-    return BUILDS.get(build, []) if build in BUILDS or build == HOST else args.flags[build]
+    return BUILDS[build] if build in BUILDS else args.flags[build]
 
 
 def bench_model(model, args, work: Path) -> dict:
@@ -179,8 +169,7 @@ def main(argv=None) -> int:
     parser.add_argument("--set", choices=["shared", "full", "all"], default="all")
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--build", action="append", default=None,
-                        help="our build(s): " + ", ".join(BUILDS) + f", {HOST} (Python API) "
-                             "or a --build-flags name")
+                        help="our build(s): " + ", ".join(BUILDS) + " or a --build-flags name")
     parser.add_argument("--build-flags", action="append", default=[],
                         help="NAME='--flag ...': a build with these compile flags")
     parser.add_argument("--loaders", default="ours", help="ours,tvm: how our library is loaded")
@@ -221,8 +210,7 @@ def main(argv=None) -> int:
 def _document(args, results) -> dict:
     return {"benchmark": "peer_bench", "threads": args.threads, "rounds": args.rounds,
             "calls": args.calls, "min_calls": args.min_calls, "max_seconds": args.max_seconds,
-            "builds": {b: "Python API, host CPU + schedules" if b == HOST else _flags(b, args)
-                       for b in args.build},
+            "builds": {b: _flags(b, args) for b in args.build},
             "loadavg": os.getloadavg(), "cpu": _cpu(), "models": results}
 
 

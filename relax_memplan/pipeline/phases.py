@@ -41,6 +41,8 @@ Phase = Tuple[str, List[tvm.transform.Pass]]
 
 
 def _when(condition, *passes) -> list:
+    """``passes`` without the Nones if ``condition``, else none (cheap passes only: the
+    arguments are made either way)."""
     return [p for p in passes if p is not None] if condition else []
 
 
@@ -137,10 +139,10 @@ def phases(target: tvm.target.Target, options: PipelineOptions,
         *_when(cpu_schedules, mark_constant_weights()),
         *_when(True, passes.dispatch),
         # dlight's GPU rules, a rule's failure meaning "try the next one"
-        *_when(cuda, gpu_schedule_pass(target)),
+        *([gpu_schedule_pass(target)] if cuda else []),
         # our CPU rules add a layout-rewrite block for each marked weight; TVM splits it into
         # its own PrimFunc and FoldConstant runs it on the constant (schedules/prepack.py)
-        *_when(cpu_schedules, cpu_schedule_pass(target), split_prepacked_weights()),
+        *([cpu_schedule_pass(target), split_prepacked_weights()] if cpu_schedules else []),
     ]
     dataflow_lower = [
         *_when(ours, passes.reorder),
