@@ -289,7 +289,8 @@ def test_every_scheduled_in_place_pair_of_a_model_computes_what_the_kernel_does(
     mod, _ = import_onnx(shared_model(model), shapes)
     target = tvm.target.Target("llvm")
     with target:
-        for _, passes in backend_phases(target, PlanStaticMemory(inplace=True), schedule=True,
+        for _, passes in backend_phases(target, plan_pass=PlanStaticMemory(inplace=True),
+                                        schedule=True,
                                         fusion_pass_list=fusion_passes(target, "auto", True))[:3]:
             mod = tvm.transform.Sequential(passes)(mod)
     rng = np.random.default_rng(0)

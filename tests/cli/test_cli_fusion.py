@@ -111,11 +111,9 @@ def test_fusion_is_on_by_default_in_config_options_and_cli(tmp_path):
     from relax_memplan.config import load_config
 
     assert load_config(None).fusion is True and BuildOptions().fusion is True
-    import inspect
+    from relax_memplan.pipeline import PipelineOptions
 
-    from relax_memplan import get_pipeline
-
-    assert inspect.signature(get_pipeline).parameters["fusion"].default is True
+    assert PipelineOptions().fusion is True
     report_path = tmp_path / "r.json"
     assert main(["compile", _small_model(tmp_path), "-q", "--no-measure", "--time-limit", "0.2",
                  "--report", str(report_path)]) == 0
