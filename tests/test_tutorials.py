@@ -17,6 +17,10 @@ nbclient = pytest.importorskip("nbclient", reason="pip install -e .[test] (nbfor
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((ROOT / "tutorials").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
+SLOW_TUTORIALS = {"04_specialization", "05_serving", "06_cuda", "07_import_failures"}
+"""Run under ``-m slow`` only (15-20 s each): what they show has its own tests
+(tests/transform/test_specialize_kernels.py, tests/tools/test_run.py, tests/test_cuda_build.py,
+tests/frontend/); the default suite runs the other notebooks and checks every one's outputs."""
 
 
 def _code_cells(notebook):
@@ -27,7 +31,9 @@ def test_tutorials_found():
     assert len(TUTORIALS) >= 7, [p.name for p in TUTORIALS]  # 01-07: a lost notebook fails here
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_TUTORIALS else p
+    for p in TUTORIALS], ids=lambda p: p.stem)
 def test_tutorial_runs(path, tmp_path, monkeypatch):
     # the kernel is another process, started in tmp_path: it imports this checkout's package
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))

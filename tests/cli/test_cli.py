@@ -283,6 +283,7 @@ def test_bad_dim_spec_is_one_line(capsys, dim, words):
     assert words in line
 
 
+@pytest.mark.slow  # 25 s: three dynamic builds; each strategy has its own faster tests
 def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, capsys):
     report = tmp_path / "all.json"
     status = main(["compile", str(shared_model("mobilenetv2-tiny.onnx")), "--dim", "batch=1..4",
