@@ -453,7 +453,8 @@ def test_fused_add_layer_norm_builds_a_gpu_kernel_for_sm90():
             if name == "dataflow_lower":
                 break
             legal = tvm.transform.Sequential(phase, name=name)(legal)
-    assert fusion_counts(passes) == {"attention": 0, "dropout": 0, "add_layer_norm": 1,
+    assert fusion_counts(passes) == {"attention": 0, "dropout": 0, "layer_norm": 0,
+                                     "rms_norm": 0, "add_layer_norm": 1, "add_rms_norm": 0,
                                      "matmul_reshape": 0, "feed_forward_chunked": 0}
     records = {r.name: r for p in passes for r in p.records}
     assert (records["add_layer_norm"].candidates, records["add_layer_norm"].fused) == (1, 1)

@@ -263,5 +263,7 @@ def find_norm(graph: FunctionGraph, var: relax.Var):
     if not _same_shape(normed, x):
         return refuse("form", [ve] + steps)
     anchor, gamma, beta, extra = _affine(graph, normed, x, kind)
-    return NormMatch(kind, x, anchor, eps, gamma, beta,
+    # the norm reads x itself, not its cast to its own dtype: a residual add before the cast
+    # then meets the norm (FuseAddLayerNorm)
+    return NormMatch(kind, _uncast(graph, x), anchor, eps, gamma, beta,
                      names + [v.name for v in [ve] + steps + extra])
