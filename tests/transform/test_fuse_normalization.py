@@ -92,3 +92,69 @@ def test_the_pipeline_runs_it_and_counts_each_pattern():
     tvm.compile(mod, "llvm", relax_pipeline=get_pipeline("llvm", fusion_pass_list=passes))
     counts = fusion_counts(passes)
     assert (counts["rms_norm"], counts["add_rms_norm"], counts["layer_norm"]) == (1, 1, 0)
+
+
+def _symbolic_layer_norm():
+    from tvm.script import ir as I, relax as R
+
+    @I.ir_module
+    class Symbolic:
+        @R.function
+        def main(x: R.Tensor(("n", 16), "float32"), g: R.Tensor((16,), "float32")):
+            with R.dataflow():
+                m = R.mean(x, axis=[1], keepdims=True)
+                d = R.subtract(x, m)
+                v = R.mean(R.multiply(d, d), axis=[1], keepdims=True)
+                r = R.rsqrt(R.add(R.const(1e-5, "float32"), v))
+                y = R.multiply(g, R.multiply(r, d))
+                R.output(y)
+            return y
+    return Symbolic
+
+
+def test_a_symbolic_row_count_and_rsqrt():
+    pass_ = FuseNormalization()
+    after = pass_(_symbolic_layer_norm())
+    assert pass_.fused == {"layer_norm": 1, "rms_norm": 0}
+    assert "R.nn.layer_norm" in after["main"].script() and "R.rsqrt" not in after["main"].script()
+    ex = tvm.compile(after, "llvm", relax_pipeline=get_pipeline("llvm", planner="tvm",
+                                                                 fusion=False))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    g = np.linspace(0.5, 2.0, 16).astype("float32")
+    for n in (1, 7):
+        x = np.random.default_rng(n).standard_normal((n, 16)).astype("float32")
+        d = x - x.mean(1, keepdims=True)
+        ref = d / np.sqrt((d * d).mean(1, keepdims=True) + 1e-5) * g
+        got = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(g)).numpy()
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_float16_with_casts_to_float32_around_the_norm():
+    from tvm.script import ir as I, relax as R
+
+    @I.ir_module
+    class Half:
+        @R.function
+        def main(x: R.Tensor((3, 16), "float16"), w: R.Tensor((16,), "float16")):
+            with R.dataflow():
+                x32 = R.astype(x, "float32")
+                ms = R.mean(R.power(x32, R.const(2.0, "float32")), axis=[-1], keepdims=True)
+                n = R.multiply(x32, R.rsqrt(R.add(ms, R.const(1e-6, "float32"))))
+                y = R.multiply(w, R.astype(n, "float16"))
+                R.output(y)
+            return y
+
+    pass_ = FuseNormalization()
+    after = pass_(Half)
+    # the norm in float32 on the cast input; the cast back and the float16 weight stay after it
+    assert pass_.fused == {"layer_norm": 0, "rms_norm": 1}
+    ex = tvm.compile(after, "llvm", relax_pipeline=get_pipeline("llvm", planner="tvm",
+                                                                 fusion=False))
+    x = np.random.default_rng(0).standard_normal((3, 16)).astype("float16")
+    w = np.linspace(0.5, 2.0, 16).astype("float16")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x),
+                                                     tvm.runtime.tensor(w)).numpy()
+    x32 = x.astype("float32")
+    ref = (x32 / np.sqrt((x32 * x32).mean(-1, keepdims=True) + 1e-6)).astype("float16") * w
+    np.testing.assert_allclose(got.astype("float32"), ref.astype("float32"), rtol=2e-3,
+                               atol=2e-3)
