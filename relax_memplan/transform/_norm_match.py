@@ -114,7 +114,7 @@ def _square_of(graph, expr):
     return None
 
 
-def _last_axis_mean(value) -> Optional[bool]:
+def _last_axis_mean(value) -> bool:
     """For a ``mean`` call: whether it reduces the last axis alone with keepdims."""
     ty = value.args[0].ty
     if not isinstance(ty, relax.TensorType) or ty.ndim < 1 or value.attrs.axis is None:
