@@ -11,7 +11,10 @@ from it, the normalization is
   either order;
 * optionally a cast to the same dtype, then ``* gamma`` (either order) and, for a layer norm,
   ``+ beta`` (either order), where gamma and beta hold ``hidden`` values (shape ``(hidden,)``
-  or with leading ones) and give the same shape as ``x``.
+  or with leading ones) and give the same shape as ``x``;
+* or, for a layer norm, TensorFlow's batch-norm formula (Keras ``LayerNormalization`` through
+  tf2onnx), where the centred values are only squared: ``inv = rsqrt(v + eps) [* gamma]``,
+  ``y = x * inv + (beta - m * inv)`` (``+ -(m * inv)`` or ``- m * inv`` without beta).
 
 Both means reduce the last axis alone with ``keepdims``; a cast to the same dtype (what
 ``x.to(torch.float32)`` exports for a float32 model) between ``t`` and the product is looked
@@ -161,9 +164,26 @@ def _same_shape(a, b) -> bool:
                                                               b.ty.shape.values))
 
 
+def _inv_sqrt(graph, ve):
+    """(``1 / sqrt(ve)`` var, [bindings]) of ``rsqrt(ve)``, ``1 / sqrt(ve)`` or
+    ``power(ve, -0.5)``, each step read once; else None."""
+    step = _sole(graph, ve)
+    value = _value(graph, step)
+    if _call(value, "relax.rsqrt") or (_call(value, "relax.power")
+                                       and scalar_value(value.args[1]) == -0.5):
+        return step, [step]
+    if _call(value, "relax.sqrt"):
+        nxt = _sole(graph, step)
+        nval = _value(graph, nxt)
+        if _call(nval, "relax.divide") and nval.args[1].same_as(step) and \
+                scalar_value(nval.args[0]) == 1.0:
+            return nxt, [step, nxt]
+    return None
+
+
 def _normalized(graph, ve, t):
-    """(normalized var, [bindings]) of ``t / sqrt(ve)``, ``t * rsqrt(ve)``,
-    ``t * (1 / sqrt(ve))`` or ``t * power(ve, -0.5)``, each step read once; else None."""
+    """(normalized var, [bindings]) of ``t / sqrt(ve)`` or ``t * r`` with ``r`` an
+    :func:`_inv_sqrt` of ``ve``, each step read once; else None."""
     step = _sole(graph, ve)
     value = _value(graph, step)
     if _call(value, "relax.sqrt"):
@@ -172,14 +192,55 @@ def _normalized(graph, ve, t):
         if _call(nval, "relax.divide") and nval.args[1].same_as(step) and \
                 _same(_uncast(graph, nval.args[0]), _uncast(graph, t)):
             return nxt, [step, nxt]
-        if _call(nval, "relax.divide") and nval.args[1].same_as(step) and \
-                scalar_value(nval.args[0]) == 1.0:
-            return _times(graph, nxt, t, [step, nxt])
+    got = _inv_sqrt(graph, ve)
+    return _times(graph, got[0], t, got[1]) if got is not None else None
+
+
+def _folded(graph, ve, x, mean, hidden):
+    """TensorFlow's batch-norm formula of a layer norm (Keras ``LayerNormalization`` through
+    tf2onnx): ``inv = rsqrt(ve) [* gamma]``, ``y = x * inv + (beta - mean * inv)`` (or
+    ``+ -(mean * inv)``, or ``x * inv - mean * inv`` without beta). (y, gamma, beta,
+    [bindings]) or None."""
+    got = _inv_sqrt(graph, ve)
+    if got is None:
         return None
-    if _call(value, "relax.rsqrt") or (_call(value, "relax.power")
-                                       and scalar_value(value.args[1]) == -0.5):
-        return _times(graph, step, t, [step])
-    return None
+    inv, steps = got
+    gamma = None
+    user = _sole(graph, inv)
+    if user is not None and _call(_value(graph, user), "relax.multiply"):
+        gamma = _other_operand(_value(graph, user), inv)
+        if gamma is None or not _hidden_param(gamma, x, hidden):
+            return None
+        inv, steps = user, steps + [user]
+    users = set(graph.users.get(inv, []))
+    if len(users) != 2 or inv in graph.returned:
+        return None
+    by_operand = {}
+    for u in users:
+        value = _value(graph, u)
+        other = _other_operand(value, inv) if _call(value, "relax.multiply") else None
+        if other is not None:
+            by_operand["x" if _same(_uncast(graph, other), _uncast(graph, x)) else
+                       "mean" if _same(other, mean) else "other"] = u
+    xi, mi = by_operand.get("x"), by_operand.get("mean")
+    if xi is None or mi is None:
+        return None
+    y, beta, shift = _sole(graph, xi), None, _sole(graph, mi)
+    sval = _value(graph, shift)
+    if shift is not None and shift.same_as(y) and _call(sval, "relax.subtract") and \
+            sval.args[0].same_as(xi):
+        return y, gamma, None, steps + [xi, mi, y]
+    if _call(sval, "relax.subtract") and sval.args[1].same_as(mi):
+        beta = sval.args[0]
+        if not _hidden_param(beta, x, hidden):
+            return None
+    elif not _call(sval, "relax.negative"):
+        return None
+    yval = _value(graph, y)
+    if not _call(yval, "relax.add") or _sole(graph, shift) is None or \
+            not _sole(graph, shift).same_as(y) or _other_operand(yval, xi) is None:
+        return None
+    return y, gamma, beta, steps + [xi, mi, shift, y]
 
 
 def _times(graph, r, t, seen):
@@ -243,9 +304,12 @@ def find_norm(graph: FunctionGraph, var: relax.Var):
     if not _last_axis_mean(mean) or (kind == "layer_norm"
                                      and not _last_axis_mean(graph.lookup(inner[0]))):
         return refuse("axes")
+    # TensorFlow's formula reads the mean again and the centred values only squared
+    folded = kind == "layer_norm" and _readers(graph, t) == 1 and \
+        _readers(graph, inner[0]) == 2
     if _readers(graph, var) != 1 or _readers(graph, square) != 1 or (
-            kind == "layer_norm" and (_readers(graph, inner[0]) != 1
-                                      or _readers(graph, t) != 2)):
+            kind == "layer_norm" and not folded and (_readers(graph, inner[0]) != 1
+                                                     or _readers(graph, t) != 2)):
         return refuse("read")
     ve = _sole(graph, var)
     veval = _value(graph, ve)
@@ -256,6 +320,13 @@ def find_norm(graph: FunctionGraph, var: relax.Var):
         return refuse("eps", [ve])
     if _readers(graph, ve) != 1:
         return refuse("read", [ve])
+    if folded:
+        got = _folded(graph, ve, x, inner[0], x.ty.shape.values[-1])
+        if got is None or not _same_shape(got[0], x):
+            return refuse("form", [ve])
+        anchor, gamma, beta, steps = got
+        return NormMatch(kind, _uncast(graph, x), anchor, eps, gamma, beta,
+                         names + [v.name for v in [ve] + steps])
     got = _normalized(graph, ve, t)
     if got is None:
         return refuse("form", [ve])

@@ -22,6 +22,7 @@ FORMS = {
     "pow_div": ("layer_norm", 13, "TorchScript exporter below opset 17"),
     "pow_div_opset18": ("layer_norm", 18, "ReduceMean with its axes as an input"),
     "mul_reciprocal": ("layer_norm", 13, "tf2onnx: d * d, Sqrt, Reciprocal, Mul"),
+    "tf_folded": ("layer_norm", 13, "tf2onnx (Keras): x * inv + (beta - mean * inv)"),
     "rms_reciprocal": ("rms_norm", 18, "Llama/T5: Pow 2, Sqrt, Reciprocal, Mul, Mul weight"),
     "rms_div": ("rms_norm", 13, "x / Sqrt(mean(x * x) + eps) * w"),
     "rms_cast": ("rms_norm", 13, "Casts to float32 around the Llama form"),
@@ -48,6 +49,8 @@ def _norm(g, form, x, gamma, beta, eps_first, axis=-1):
         return g.op("LayerNormalization", *args, axis=-1, epsilon=1e-5)
     if form == "rms_cast":
         x = g.op("Cast", x, to=TensorProto.FLOAT)
+    if form == "tf_folded":
+        return _folded(g, x, gamma, beta, eps_first)
     if kind == "layer_norm":
         centred = g.op("Sub", x, _mean(g, x, opset, axis))
         square = g.op("Mul", centred, centred) if form == "mul_reciprocal" else \
@@ -67,6 +70,19 @@ def _norm(g, form, x, gamma, beta, eps_first, axis=-1):
     if beta and kind == "layer_norm":
         y = g.op("Add", y, beta)
     return y
+
+
+def _folded(g, x, gamma, beta, eps_first):
+    """TensorFlow's batch-norm formula of a layer norm, as tf2onnx writes Keras's."""
+    m = _mean(g, x, 13)
+    d = g.op("Sub", x, m)
+    ve = _plus_eps(g, _mean(g, g.op("Mul", d, d), 13), eps_first)
+    inv = g.op("Reciprocal", g.op("Sqrt", ve))
+    if gamma:
+        inv = g.op("Mul", inv, gamma)
+    scaled_mean = g.op("Mul", m, inv)
+    shift = g.op("Sub", beta, scaled_mean) if beta else g.op("Neg", scaled_mean)
+    return g.op("Add", g.op("Mul", x, inv), shift)
 
 
 def norm_model(form, residual=True, swap=False, gamma=True, beta=True, sum_output=False,

@@ -47,7 +47,8 @@ def test_residual_add_and_norm_become_one_kernel(form):
     assert _counts(records["add_" + kind]) == (1, 1), records["add_" + kind].refused
 
 
-@pytest.mark.parametrize("form", ["pow_div", "mul_reciprocal", "rms_reciprocal", "rms_div"])
+@pytest.mark.parametrize("form", ["pow_div", "mul_reciprocal", "tf_folded", "rms_reciprocal",
+                                  "rms_div"])
 def test_without_the_residual_add_the_norm_is_one_op(form):
     kind = FORMS[form][0]
     got, expected, records = _build(*norm_model(form, residual=False))
@@ -59,6 +60,8 @@ def test_without_the_residual_add_the_norm_is_one_op(form):
 @pytest.mark.parametrize("form, gamma, beta", [("pow_div", False, False),
                                                ("pow_div", True, False),
                                                ("mul_reciprocal", False, True),
+                                               ("tf_folded", False, False),
+                                               ("tf_folded", True, False),
                                                ("rms_div", False, False)])
 def test_gamma_and_beta_present_or_absent(form, gamma, beta):
     kind = FORMS[form][0]
