@@ -8,7 +8,9 @@ fusion on, our planner), read the fusion records of ``layer_norm`` and ``rms_nor
 (:class:`~relax_memplan.transform.fuse_normalization.FuseNormalization`: norms written as
 element-wise steps) and ``add_layer_norm``/``add_rms_norm``
 (:class:`~relax_memplan.transform.fuse_add_layer_norm.FuseAddLayerNorm`: residual add + norm),
-run once and give the max abs error against onnxruntime relative to its largest output.
+run once and give the max abs error against onnxruntime relative to its largest output, and
+the kernels per call; where FuseNormalization fused a norm, the kernels per call of the same
+build without it (``kernels_without_norm_ops``).
 
 Usage: python benchmarks/norm_models_bench.py [--models DIR/NAME,...] [--json PATH]
 """
@@ -43,6 +45,7 @@ def one_model(path: str) -> dict:
     from relax_memplan.compile import build
     from relax_memplan.frontend import import_onnx, run_onnxruntime
     from relax_memplan.pipeline import fusion_passes
+    from relax_memplan.runtime.vm import kernels_per_call
     from relax_memplan.transform.fusion_record import pattern_records
     from relax_memplan.transform.plan_static_memory import PlanStaticMemory
 
@@ -58,7 +61,16 @@ def one_model(path: str) -> dict:
         r = records[name]
         row[name] = {"candidates": r.candidates, "fused": r.fused, "refused": r.reasons()}
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    got = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()])
+    args = [tvm.runtime.tensor(v) for v in feeds.values()]
+    row["kernels"] = kernels_per_call(vm, args)
+    if records["layer_norm"].fused or records["rms_norm"].fused:
+        others = [p for p in fusion_passes(tvm.target.Target("llvm"))
+                  if p.info.name != "FuseNormalization"]
+        base = build(mod, "llvm", "relax_memplan", PlanStaticMemory(time_limit_s=1.0), None,
+                     fusion_pass_list=others)
+        row["kernels_without_norm_ops"] = kernels_per_call(
+            relax.VirtualMachine(base, tvm.cpu()), args)
+    got = vm["main"](*args)
     got = [x.numpy() for x in (got if isinstance(got, tvm.ir.Array) else [got])]
     ref = run_onnxruntime(f"{path}.onnx", feeds)
     row["rel_err_vs_ort"] = max(float(np.abs(g - r).max() / max(np.abs(r).max(), 1e-6))
