@@ -31,8 +31,8 @@ DEFAULT = ",".join([f"{FULL}/{n}" for n in ("bert_base", "bert_base_legacy", "gp
                                              "gpt2_legacy", "vit_b_16", "vit_b_16_legacy",
                                              "whisper_tiny_encoder")]
                    + [f"{EXTRA}/{n}" for n in ("distilbert", "distilbert_legacy_op14",
-                                               "llama_small", "t5_small_encoder",
-                                               "t5_small_encoder_legacy")])
+                                               "op14/bert_base_legacy_op14", "llama_small",
+                                               "t5_small_encoder", "t5_small_encoder_legacy")])
 PATTERNS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
 
 
