@@ -18,7 +18,8 @@ Models: ``distilbert`` (DistilBERT-base), ``llama`` (a Llama-style decoder: grou
 attention 12 query / 4 key-value heads, RoPE, RMSNorm, SwiGLU; 8 layers), ``deit_small``
 (DeiT-small, transformers' DeiT), ``swin_t`` (Swin-T: window attention with a relative-position
 bias over a batch of windows, shifted windows with their mask), ``t5_small_encoder`` (T5-small's
-encoder: relative-position bias, RMSNorm), ``whisper_tiny_decoder`` (Whisper-tiny's decoder:
+encoder: relative-position bias, RMSNorm), ``llama_small`` (the Llama-style decoder at 2 layers,
+hidden 256, 8 query / 2 key-value heads), ``whisper_tiny_decoder`` (Whisper-tiny's decoder:
 causal self-attention and cross-attention on the encoder states, given as an input).
 """
 
@@ -83,6 +84,18 @@ def llama():
                        "4 kv heads, ffn 2048, vocab 32000): GQA, RoPE, RMSNorm, SwiGLU")
 
 
+def llama_small():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+                      num_attention_heads=8, num_key_value_heads=2, vocab_size=1000,
+                      max_position_embeddings=512, use_cache=False)
+    return dict(model=LlamaForCausalLM(cfg), inputs=_text(kind_mask=False), outputs=["logits"],
+                layers=cfg.num_hidden_layers, seq_max=cfg.max_position_embeddings,
+                fixed=dict(use_cache=False),
+                source="transformers LlamaForCausalLM, LlamaConfig(h256, 2L, 8 q heads, "
+                       "2 kv heads, ffn 688, vocab 1000): GQA, RoPE, RMSNorm, SwiGLU")
+
+
 def deit_small():
     from transformers import DeiTConfig, DeiTModel
     cfg = DeiTConfig(hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
@@ -127,7 +140,7 @@ def whisper_tiny_decoder():
                        "self-attention + cross-attention on encoder_hidden_states (1500 x 384)")
 
 
-MODELS = {f.__name__: f for f in (distilbert, llama, deit_small, swin_t, t5_small_encoder,
+MODELS = {f.__name__: f for f in (distilbert, llama, llama_small, deit_small, swin_t, t5_small_encoder,
                                   whisper_tiny_decoder)}
 
 
@@ -177,7 +190,7 @@ def _rename_dims(path, spec):
     return mapping
 
 
-def _export(wrapped, spec, args, path, dynamo):
+def _export(wrapped, spec, args, path, dynamo, ts_opset=TS_OPSET):
     names = [n for n, _, _ in spec["inputs"]]
     with torch.no_grad():
         if dynamo:
@@ -187,7 +200,7 @@ def _export(wrapped, spec, args, path, dynamo):
                               dynamic_shapes=_dynamic_shapes(spec), optimize=True)
         else:
             torch.onnx.export(wrapped, args, path, input_names=names,
-                              output_names=spec["outputs"], opset_version=TS_OPSET,
+                              output_names=spec["outputs"], opset_version=ts_opset,
                               dynamo=False, do_constant_folding=True,
                               dynamic_axes={n: dict(axes) for n, _, axes in spec["inputs"]})
 
@@ -210,7 +223,7 @@ def _check(path, wrapped, spec, out_dir, stem):
             for n, g, r in zip(spec["outputs"], got, ref)}
 
 
-def export_one(name, out_dir, force=False):
+def export_one(name, out_dir, force=False, ts_opset=TS_OPSET):
     torch.manual_seed(0)
     spec = MODELS[name]()
     spec["model"].eval()
@@ -219,18 +232,19 @@ def export_one(name, out_dir, force=False):
     example = make_inputs(spec, EXPORT_BATCH, EXPORT_SEQ, seed=1)
     args = tuple(example[n] for n in names)
     results = []
-    for dynamo, stem in ((True, name), (False, f"{name}_legacy")):
+    legacy = f"{name}_legacy" + ("" if ts_opset == TS_OPSET else f"_op{ts_opset}")
+    for dynamo, stem in ((True, name), (False, legacy)):
         path = os.path.join(out_dir, f"{stem}.onnx")
         if os.path.exists(path) and not force:
             continue
         info = dict(name=stem, source=spec["source"], layers=spec["layers"],
                     params=sum(p.numel() for p in spec["model"].parameters()),
                     exporter=(f"dynamo (torch.export), opset {DYNAMO_OPSET}" if dynamo
-                              else f"torchscript (dynamo=False), opset {TS_OPSET}"),
+                              else f"torchscript (dynamo=False), opset {ts_opset}"),
                     dims={n: dict(axes) for n, _, axes in spec["inputs"]})
         start = time.time()
         try:
-            _export(wrapped, spec, args, path, dynamo)
+            _export(wrapped, spec, args, path, dynamo, ts_opset)
             info["renamed_dims"] = _rename_dims(path, spec)
             info["ort_vs_torch"] = _check(path, wrapped, spec, out_dir, stem)
             info["status"] = "exported"
@@ -253,6 +267,9 @@ def main(argv=None):
     parser.add_argument("names", nargs="*")
     parser.add_argument("--out", default="/tmp/full_size_extra")
     parser.add_argument("--force", action="store_true", help="export again over existing files")
+    parser.add_argument("--ts-opset", type=int, default=TS_OPSET,
+                        help="TorchScript exporter's opset (below 17 layer norms are written as "
+                             "ReduceMean/Sub/Pow/Sqrt/Div: <name>_legacy_op<N>.onnx)")
     args = parser.parse_args(argv)
     if args.command == "list":
         print(" ".join(MODELS))
@@ -262,7 +279,7 @@ def main(argv=None):
         parser.error(f"unknown model(s) {unknown}; known: {list(MODELS)}")
     os.makedirs(args.out, exist_ok=True)
     for name in args.names or list(MODELS):
-        for info in export_one(name, args.out, args.force):
+        for info in export_one(name, args.out, args.force, args.ts_opset):
             print(json.dumps({k: info.get(k) for k in ("name", "status", "error", "export_s",
                                                        "ort_vs_torch")}))
     return 0

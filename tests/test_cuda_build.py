@@ -453,7 +453,8 @@ def test_fused_add_layer_norm_builds_a_gpu_kernel_for_sm90():
             if name == "dataflow_lower":
                 break
             legal = tvm.transform.Sequential(phase, name=name)(legal)
-    assert fusion_counts(passes) == {"attention": 0, "dropout": 0, "add_layer_norm": 1,
+    assert fusion_counts(passes) == {"attention": 0, "dropout": 0, "layer_norm": 0,
+                                     "rms_norm": 0, "add_layer_norm": 1, "add_rms_norm": 0,
                                      "matmul_reshape": 0, "feed_forward_chunked": 0}
     records = {r.name: r for p in passes for r in p.records}
     assert (records["add_layer_norm"].candidates, records["add_layer_norm"].fused) == (1, 1)
@@ -466,6 +467,40 @@ def test_fused_add_layer_norm_builds_a_gpu_kernel_for_sm90():
     kernels = set(_GLOBAL_FUNC.findall(source))
     assert {k for k in kernels if k.startswith("add_layer_norm")} == {"add_layer_norm_kernel"}
     body = source[source.index("add_layer_norm_kernel(float"):]
+    body = body[:body.index("\n}\n")]
+    assert "__shfl_down_sync" in body and "blockIdx.x" in body  # a block per row, warp sums
+
+
+@I.ir_module
+class ResidualRmsNorm:
+    @R.function
+    def main(p: R.Tensor(("n", 16, 768), "float32"), q: R.Tensor(("n", 16, 768), "float32"),
+             w: R.Tensor((768,), "float32")):
+        with R.dataflow():
+            x = R.nn.softmax(p, axis=-1)
+            s = R.add(x, q)
+            ms = R.mean(R.power(s, R.const(2.0, "float32")), axis=[-1], keepdims=True)
+            r = R.divide(R.const(1.0, "float32"), R.sqrt(R.add(ms, R.const(1e-6, "float32"))))
+            y = R.multiply(w, R.multiply(s, r))
+            R.output(y)
+        return y
+
+
+def test_fused_add_rms_norm_builds_a_gpu_kernel_for_sm90():
+    # Llama's RMS norm steps become rms_norm (FuseNormalization), then one kernel with the
+    # residual add (FuseAddLayerNorm's compute), scheduled by dlight as a block per row
+    from relax_memplan.pipeline import fusion_counts, fusion_passes  # pylint: disable=import-outside-toplevel
+
+    sm90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    passes = fusion_passes(sm90)
+    ex = build(ResidualRmsNorm, sm90, "relax_memplan", _plan_pass(), None, fusion=True,
+               fusion_pass_list=passes)
+    counts = fusion_counts(passes)
+    assert (counts["rms_norm"], counts["add_rms_norm"]) == (1, 1)
+    source = _cuda_source(ex)
+    kernels = set(_GLOBAL_FUNC.findall(source))
+    assert {k for k in kernels if k.startswith("add_rms_norm")} == {"add_rms_norm_kernel"}
+    body = source[source.index("add_rms_norm_kernel(float"):]
     body = body[:body.index("\n}\n")]
     assert "__shfl_down_sync" in body and "blockIdx.x" in body  # a block per row, warp sums
 

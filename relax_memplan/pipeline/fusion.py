@@ -10,6 +10,7 @@ from ..transform.fold_matmul_reshape import FoldMatmulReshape
 from ..transform.fuse_add_layer_norm import FuseAddLayerNorm
 from ..transform.fuse_attention import FuseAttention
 from ..transform.fuse_conv_chain import FuseConvChain
+from ..transform.fuse_normalization import FuseNormalization
 from ..transform.remove_dropout import RemoveDropout
 from .options import CONV_CHAIN_MODES
 
@@ -24,7 +25,9 @@ def fusion_passes(target: tvm.target.Target, conv_chain: str = "auto",
     reshapes to and from 2-d becomes the N-d matmul, so FuseOps fuses its epilogue),
     :class:`~relax_memplan.transform.remove_dropout.RemoveDropout`,
     :class:`~relax_memplan.transform.fuse_attention.FuseAttention` (its kernel scheduled for
-    ``target``: CPU for llvm, CUDA for cuda) and
+    ``target``: CPU for llvm, CUDA for cuda),
+    :class:`~relax_memplan.transform.fuse_normalization.FuseNormalization` (layer and RMS
+    norms written as element-wise steps become the norm ops),
     :class:`~relax_memplan.transform.fuse_add_layer_norm.FuseAddLayerNorm` (its scheduled CPU
     kernel for ``llvm``/``c``, else a compute the target's default schedule rules schedule) and
     :class:`~relax_memplan.transform.chunk_feed_forward.ChunkFeedForward` (the feed-forward
@@ -46,6 +49,7 @@ def fusion_passes(target: tvm.target.Target, conv_chain: str = "auto",
                          f"got {conv_chain!r}")
     cpu = target.kind.name in ("llvm", "c")
     passes = [FoldMatmulReshape(), RemoveDropout(), FuseAttention(target=target),
+              FuseNormalization(),
               FuseAddLayerNorm(kernel="cpu" if cpu else "compute", target=target),
               ChunkFeedForward(target=target)]
     consumers = CONV_CHAIN_MODES[conv_chain][0 if schedule else 1]
@@ -57,9 +61,11 @@ def fusion_passes(target: tvm.target.Target, conv_chain: str = "auto",
 
 def fusion_counts(passes) -> dict:
     """What the fusion passes of one build did: pattern -> count (``attention``: attention
-    blocks fused into one kernel, ``dropout``: dropouts removed, ``add_layer_norm``: residual
-    add + layer norm pairs fused into one kernel, ``matmul_reshape``: matmuls taken out of a
-    reshape sandwich so that FuseOps fuses their epilogue, ``feed_forward_chunked``: feed-forward
+    blocks fused into one kernel, ``dropout``: dropouts removed, ``layer_norm``/``rms_norm``:
+    norms written as element-wise steps made one norm op, ``add_layer_norm``/``add_rms_norm``:
+    residual add + layer/RMS norm pairs fused into one kernel, ``matmul_reshape``: matmuls
+    taken out of a reshape sandwich so that FuseOps fuses their epilogue,
+    ``feed_forward_chunked``: feed-forward
     blocks computed over row chunks, ``conv_chain``: conv + strided conv pairs fused,
     ``conv_chain_refused``: chains found but not fused, because the intermediate has another
     reader, the live bytes would not improve or the threads' scratch would not be smaller,
@@ -75,8 +81,11 @@ def fusion_counts(passes) -> dict:
         counts["dropout"] = int(by_name["RemoveDropout"].removed)
     if "FoldMatmulReshape" in by_name:
         counts["matmul_reshape"] = int(by_name["FoldMatmulReshape"].folded)
+    if "FuseNormalization" in by_name:
+        counts.update({k: int(n) for k, n in by_name["FuseNormalization"].fused.items()})
     if "FuseAddLayerNorm" in by_name:
-        counts["add_layer_norm"] = int(by_name["FuseAddLayerNorm"].fused)
+        counts.update({k: int(n)
+                       for k, n in by_name["FuseAddLayerNorm"].fused_by_pattern.items()})
     if "ChunkFeedForward" in by_name:
         counts["feed_forward_chunked"] = int(by_name["ChunkFeedForward"].chunked)
     if "FuseConvChain" in by_name:

@@ -16,7 +16,9 @@ from ..transform.fusion_record import PatternRecord, Refusal, pattern_records
 __all__ = ["PATTERN_LABELS", "pattern_dicts", "pattern_lines", "explain_lines"]
 
 #: Pattern name -> its name in the text report.
-PATTERN_LABELS = {"attention": "attention", "add_layer_norm": "add+layer norm",
+PATTERN_LABELS = {"attention": "attention", "layer_norm": "layer norm (element-wise steps)",
+                  "rms_norm": "RMS norm (element-wise steps)", "add_layer_norm": "add+layer norm",
+                  "add_rms_norm": "add+RMS norm",
                   "feed_forward": "feed-forward", "conv_chain": "conv chains",
                   "dropout": "dropout", "matmul_reshape": "matmul reshapes"}
 

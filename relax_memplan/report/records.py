@@ -379,7 +379,9 @@ class CompileReport:
     fusion : dict of str to int, optional
         ``None`` when our fusion did not run; else pattern -> times fused in this build
         (``attention``: attention blocks made one kernel, ``dropout``: dropouts removed,
-        ``add_layer_norm``: residual add + layer norm pairs made one kernel).
+        ``layer_norm``/``rms_norm``: norms written as element-wise steps made one op,
+        ``add_layer_norm``/``add_rms_norm``: residual add + norm pairs made one kernel;
+        :func:`~relax_memplan.pipeline.fusion_counts`).
     fusion_skipped : dict of str to int
         Patterns found but left unfused by the build's mode, by reason in words
         (``{"dense consumer under --schedule": 1}``,

@@ -3,8 +3,8 @@
 Where each runs in :func:`relax_memplan.get_pipeline`: ``AnnotateDimRanges`` and
 ``CheckIndexBounds`` first, on the imported module; ``ClampEmptySlices``, then with
 ``fusion=True`` ``FoldConstantsFirst`` and the fusion passes (``FoldMatmulReshape``,
-``RemoveDropout``, ``FuseAttention``, ``FuseAddLayerNorm``, ``ChunkFeedForward``,
-``FuseConvChain`` on llvm/c targets), then ``ExpandIntegerPower``, ``FastBoundedMath`` (llvm
+``RemoveDropout``, ``FuseAttention``, ``FuseNormalization``, ``FuseAddLayerNorm``,
+``ChunkFeedForward``, ``FuseConvChain`` on llvm/c targets), then ``ExpandIntegerPower``, ``FastBoundedMath`` (llvm
 with ``schedule=True``) and ``ConvTransposeAsMatmul`` (same) before ``LegalizeOps``;
 ``SpecializeKernels`` after ``FuseTIR``; ``ReorderForMemory`` before ``CallTIRRewrite``;
 ``PlanDynamicMemory``, ``PlanStaticMemory`` and ``InsertDimRangeCheck`` in place of TVM's
@@ -26,6 +26,7 @@ from .fold_matmul_reshape import FoldMatmulReshape
 from .fuse_add_layer_norm import FuseAddLayerNorm
 from .fuse_attention import FuseAttention
 from .fuse_conv_chain import FuseConvChain
+from .fuse_normalization import FuseNormalization
 from .hoist_loop_storage import HoistLoopStorage
 from .insert_dim_range_check import InsertDimRangeCheck
 from .plan_dynamic_memory import PlanDynamicMemory
@@ -51,6 +52,7 @@ __all__ = [
     "FuseAddLayerNorm",
     "FuseAttention",
     "FuseConvChain",
+    "FuseNormalization",
     "HoistLoopStorage",
     "InsertDimRangeCheck",
     "PlanDynamicMemory",

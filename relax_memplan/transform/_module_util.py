@@ -3,11 +3,12 @@ Relax function with a mutator and count what they changed (:class:`CountingRewri
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import tvm
+from tvm import relax
 
-__all__ = ["replace_functions", "rewrite_functions", "before_call_tir_rewrite",
+__all__ = ["binding_readers", "replace_functions", "rewrite_functions", "before_call_tir_rewrite",
            "CountingRewritePass"]
 
 _DPS_OPS = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_tir_with_grad",
@@ -106,3 +107,22 @@ def before_call_tir_rewrite(mod: tvm.IRModule) -> bool:
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
     return found["dps"] and not found["alloc"]
+
+
+def binding_readers(func) -> Dict[str, list]:
+    """Binding positions reading each var, by name (``1 << 30``: the function's result)."""
+    out: Dict[str, list] = {}
+    pos = 0
+
+    def note(expr, where):
+        def visit(e):
+            if isinstance(e, relax.Var):
+                out.setdefault(e.name, []).append(where)
+        relax.analysis.post_order_visit(expr, visit)
+
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            note(binding.value, pos)
+            pos += 1
+    note(func.body.body, 1 << 30)
+    return out

@@ -1,4 +1,5 @@
-"""FuseAddLayerNorm: a residual ``add`` and the ``layer_norm`` reading it as one kernel.
+"""FuseAddLayerNorm: a residual ``add`` and the ``layer_norm`` (or ``rms_norm``) reading it
+as one kernel.
 
 Where it runs: on the high-level Relax graph, before ``LegalizeOps`` (our pipeline runs it in
 the ``legalize`` phase with ``fusion=True``, after ``RemoveDropout`` and ``FuseAttention``).
@@ -9,6 +10,10 @@ beta)``), onnxruntime's SkipLayerNormalization::
 
     s = R.add(x, residual)                       # same shape, same dtype, no broadcast
     y = R.nn.layer_norm(s, gamma, beta, axes=[-1])
+
+and the same with ``R.nn.rms_norm(s, gamma, axes=[-1])`` (Llama's and T5's residual add +
+RMSNorm; :class:`~relax_memplan.transform.fuse_normalization.FuseNormalization`, run before,
+turns the element-wise spellings of both norms into these ops).
 
 ``y`` becomes ``reshape(call_tir(add_layer_norm, (x2d, residual2d, gamma, beta)))`` over 2-d
 views ``(rows, hidden)`` (hidden static). When ``s`` has other readers (GPT-2's pre-LN
@@ -53,7 +58,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..analysis.lowered_peak import lowered_peak_live_bytes
 from ._layer_norm_kernel import add_layer_norm_compute, add_layer_norm_cpu
-from ._module_util import replace_functions
+from ._module_util import binding_readers, replace_functions
 from .fusion_record import RefusalLog
 
 __all__ = ["FuseAddLayerNorm", "EPILOGUE_PRODUCERS", "REASONS"]
@@ -78,11 +83,17 @@ EPILOGUE_PRODUCERS = frozenset({
 KERNEL_KINDS = ("cpu", "compute")
 
 
-def _pattern():
-    """``layer_norm(add(x, residual), gamma, beta)`` and its parts, as tvm.relax.dpl patterns."""
+#: The norm op -> the pattern's name in the records and the report.
+NORMS = {"relax.nn.layer_norm": "add_layer_norm", "relax.nn.rms_norm": "add_rms_norm"}
+
+
+def _pattern(op: str):
+    """``layer_norm(add(x, residual), gamma, beta)`` (``rms_norm(add(x, residual), gamma)``)
+    and its parts, as tvm.relax.dpl patterns."""
     x, res, gamma, beta = wildcard(), wildcard(), wildcard(), wildcard()
     add = is_op("relax.add")(x, res)
-    return is_op("relax.nn.layer_norm")(add, gamma, beta), add, x, res, gamma, beta
+    params = (gamma, beta) if op == "relax.nn.layer_norm" else (gamma,)
+    return is_op(op)(add, *params), add, x, res
 
 
 @tvm.transform.module_pass(opt_level=0, name="FuseAddLayerNorm")
@@ -105,15 +116,17 @@ class FuseAddLayerNorm:
     Attributes
     ----------
     fused : int
-        add + layer_norm pairs rewritten by the last run.
+        add + norm pairs rewritten by the last run (both norms).
     skipped : dict of str to int
         Matches not rewritten, by reason (``epilogue``: the add is left in a producer's
         epilogue; ``shape``/``reader``: not the supported form; ``sum_output``: the sum is read
         elsewhere and the kernel is the ``compute`` one; ``peak``: the function's peak live
         bytes would rise).
+    fused_by_pattern : dict of str to int
+        The same per pattern (``add_layer_norm``, ``add_rms_norm``).
     records : list of PatternRecord
-        ``[add_layer_norm]``: candidates, fused, and each refusal with its reason
-        (:data:`REASONS`) and bindings (:mod:`~relax_memplan.transform.fusion_record`).
+        ``[add_layer_norm, add_rms_norm]``: candidates, fused, and each refusal with its
+        reason (:data:`REASONS`) and bindings (:mod:`~relax_memplan.transform.fusion_record`).
 
     Raises
     ------
@@ -132,18 +145,21 @@ class FuseAddLayerNorm:
         self.memory_check = memory_check
         self.target = target
         self.fused = 0
+        self.fused_by_pattern: Dict[str, int] = {n: 0 for n in NORMS.values()}
         self.skipped: Dict[str, int] = {}
         self._kernels: Dict[tuple, tvm.tirx.PrimFunc] = {}
-        self._log = RefusalLog()
+        self._logs = {n: RefusalLog() for n in NORMS.values()}
 
     @property
     def records(self):
-        return [self._log.record("add_layer_norm", self.fused, REASONS)]
+        return [self._logs[n].record(n, self.fused_by_pattern[n], REASONS)
+                for n in NORMS.values()]
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         # kernels built once per run, shared by the rewrites the peak check tries
         self.fused, self.skipped, self._kernels = 0, {}, {}
-        self._log = RefusalLog()
+        self.fused_by_pattern = {n: 0 for n in NORMS.values()}
+        self._logs = {n: RefusalLog() for n in NORMS.values()}
         for gv, func in list(mod.functions_items()):
             if isinstance(func, relax.Function):
                 mod = self._function(mod, gv, func)
@@ -166,8 +182,8 @@ class FuseAddLayerNorm:
         new_mod, sites, rewriter = self._rewrite(mod, gv, func, None)
         for reason, n in rewriter.skipped.items():
             self.skipped[reason] = self.skipped.get(reason, 0) + n
-        for reason, names in rewriter.refusals:
-            self._log.refuse(reason, names, func=func, function=gv.name_hint)
+        for pattern, reason, names in rewriter.refusals:
+            self._logs[pattern].refuse(reason, names, func=func, function=gv.name_hint)
         if sites and self.memory_check:
             name = gv.name_hint
             peak = lowered_peak_live_bytes(mod, name, self.target)
@@ -181,35 +197,23 @@ class FuseAddLayerNorm:
                 self.skipped["peak"] = self.skipped.get("peak", 0) + rejected
                 for site in sites:
                     if site not in accepted:
-                        self._log.refuse("peak", [site], func=func, function=gv.name_hint)
+                        self._logs[rewriter.patterns[site]].refuse(
+                            "peak", [site], func=func, function=gv.name_hint)
                 new_mod, sites, _ = self._rewrite(mod, gv, func, set(accepted)) if accepted \
                     else (mod, [], None)
         self.fused += len(sites)
+        for site in sites:
+            self.fused_by_pattern[rewriter.patterns[site]] += 1
         return new_mod
-
-
-def _readers(func) -> Dict[str, list]:
-    """Binding positions reading each var, by name (-1: the function's result)."""
-    out: Dict[str, list] = {}
-    pos = 0
-
-    def note(expr, where):
-        def visit(e):
-            if isinstance(e, relax.Var):
-                out.setdefault(e.name, []).append(where)
-        relax.analysis.post_order_visit(expr, visit)
-
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            note(binding.value, pos)
-            pos += 1
-    note(func.body.body, 1 << 30)
-    return out
 
 
 def _is_op(expr, names) -> bool:
     return (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)
             and expr.op.name in names)
+
+
+def _rms(norm) -> bool:
+    return norm.op.name == "relax.nn.rms_norm"
 
 
 def _same(a, b) -> bool:
@@ -223,17 +227,18 @@ class _Rewriter(PyExprMutator):
         self.owner = owner
         self.allowed = allowed  # names of the layer_norm vars that may be rewritten (None: all)
         self.sites = []
-        self.pattern, self.add_pat, self.x_pat, self.res_pat, self.g_pat, self.b_pat = _pattern()
+        self.patterns: Dict[str, str] = {}  # site -> pattern name
+        self.dpl = {op: _pattern(op) for op in NORMS}
         self.kernels: Dict[tuple, relax.GlobalVar] = {}
         self.skipped: Dict[str, int] = {}
-        self.refusals: list = []  # (reason, [binding names])
+        self.refusals: list = []  # (pattern, reason, [binding names])
         self.readers: Dict[str, list] = {}
         self.positions: Dict[str, int] = {}
         self.fused_here = 0
         self.position = 0
 
     def start(self, func):
-        self.readers = _readers(func)
+        self.readers = binding_readers(func)
         self.positions, pos = {}, 0
         for block in func.body.blocks:
             for binding in block.bindings:
@@ -243,8 +248,8 @@ class _Rewriter(PyExprMutator):
 
     def _skip(self, reason: str, names=()):
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
-        self.refusals.append((reason, [self.site] + [n.name for n in names
-                                                     if isinstance(n, relax.Var)]))
+        self.refusals.append((self.patterns[self.site], reason,
+                              [self.site] + [n.name for n in names if isinstance(n, relax.Var)]))
 
     def visit_var_binding_(self, binding):
         self.position = self.positions.get(binding.var.name, self.position)
@@ -258,7 +263,7 @@ class _Rewriter(PyExprMutator):
         call = super().visit_call_(call)
         if _is_op(call, ("relax.reshape",)):
             return self._collapse_reshape(call)
-        if not _is_op(call, ("relax.nn.layer_norm",)):
+        if not _is_op(call, tuple(NORMS)):
             return call
         var2val = {}
         sum_var = call.args[0]
@@ -266,11 +271,12 @@ class _Rewriter(PyExprMutator):
         if add is None:
             return call
         var2val[sum_var] = add
-        matched = self.pattern.extract_matched_expr(call, var2val)
+        pattern, add_pat, x_pat, res_pat = self.dpl[call.op.name]
+        matched = pattern.extract_matched_expr(call, var2val)
         if matched is None:
             return call
-        fused = self._rewrite(call, sum_var, matched[self.add_pat], matched[self.x_pat],
-                              matched[self.res_pat])
+        self.patterns[self.site] = NORMS[call.op.name]
+        fused = self._rewrite(call, sum_var, matched[add_pat], matched[x_pat], matched[res_pat])
         return call if fused is None else fused
 
     def _collapse_reshape(self, call):
@@ -323,7 +329,7 @@ class _Rewriter(PyExprMutator):
             return None
         attrs = ln.attrs
         axes = [int(a) for a in attrs.axes]
-        if axes not in ([-1], [ty.ndim - 1]) or not (attrs.center and attrs.scale):
+        if axes not in ([-1], [ty.ndim - 1]) or not (_rms(ln) or (attrs.center and attrs.scale)):
             return None
         shape = ty.shape.values
         hidden = shape[-1]
@@ -348,17 +354,18 @@ class _Rewriter(PyExprMutator):
             return False
         return _is_op(self._bound(operand), EPILOGUE_PRODUCERS)
 
-    def _kernel(self, hidden, dtype, eps, write_sum):
-        key = (hidden, dtype, eps, write_sum)
+    def _kernel(self, hidden, dtype, eps, write_sum, rms):
+        key = (hidden, dtype, eps, write_sum, rms)
         if key not in self.kernels:
             built = self.owner._kernels  # the pass's per-run cache (TVMScript parsing is slow)
             if key not in built:
                 if self.owner.kernel == "cpu":
                     built[key] = add_layer_norm_cpu(hidden, dtype, eps, write_sum,
-                                                    self.owner.widest_vector)
+                                                    self.owner.widest_vector, rms=rms)
                 else:
-                    built[key] = add_layer_norm_compute(hidden, dtype, eps, write_sum)
-            self.kernels[key] = self.builder_.add_func(built[key], "add_layer_norm")
+                    built[key] = add_layer_norm_compute(hidden, dtype, eps, write_sum, rms)
+            name = "add_rms_norm" if rms else "add_layer_norm"
+            self.kernels[key] = self.builder_.add_func(built[key], name)
         return self.kernels[key]
 
     def _emit(self, ln, sum_var, x, res, hidden, dtype, write_sum):
@@ -368,11 +375,11 @@ class _Rewriter(PyExprMutator):
             rows = rows * d
         flat = relax.ShapeExpr([rows, hidden])
         x2, r2 = self._flat(x, flat), self._flat(res, flat)
-        kernel = self._kernel(hidden, dtype, float(ln.attrs.epsilon), write_sum)
+        kernel = self._kernel(hidden, dtype, float(ln.attrs.epsilon), write_sum, _rms(ln))
         out_ty = relax.TensorType((rows, hidden), dtype)
         if write_sum:
             out_ty = [out_ty, out_ty]
-        out = self.builder_.emit(relax.call_tir(kernel, [x2, r2, ln.args[1], ln.args[2]],
+        out = self.builder_.emit(relax.call_tir(kernel, [x2, r2] + list(ln.args[1:]),
                                                 out_ty=out_ty))
         self.fused_here += 1
         if write_sum:

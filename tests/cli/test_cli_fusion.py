@@ -25,7 +25,8 @@ def test_fusion_on_bert_tiny_verifies_and_reports_attention_fused(tmp_path, caps
     # bert-tiny's residual adds sit in matmul epilogues (FuseOps): no add+layer norm rewrite
     fusion = report["fusion"]
     assert fusion["enabled"] is True
-    assert fusion["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 0,
+    assert fusion["fused"] == {"attention": 2, "dropout": 0, "layer_norm": 0, "rms_norm": 0,
+                               "add_layer_norm": 0, "add_rms_norm": 0,
                                "matmul_reshape": 0, "feed_forward_chunked": 0,
                                "conv_chain": 0, "conv_chain_refused": 0,
                                "conv_chain_candidates": 0}
@@ -56,7 +57,8 @@ def test_fusion_on_the_example_fuses_its_conv_chains_and_says_so(tmp_path, capsy
                  "--report", str(report_path)]) == 0
     text = capsys.readouterr().out
     fusion = json.loads(report_path.read_text())["fusion"]
-    assert fusion["fused"] == {"attention": 0, "dropout": 0, "add_layer_norm": 0,
+    assert fusion["fused"] == {"attention": 0, "dropout": 0, "layer_norm": 0, "rms_norm": 0,
+                               "add_layer_norm": 0, "add_rms_norm": 0,
                                "matmul_reshape": 0, "feed_forward_chunked": 0,
                                "conv_chain": 3, "conv_chain_refused": 0,
                                "conv_chain_candidates": 4}
@@ -126,7 +128,8 @@ def test_fusion_on_gpt2_tiny_fuses_add_layer_norm_and_verifies(tmp_path, capsys)
     # adds join their matmul's epilogue (FuseOps) and 1 pair would raise the peak live bytes
     # (4 tensors live at the fused step): 2 of the 5 pairs fused
     report, text = _compile_fused_and_verify("gpt2-tiny-randw.onnx", tmp_path, capsys)
-    assert report["fusion"]["fused"] == {"attention": 2, "dropout": 0, "add_layer_norm": 2,
+    assert report["fusion"]["fused"] == {"attention": 2, "dropout": 0, "layer_norm": 0, "rms_norm": 0,
+                                         "add_layer_norm": 2, "add_rms_norm": 0,
                                         "matmul_reshape": 6, "feed_forward_chunked": 0,
                                         "conv_chain": 0, "conv_chain_refused": 0,
                                         "conv_chain_candidates": 0}

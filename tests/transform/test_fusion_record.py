@@ -49,6 +49,6 @@ def test_pattern_records_collects_every_pass_that_keeps_one():
 
     passes = fusion_passes(tvm.target.Target("llvm"))
     names = list(pattern_records(passes))
-    assert names == ["matmul_reshape", "dropout", "attention", "add_layer_norm",
-                     "feed_forward", "conv_chain"]
+    assert names == ["matmul_reshape", "dropout", "attention", "layer_norm", "rms_norm",
+                     "add_layer_norm", "add_rms_norm", "feed_forward", "conv_chain"]
     assert pattern_records(None) == {} and pattern_records([object()]) == {}
