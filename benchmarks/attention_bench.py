@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # measure this checkout, not another installed copy
 
 from relax_memplan.compile import build  # noqa: E402
+from relax_memplan.pipeline import PipelineOptions, PipelinePasses  # noqa: E402
 from relax_memplan.runtime import kernel_profile  # noqa: E402
 from relax_memplan.schedules import host_target  # noqa: E402
 
@@ -81,7 +82,8 @@ def measure(mod, arrays, build_name: str, rounds: int, repeats: int) -> dict:
     args = [tvm.runtime.tensor(x) for x in arrays]
     vms, outs = {}, {}
     for fusion in (False, True):
-        ex = build(mod, target, "relax_memplan", None, None, fusion=fusion, schedule=schedule)
+        ex = build(mod, target, PipelineOptions(fusion=fusion, schedule=schedule),
+                   PipelinePasses())
         vms[fusion] = relax.VirtualMachine(ex, tvm.cpu())
         outs[fusion] = vms[fusion]["main"](*args).numpy()
     rel_err = float(np.abs(outs[True] - outs[False]).max() / np.abs(outs[False]).max())

@@ -88,6 +88,7 @@ def one_build(spec, fusion: bool, runs: int, schedule: bool = False) -> dict:
 
     from relax_memplan.compile import build
     from relax_memplan.frontend import import_onnx, run_onnxruntime
+    from relax_memplan.pipeline import PipelineOptions, PipelinePasses
     from relax_memplan.transform.plan_static_memory import PlanStaticMemory
 
     path, feeds = _inputs(spec)
@@ -97,7 +98,8 @@ def one_build(spec, fusion: bool, runs: int, schedule: bool = False) -> dict:
     from relax_memplan.schedules import host_target
 
     target = host_target() if schedule else "llvm"
-    ex = build(mod, target, "relax_memplan", plan, None, fusion=fusion, schedule=schedule)
+    ex = build(mod, target, PipelineOptions(fusion=fusion, schedule=schedule),
+               PipelinePasses(plan=plan))
     compile_s = time.perf_counter() - start
     row = {"fusion": fusion, "schedule": schedule,
            "lower_bound_bytes": plan.plans["main"].lower_bound_bytes,

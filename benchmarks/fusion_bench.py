@@ -67,6 +67,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # measure this checkout, not another installed copy
 
 from relax_memplan.compile import build  # noqa: E402
+from relax_memplan.pipeline import PipelineOptions, PipelinePasses  # noqa: E402
 from relax_memplan.report.fusion_summary import ort_optimized_nodes  # noqa: E402
 from relax_memplan.frontend import import_onnx, make_random_inputs, run_onnxruntime  # noqa: E402
 from relax_memplan.runtime import kernel_profile, kernels_per_call  # noqa: E402
@@ -97,8 +98,8 @@ def attention_kernel_ms(mod, args, rounds: int = 10, repeats: int = 7):
     """(fused attention ms, ms of the kernels it replaces) per ``main`` call, both scheduled."""
     vms = {}
     for fusion in (False, True):
-        ex = build(mod, "llvm", "relax_memplan", PlanStaticMemory(), None, fusion=fusion,
-                   schedule=True)
+        ex = build(mod, "llvm", PipelineOptions(fusion=fusion, schedule=True),
+                   PipelinePasses(plan=PlanStaticMemory()))
         vms[fusion] = relax.VirtualMachine(ex, tvm.cpu())
         vms[fusion]["main"](*args)
     fused, replaced = [], []
@@ -182,7 +183,8 @@ def bench_model(label: str, path: Path, seq: Optional[int], schedule: bool, repe
     builds = {}
     for fusion in (False, True):
         plan = PlanStaticMemory()
-        ex = build(mod, "llvm", "relax_memplan", plan, None, fusion=fusion, schedule=schedule)
+        ex = build(mod, "llvm", PipelineOptions(fusion=fusion, schedule=schedule),
+                   PipelinePasses(plan=plan))
         vm = relax.VirtualMachine(ex, tvm.cpu())
         got = vm["main"](*args)
         got = (got[0] if isinstance(got, tvm.ir.Array) else got).numpy()

@@ -30,6 +30,7 @@ from tvm import relax
 from attention_bench import kernel_times  # benchmarks/, next to this file
 from relax_memplan import frontend
 from relax_memplan.compile import build
+from relax_memplan.pipeline import PipelineOptions, PipelinePasses
 from relax_memplan.errors import RelaxMemplanError
 from relax_memplan.runtime import kernels_per_call
 
@@ -100,7 +101,8 @@ def _builds(name: str, path: Path, target, say) -> Tuple[object, Dict[str, Tuple
             say(f"attention: building {name} {label} for {target.attrs.get('arch', 'cuda')}")
             t0 = time.perf_counter()
             try:
-                ex = build(mod, target, "relax_memplan", None, None, fusion=fusion, **kwargs)
+                ex = build(mod, target, PipelineOptions(fusion=fusion, **kwargs),
+                           PipelinePasses())
             except (RelaxMemplanError, tvm.error.TVMError) as err:
                 ex = RelaxMemplanError(" ".join(str(err).split())[:300])
             builds[label] = (ex, round(time.perf_counter() - t0, 2), info)

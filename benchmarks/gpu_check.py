@@ -65,7 +65,7 @@ from relax_memplan.targets import make_target
 from relax_memplan.errors import RelaxMemplanError
 from relax_memplan.frontend.examples import example_cnn
 from relax_memplan.frontend.prepare import STEP_NAMES
-from relax_memplan.pipeline import fusion_counts, fusion_passes
+from relax_memplan.pipeline import PipelineOptions, PipelinePasses, fusion_counts, fusion_passes
 from relax_memplan.runtime import run_and_measure
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
 from relax_memplan.transform.plan_static_memory import PlanStaticMemory
@@ -167,17 +167,15 @@ def _build_case(case: Case, models_dir: Path, target, cuda_graph: bool, say):
         dyn = PlanDynamicMemory(strategy="exact") if planner == "relax_memplan" and dynamic else None
         record = RecordStorage()
         t0 = time.perf_counter()
-        kwargs = {"dim_ranges": case.dim_ranges} if dynamic else {}
-        if case.fusion:
-            passes = fusion_passes(target)
-            kwargs.update(fusion=True, fusion_pass_list=passes)
-        if dyn is not None:
-            kwargs["dynamic_pass"] = dyn
+        options = PipelineOptions(planner=planner, fusion=case.fusion,
+                                  dim_ranges=case.dim_ranges if dynamic else {})
+        passes = PipelinePasses(plan=plan, dynamic=dyn, record=record,
+                                fusion=fusion_passes(target) if case.fusion else None)
         config = {"relax.backend.use_cuda_graph": cuda_graph}
         with tvm.transform.PassContext(config=config):
-            ex = build(mod, target, planner, plan, record, **kwargs)
+            ex = build(mod, target, options, passes)
         if case.fusion:
-            say(f"{case.name}: fused {fusion_counts(kwargs['fusion_pass_list'])}")
+            say(f"{case.name}: fused {fusion_counts(passes.fusion)}")
         builds[planner] = (ex, plan, dyn, record, time.perf_counter() - t0)
     return onnx_model, mod, info, builds
 
@@ -262,8 +260,8 @@ def check_layernorm_kernel(target, dev, run: bool, number: int, repeat: int, say
     passes = fusion_passes(target)
     say(f"{row.case}: building for {_arch(target)}")
     t0 = time.perf_counter()
-    ex = build(_residual_layer_norm_module(), target, "relax_memplan", PlanStaticMemory(), None,
-               fusion=True, fusion_pass_list=passes)
+    ex = build(_residual_layer_norm_module(), target, PipelineOptions(),
+               PipelinePasses(plan=PlanStaticMemory(), fusion=passes))
     row.build_s = round(time.perf_counter() - t0, 2)
     if fusion_counts(passes).get("add_layer_norm") != 1:
         raise RelaxMemplanError(f"the add + layer norm was not fused: {fusion_counts(passes)}")

@@ -44,7 +44,7 @@ def one_model(path: str) -> dict:
 
     from relax_memplan.compile import build
     from relax_memplan.frontend import import_onnx, run_onnxruntime
-    from relax_memplan.pipeline import fusion_passes
+    from relax_memplan.pipeline import PipelineOptions, PipelinePasses, fusion_passes
     from relax_memplan.runtime.vm import kernels_per_call
     from relax_memplan.transform.fusion_record import pattern_records
     from relax_memplan.transform.plan_static_memory import PlanStaticMemory
@@ -53,8 +53,8 @@ def one_model(path: str) -> dict:
     mod, _ = import_onnx(f"{path}.onnx", {n: v.shape for n, v in feeds.items()})
     passes = fusion_passes(tvm.target.Target("llvm"))
     start = time.perf_counter()
-    ex = build(mod, "llvm", "relax_memplan", PlanStaticMemory(time_limit_s=1.0), None,
-               fusion_pass_list=passes)
+    ex = build(mod, "llvm", PipelineOptions(),
+               PipelinePasses(plan=PlanStaticMemory(time_limit_s=1.0), fusion=passes))
     row = {"model": Path(path).name, "compile_s": round(time.perf_counter() - start, 1)}
     records = pattern_records(passes)
     for name in PATTERNS:
@@ -66,8 +66,8 @@ def one_model(path: str) -> dict:
     if records["layer_norm"].fused or records["rms_norm"].fused:
         others = [p for p in fusion_passes(tvm.target.Target("llvm"))
                   if p.info.name != "FuseNormalization"]
-        base = build(mod, "llvm", "relax_memplan", PlanStaticMemory(time_limit_s=1.0), None,
-                     fusion_pass_list=others)
+        base = build(mod, "llvm", PipelineOptions(),
+                     PipelinePasses(plan=PlanStaticMemory(time_limit_s=1.0), fusion=others))
         row["kernels_without_norm_ops"] = kernels_per_call(
             relax.VirtualMachine(base, tvm.cpu()), args)
     got = vm["main"](*args)

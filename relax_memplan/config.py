@@ -344,6 +344,22 @@ class Config:
                 dims[str(name)] = (lower, upper)
         object.__setattr__(self, "dims", dims)
 
+    def pipeline_options(self, planner: str = "relax_memplan"):
+        """This configuration's :class:`~relax_memplan.pipeline.PipelineOptions` for a build
+        with ``planner`` (the CLI replaces the fields its flags give).
+
+        Raises
+        ------
+        ValueError
+            An unknown planner.
+        """
+        from .pipeline.options import PipelineOptions  # imports TVM: only when asked
+
+        return PipelineOptions(planner=planner, schedule=self.schedule, fusion=self.fusion,
+                               fusion_conv_chain=self.fusion_conv_chain,
+                               check_indices=self.check_indices, dim_ranges=dict(self.dims),
+                               dispatch=dict(self.dispatch))
+
     def replace_from_cli(
         self,
         *,

@@ -35,7 +35,7 @@ from relax_memplan.compile.measure import ModelSource
 from relax_memplan.config import load_config
 from relax_memplan.frontend.examples import example_cnn
 from relax_memplan.frontend.prepare import STEP_NAMES
-from relax_memplan.pipeline import backend_phases, get_pipeline
+from relax_memplan.pipeline import PipelineOptions, PipelinePasses, backend_phases, get_pipeline
 from relax_memplan.targets import DEFAULT_CUDA_ARCH, cuda_source, installed_cuda_arch
 from relax_memplan.transform.plan_dynamic_memory import PlanDynamicMemory
 from relax_memplan.transform.plan_static_memory import PlanStaticMemory
@@ -159,8 +159,8 @@ def test_bert_tiny_dynamic_dims_build_gpu_kernels_and_a_device_arena_at_the_boun
     ranges = {"batch": (1, 2), "seq": (1, 128)}
     working = _check_all_kernels_bound(_legalized(mod, dim_ranges=ranges))
     dyn = PlanDynamicMemory(strategy="upper_bound", time_limit_s=TIME_LIMIT_S)
-    ex = build(mod, CUDA, "relax_memplan", _plan_pass(), None, dynamic_pass=dyn,
-               dim_ranges=ranges)
+    ex = build(mod, CUDA, PipelineOptions(dim_ranges=ranges),
+               PipelinePasses(plan=_plan_pass(), dynamic=dyn))
     _check_global_kernels(ex, working)
     plan = dyn.plans["main"]
     assert plan.planned, plan.fallback_reason
@@ -177,7 +177,7 @@ def test_bert_tiny_seq1_builds_gpu_kernels_with_both_planners():
     mod, _ = frontend.import_onnx(path, _bert_shapes(1), prepare_steps=STEP_NAMES)
     working = _check_all_kernels_bound(_legalized(mod))
     for planner, plan_pass in (("relax_memplan", _plan_pass()), ("tvm", None)):
-        ex = build(mod, CUDA, planner, plan_pass, None)
+        ex = build(mod, CUDA, PipelineOptions(planner=planner), PipelinePasses(plan=plan_pass))
         _check_global_kernels(ex, working)
 
 
@@ -198,8 +198,8 @@ def test_bert_tiny_dynamic_with_dispatch_builds_gpu_kernels():
                                                   fusion=False))
     assert any(k.startswith("softmax") for k in dispatch.specialized)
     assert not any(k.startswith("reshape") for k in dispatch.specialized)
-    ex = build(mod, CUDA, "relax_memplan", _plan_pass(), None, dim_ranges=ranges,
-               dispatch={"seq": [32, 128]}, fusion=False)
+    ex = build(mod, CUDA, PipelineOptions(dim_ranges=ranges, dispatch={"seq": (32, 128)},
+                                          fusion=False), PipelinePasses(plan=_plan_pass()))
     _check_global_kernels(ex, working)
 
 
@@ -335,8 +335,8 @@ def test_fused_attention_is_a_global_kernel_with_thread_bindings(model, full_bui
     if not full_build:  # the same kernel builder; one full CUDA build is enough
         return
     batch, seq = (str(d) for d in mod["main"].params[0].ty.shape.values)
-    executable = build(mod, CUDA_SM90, "relax_memplan", _plan_pass(), None, fusion=True,
-                       dim_ranges={batch: (1, 2), seq: (1, 128)})
+    executable = build(mod, CUDA_SM90, PipelineOptions(dim_ranges={batch: (1, 2), seq: (1, 128)}),
+                       PipelinePasses(plan=_plan_pass()))
     _check_global_kernels(executable, ["fused_attention"])
     source = _cuda_source(executable)
     kernel = source[source.rindex("fused_attention_kernel("):]
@@ -461,7 +461,7 @@ def test_fused_add_layer_norm_builds_a_gpu_kernel_for_sm90():
     working = _check_all_kernels_bound(legal)
     fused = [n for n in working if "add_layer_norm" in n]
     assert fused, working
-    ex = build(ResidualLayerNorm, sm90, "relax_memplan", _plan_pass(), None, fusion=True)
+    ex = build(ResidualLayerNorm, sm90, PipelineOptions(), PipelinePasses(plan=_plan_pass()))
     _check_global_kernels(ex, fused)
     source = _cuda_source(ex)
     kernels = set(_GLOBAL_FUNC.findall(source))
@@ -493,8 +493,8 @@ def test_fused_add_rms_norm_builds_a_gpu_kernel_for_sm90():
 
     sm90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
     passes = fusion_passes(sm90)
-    ex = build(ResidualRmsNorm, sm90, "relax_memplan", _plan_pass(), None, fusion=True,
-               fusion_pass_list=passes)
+    ex = build(ResidualRmsNorm, sm90, PipelineOptions(),
+               PipelinePasses(plan=_plan_pass(), fusion=passes))
     counts = fusion_counts(passes)
     assert (counts["rms_norm"], counts["add_rms_norm"]) == (1, 1)
     source = _cuda_source(ex)

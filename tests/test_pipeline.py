@@ -138,3 +138,53 @@ def test_inspect_pipeline_prints_the_order_compile_runs(capsys):
     assert "takes no model" in capsys.readouterr().err
     assert main(["inspect", "--no-fusion", "model.onnx"]) == EXIT_ERROR
     assert "only with --pipeline" in capsys.readouterr().err
+
+
+def test_inspect_pipeline_with_a_declared_dim_shows_the_dynamic_passes(capsys, tmp_path):
+    from relax_memplan.cli import EXIT_ERROR, main
+
+    assert main(["inspect", "--pipeline", "--dim", "seq=1..128"]) == 0
+    names = [line.split()[-1] for line in capsys.readouterr().out.splitlines()
+             if line.startswith("  ")]
+    assert names.index("AnnotateDimRanges") < names.index("PlanDynamicMemory") \
+        < names.index("PlanStaticMemory")
+    assert main(["inspect", "--pipeline", "--dim", "seq=9..2"]) == EXIT_ERROR
+    assert "bad dim spec 'seq=9..2'" in capsys.readouterr().err
+    config = tmp_path / "c.yaml"
+    config.write_text("dims:\n  seq: [1, 64]\nschedule: false\n")
+    assert main(["inspect", "--pipeline", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "PlanDynamicMemory" in out and "CPUSchedule" not in out
+
+
+def test_config_gives_the_pipeline_options_the_cli_and_python_api_use():
+    from relax_memplan.config import Config
+
+    config = Config(schedule=False, fusion_conv_chain="off", dims={"seq": (1, 64)},
+                    dispatch={"seq": (32,)}, check_indices=False)
+    options = config.pipeline_options("tvm")
+    assert options == PipelineOptions(planner="tvm", schedule=False, fusion_conv_chain="off",
+                                      check_indices=False, dim_ranges={"seq": (1, 64)},
+                                      dispatch={"seq": (32,)})
+    assert Config().pipeline_options() == PipelineOptions()
+    with pytest.raises(ValueError, match="planner"):
+        Config().pipeline_options("nobody")
+
+
+def test_the_pass_orders_in_docs_are_the_printed_ones(capsys):
+    """docs/pipeline.md shows the order for the defaults, --no-schedule, --dim and --target
+    cuda: each block is what inspect --pipeline prints now (the CPU name in the first line
+    is the machine's, left out)."""
+    import re
+
+    from relax_memplan.cli import main
+    from tests.conftest import REPO_ROOT
+
+    text = (REPO_ROOT / "docs" / "pipeline.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```\nrelax_memplan pipeline for .*?\n(.*?)```", text, re.S)
+    flags = [[], ["--no-schedule"], ["--dim", "seq=1..512"], ["--target", "cuda"]]
+    assert len(blocks) == len(flags)
+    for block, extra in zip(blocks, flags):
+        assert main(["inspect", "--pipeline", *extra]) == 0
+        printed = capsys.readouterr().out.split("\n", 1)[1]
+        assert block.strip() == printed.strip(), extra

@@ -12,6 +12,7 @@ arguments are answered without loading TVM, onnx or numpy.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import sys
@@ -294,9 +295,10 @@ def _inspect(args) -> int:
 def _pipeline_text(args) -> str:
     """``inspect --pipeline``: the pass order compile would run with these options."""
     from ..config import load_config
-    from ..pipeline import PipelineOptions, PipelinePasses, format_pass_order
+    from ..compile import parse_dim_spec
+    from ..pipeline import PipelinePasses, format_pass_order
     from ..targets import make_target
-    from ..transform import ReorderForMemory
+    from ..transform import PlanDynamicMemory, ReorderForMemory
 
     if args.model is not None:
         raise RelaxMemplanError(f"inspect --pipeline takes no model (got {args.model}): the "
@@ -304,13 +306,16 @@ def _pipeline_text(args) -> str:
     config = load_config(args.config)
     target = args.target or config.target
     check_target_flags(target, args.cuda_arch, args.cpu)
-    options = PipelineOptions(
-        planner=args.planner or "relax_memplan",
-        schedule=config.schedule if args.schedule is None else args.schedule,
-        fusion=config.fusion if args.fusion is None else args.fusion,
-        fusion_conv_chain=config.fusion_conv_chain, check_indices=config.check_indices,
-        dim_ranges=dict(config.dims), dispatch=dict(config.dispatch))
-    passes = PipelinePasses(reorder=ReorderForMemory() if config.planner.reorder else None)
+    dims = dict(config.dims)
+    dims.update(parse_repeated(args.dim, parse_dim_spec, "--dim"))
+    chosen = {"schedule": args.schedule, "fusion": args.fusion}
+    options = dataclasses.replace(config.pipeline_options(args.planner or "relax_memplan"),
+                                  dim_ranges=dims,
+                                  **{k: v for k, v in chosen.items() if v is not None})
+    ours = options.planner == "relax_memplan"
+    passes = PipelinePasses(
+        reorder=ReorderForMemory() if config.planner.reorder and ours else None,
+        dynamic=PlanDynamicMemory(strategy=config.planner.strategy) if dims and ours else None)
     tvm_target = make_target(target, args.cuda_arch or config.cuda_arch, args.cpu or config.cpu)
     return format_pass_order(tvm_target, options, passes)
 

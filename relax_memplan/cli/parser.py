@@ -151,6 +151,9 @@ def _add_tool_parsers(sub) -> None:
                    help="with --pipeline: whose memory planner (default relax_memplan)")
     _on_off(i, "schedule", help="with --pipeline: our CPU schedules (default from config: on)")
     _on_off(i, "fusion", help="with --pipeline: our fusion passes (default from config: on)")
+    i.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI[:STEP]",
+                   help="with --pipeline: a symbolic dim with a declared range (repeatable), as "
+                   "compile --dim: the passes of a build with symbolic dims")
     i.add_argument("--config", metavar="YAML", help="with --pipeline: configuration file")
     b = sub.add_parser("bench", help="latency: ours vs TVM's default build vs onnxruntime",
                        description="Build the model with relax_memplan's planner and with TVM's "

@@ -7,6 +7,7 @@ TVM's own planner fails too (retried with the same kernel options).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import shutil
@@ -15,7 +16,7 @@ from typing import Optional
 import tvm
 
 from ..errors import CompileError, RelaxMemplanError, summarize_error
-from ..pipeline import get_pipeline
+from ..pipeline import PipelineOptions, PipelinePasses, build_pipeline
 from ..transform.check_index_bounds import CheckIndexBounds
 from ..transform.record_resident_bytes import RecordResidentBytes
 from ..transform.record_storage import RecordStorage
@@ -23,26 +24,38 @@ from ..transform.record_storage import RecordStorage
 __all__ = ["build", "choose_cuda_compiler", "export_library"]
 
 
-_KERNEL_OPTIONS = ("dim_ranges", "dispatch", "dispatch_pass", "schedule", "check_indices", "fusion")
-"""``get_pipeline`` options that change the kernels, not the memory plan: kept by the retry
-with TVM's planner that decides whose fault a failed build is."""
+def build(mod, target, options: PipelineOptions, passes: PipelinePasses,
+          resident_pass: Optional[RecordResidentBytes] = None):
+    """``tvm.compile`` with our pipeline for ``options``; a failure becomes a one-line
+    :class:`CompileError` that says whether TVM's own planner fails too.
 
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        The imported model.
+    target : tvm.target.Target
+        What to build for.
+    options : PipelineOptions
+        What the pipeline runs (``planner="tvm"``: TVM's planning on the same kernels).
+    passes : PipelinePasses
+        Configured passes to use; their records are read after the build. The index check is
+        made here (run-time checks on CPU targets only) and set in ``passes.index``.
+    resident_pass : RecordResidentBytes, optional
+        Runs after the pipeline: the build's constants and kernel workspaces.
 
-def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage], dump_dir=None,
-          resident_pass: Optional[RecordResidentBytes] = None, **pipeline_kwargs):
-    """``tvm.compile`` with our pipeline; a failure becomes a one-line :class:`CompileError`
-    that says whether TVM's own planner fails too. ``resident_pass`` runs after the
-    pipeline (the build's constants and kernel workspaces).
-
-    To say so, a failed build with our planner is retried with TVM's planner and the same
-    kernel options (``dim_ranges``, ``dispatch``/``dispatch_pass``, ``schedule``, ``fusion``),
-    without our
-    planning passes (``plan_pass``, ``dynamic_pass``): a failure caused by a kernel option then
-    fails the retry too and is not blamed on our planner."""
-    index_pass = CheckIndexBounds(runtime_checks=pipeline_kwargs.get("check_indices", True)
-                                  and tvm.target.Target(target).kind.name != "cuda")
-    pipeline = get_pipeline(target, planner=planner, plan_pass=plan_pass, record_pass=record,
-                            dump_dir=dump_dir, index_pass=index_pass, **pipeline_kwargs)
+    Raises
+    ------
+    CompileError
+        The build fails. A failed build with our planner is retried with TVM's planner and
+        the same kernel options (dim ranges, dispatch, schedule, fusion) without our planning
+        passes: a failure caused by a kernel option then fails the retry too and is not
+        blamed on our planner.
+    RelaxMemplanError
+        A declared dim range the model cannot serve (an index would leave its tensor).
+    """
+    passes.index = CheckIndexBounds(runtime_checks=options.check_indices
+                                    and tvm.target.Target(target).kind.name != "cuda")
+    pipeline, _ = build_pipeline(target, options, passes)
     recording = contextlib.nullcontext("default")
     if resident_pass is not None:
         pipeline = tvm.transform.Sequential([pipeline, resident_pass])
@@ -52,18 +65,18 @@ def build(mod, target, planner: str, plan_pass, record: Optional[RecordStorage],
             return tvm.compile(mod, target, relax_pipeline=pipeline,
                                tir_pipeline=tir_pipeline or "default")
     except Exception as err:  # TVM raises many types; re-raised as one clear error
-        if index_pass.refused is not None:  # the model cannot serve a declared dim range
-            raise index_pass.refused from None
-        if planner == "tvm":
-            raise CompileError.from_tvm(planner, err) from err
+        if passes.index.refused is not None:  # the model cannot serve a declared dim range
+            raise passes.index.refused from None
+        if options.planner == "tvm":
+            raise CompileError.from_tvm(options.planner, err) from err
         # Whose fault? Build again with TVM's planner alone (same kernels) to say so.
-        kernel_options = {k: v for k, v in pipeline_kwargs.items() if k in _KERNEL_OPTIONS}
+        kernels = dataclasses.replace(options, planner="tvm", dump_dir=None)
         try:
-            tvm.compile(mod, target, relax_pipeline=get_pipeline(
-                target, planner="tvm", **kernel_options))
+            tvm.compile(mod, target, relax_pipeline=build_pipeline(
+                target, kernels, PipelinePasses(dispatch=passes.dispatch))[0])
         except Exception:  # noqa: BLE001 - any failure means TVM itself cannot build it
             raise CompileError(
-                f"TVM cannot build this model{_with_options(kernel_options)} (it fails with "
+                f"TVM cannot build this model{_with_options(kernels, passes)} (it fails with "
                 f"TVM's own memory planner too): {summarize_error(err)}") from err
         raise CompileError(
             f"the build with relax_memplan's planner failed although TVM's own planner builds "
@@ -110,16 +123,16 @@ def export_library(executable: tvm.runtime.Executable, path, **manifest) -> None
                                 f"{summarize_error(err)}") from None
 
 
-def _with_options(kernel_options) -> str:
+def _with_options(options: PipelineOptions, passes: PipelinePasses) -> str:
     """`` with dispatch={...}, schedule=True`` for the kernel options in use, else ``""``."""
     shown = []
-    if kernel_options.get("dispatch_pass") is not None:
-        shown.append(f"dispatch={dict(kernel_options['dispatch_pass'].buckets)}")
-    elif kernel_options.get("dispatch"):
-        shown.append(f"dispatch={dict(kernel_options['dispatch'])}")
-    if kernel_options.get("schedule"):
+    if passes.dispatch is not None:
+        shown.append(f"dispatch={dict(passes.dispatch.buckets)}")
+    elif options.dispatch:
+        shown.append(f"dispatch={dict(options.dispatch)}")
+    if options.schedule:
         shown.append("schedule=True")
-    if kernel_options.get("fusion"):
+    if options.fusion:
         shown.append("fusion=True")
     return f" with {', '.join(shown)}" if shown else ""
 

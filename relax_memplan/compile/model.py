@@ -10,6 +10,7 @@ same sampled shapes on the same inputs; the model is imported and TVM's build ma
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -22,7 +23,7 @@ from ..errors import RelaxMemplanError, RunError, ShapeSpecError
 from ..frontend.prepare.loop_facts import loops_of, with_body_plans
 from ..library.inputs import inputs_of
 from ..library.manifest import manifest_path
-from ..pipeline import fusion_counts, fusion_passes
+from ..pipeline import PipelinePasses, fusion_counts, fusion_passes
 from ..frontend.reference import cast_value
 from ..report import CompileReport
 from ..transform.hoist_loop_storage import HoistLoopStorage
@@ -235,10 +236,9 @@ def compile_and_measure(source: ModelSource, dims, points: Sequence[Dict[str, in
         say("building with TVM's StaticPlanBlockMemory"
             + (" (same declared ranges)" if dims else " for comparison"))
         # the same fusion passes as ours (conv chain mode, schedule): same kernels
-        ex_tvm = build(mod, options.tvm_target, "tvm", None, None if dims else tvm_rec,
-                       schedule=options.schedule, check_indices=options.check_indices,
-                       fusion=options.fusion, fusion_pass_list=_fusion_list(options),
-                       **({"dim_ranges": dims} if dims else {}))
+        ex_tvm = build(mod, options.tvm_target, options.pipeline_options("tvm", dims),
+                       PipelinePasses(record=None if dims else tvm_rec,
+                                      fusion=_fusion_list(options)))
     for b in builds:
         _start_report(b, source, dims, options, tvm_rec)
     run = _runnable(builds, options, check)
@@ -281,31 +281,26 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
     b = StrategyBuild(strategy=strategy, executable=None, report=None, plan_pass=plan_pass,
                       fusion=_fusion_list(options),
                       hoist=HoistLoopStorage(), resident=RecordResidentBytes())
-    kernel_options = dict(schedule=options.schedule, check_indices=options.check_indices,
-                          fusion=options.fusion, fusion_pass_list=b.fusion,
-                          resident_pass=b.resident)
     dump_dir = options.dump_dir
     if dump_dir is not None and several:
         dump_dir = f"{dump_dir}/{strategy}"
+    pipeline_options = dataclasses.replace(options.pipeline_options("relax_memplan", dims),
+                                           dump_dir=dump_dir)
+    passes = PipelinePasses(plan=plan_pass, fusion=b.fusion, reorder=options.reorder_pass,
+                            hoist=b.hoist)
     if not dims:
-        b.record = RecordStorage()
+        b.record = passes.record = RecordStorage()
         say(f"building with relax_memplan's planner for {_target_words(options)}")
-        b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, b.record,
-                             dump_dir, reorder_pass=options.reorder_pass, hoist_pass=b.hoist,
-                             **kernel_options)
     else:
-        b.dyn = options.dynamic_pass or PlanDynamicMemory(
+        b.dyn = passes.dynamic = options.dynamic_pass or PlanDynamicMemory(
             strategy=strategy, alignment_bytes=plan_pass.alignment_bytes,
             algorithms=plan_pass.algorithms, time_limit_s=plan_pass.time_limit_s,
             buckets=dict(options.buckets) or None, size_classes=options.size_classes,
             size_class_growth=options.size_class_growth, inplace=plan_pass.inplace)
-        b.kernels = (SpecializeKernels(dict(options.dispatch), schedule=_dispatch_schedule(
-            options)) if options.dispatch else None)
+        b.kernels = passes.dispatch = (SpecializeKernels(dict(options.dispatch), schedule=
+                                       _dispatch_schedule(options)) if options.dispatch else None)
         say(f"building once with relax_memplan's {strategy} plan for {_target_words(options)}")
-        b.executable = build(mod, options.tvm_target, "relax_memplan", plan_pass, None, dump_dir,
-                             dynamic_pass=b.dyn, dim_ranges=dims, dispatch_pass=b.kernels,
-                             reorder_pass=options.reorder_pass, hoist_pass=b.hoist,
-                             **kernel_options)
+    b.executable = build(mod, options.tvm_target, pipeline_options, passes, b.resident)
     if options.library_path is not None:
         b.library_path = library_path_for(options.library_path, strategy, several)
         resident = b.resident.resident

@@ -8,6 +8,7 @@ from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import tvm
 
+from ..pipeline import PipelineOptions
 from ..targets import CpuTarget, CudaArch, make_target, resolve_cpu, resolve_cuda_arch
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
 from ..transform.plan_static_memory import PlanStaticMemory
@@ -96,6 +97,16 @@ class BuildOptions:
     compare_with_tvm: bool = True
     dump_dir: Optional[object] = None
     library_path: Optional[object] = None
+
+    def pipeline_options(self, planner: str = "relax_memplan",
+                         dim_ranges: Optional[Mapping[str, tuple]] = None) -> PipelineOptions:
+        """The :class:`~relax_memplan.pipeline.PipelineOptions` of a build with ``planner``
+        (``"tvm"``: TVM's comparison build, same kernel options) at ``dim_ranges``."""
+        return PipelineOptions(
+            planner=planner, schedule=self.schedule, fusion=self.fusion,
+            fusion_conv_chain=self.fusion_conv_chain, check_indices=self.check_indices,
+            dim_ranges=dict(dim_ranges or {}), dump_dir=self.dump_dir if planner != "tvm"
+            else None)
 
     @property
     def tvm_target(self) -> tvm.target.Target:

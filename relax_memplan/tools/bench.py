@@ -10,6 +10,7 @@ with as many intra-op threads as TVM's thread pool (``tvm.runtime.num_threads()`
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -211,7 +212,7 @@ def bench_onnx(
     from ..errors import RunError, summarize_error
     from ..frontend.examples import example_cnn
     from ..frontend.prepare import STEP_NAMES
-    from ..pipeline import fusion_passes
+    from ..pipeline import PipelineOptions, PipelinePasses, fusion_passes
     from ..transform import PlanStaticMemory
 
     if repeat < 1 or warmup < 0:
@@ -228,16 +229,18 @@ def bench_onnx(
     plan_pass = plan_pass if plan_pass is not None else PlanStaticMemory()
     say("building with relax_memplan's planner")
     target = make_target("llvm", cpu=cpu)
-    kernels = dict(schedule=schedule, check_indices=check_indices, fusion=fusion)
+    options = PipelineOptions(schedule=schedule, check_indices=check_indices, fusion=fusion,
+                              fusion_conv_chain=fusion_conv_chain)
 
     def passes():  # a fresh list per build: the passes keep what they did
         return fusion_passes(tvm.target.Target(target), fusion_conv_chain, schedule) \
             if fusion else None
 
-    ours = build(mod, target, "relax_memplan", plan_pass, None, reorder_pass=reorder_pass,
-                 fusion_pass_list=passes(), **kernels)
+    ours = build(mod, target, options, PipelinePasses(plan=plan_pass, reorder=reorder_pass,
+                                                      fusion=passes()))
     say("building with TVM's default planner (same kernels)")
-    theirs = build(mod, target, "tvm", None, None, fusion_pass_list=passes(), **kernels)
+    theirs = build(mod, target, dataclasses.replace(options, planner="tvm"),
+                   PipelinePasses(fusion=passes()))
     threads = tvm.runtime.num_threads()
     shapes_text = ", ".join(f"{n}{tuple(s)}" for n, s in info.input_shapes.items())
     runners = [("relax_memplan", _vm_runner(ours, arrays)),

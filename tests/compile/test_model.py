@@ -26,8 +26,8 @@ def test_strategies_share_one_import_one_tvm_build_and_the_inputs(monkeypatch):
     imports, builds = [], []
     real_import, real_build = frontend.import_onnx, model_module.build
     monkeypatch.setattr(frontend, "import_onnx", lambda *a, **k: imports.append(1) or real_import(*a, **k))
-    monkeypatch.setattr(model_module, "build", lambda mod, tgt, planner, *a, **k:
-                        builds.append(planner) or real_build(mod, tgt, planner, *a, **k))
+    monkeypatch.setattr(model_module, "build", lambda mod, tgt, options, *a, **k:
+                        builds.append(options.planner) or real_build(mod, tgt, options, *a, **k))
     results = compile_strategies(mlp_model(), None, {"n": (1, 6)}, options=TWO,
                                  check=CheckOptions(verify=True, sample_shapes=3))
     assert list(results) == ["upper_bound", "exact"]
@@ -59,9 +59,9 @@ def test_tvm_comparison_build_gets_the_same_fusion_passes_as_ours(monkeypatch):
     seen = {}
     real_build = model_module.build
 
-    def recording(mod, tgt, planner, *a, **k):
-        seen[planner] = [p.info.name for p in k.get("fusion_pass_list") or []]
-        return real_build(mod, tgt, planner, *a, **k)
+    def recording(mod, tgt, options, passes, *a, **k):
+        seen[options.planner] = [p.info.name for p in passes.fusion or []]
+        return real_build(mod, tgt, options, passes, *a, **k)
 
     monkeypatch.setattr(model_module, "build", recording)
     compile_model(mlp_model(), {"x": (3, 16)}, options=BuildOptions(fusion_conv_chain="off"),

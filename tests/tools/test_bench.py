@@ -75,9 +75,9 @@ def test_cli_bench_schedule_builds_both_with_our_schedules(tmp_path, capsys, mon
     seen = []
     real = compile_pkg.build
 
-    def recording_build(mod, target, planner, *args, **kw):
-        seen.append((planner, str(target), kw.get("schedule")))
-        return real(mod, target, planner, *args, **kw)
+    def recording_build(mod, target, options, *args, **kw):
+        seen.append((options.planner, str(target), options.schedule))
+        return real(mod, target, options, *args, **kw)
 
     monkeypatch.setattr(compile_pkg, "build", recording_build)
     path = tmp_path / "m.onnx"
@@ -97,10 +97,10 @@ def test_cli_bench_takes_fusion_and_config(tmp_path, capsys, monkeypatch):
     seen = []
     real = compile_pkg.build
 
-    def recording_build(mod, target, planner, plan_pass, *args, **kw):
-        seen.append((planner, kw.get("fusion"), kw.get("schedule"),
-                     getattr(plan_pass, "time_limit_s", None)))
-        return real(mod, target, planner, plan_pass, *args, **kw)
+    def recording_build(mod, target, options, passes, *args, **kw):
+        seen.append((options.planner, options.fusion, options.schedule,
+                     getattr(passes.plan, "time_limit_s", None)))
+        return real(mod, target, options, passes, *args, **kw)
 
     monkeypatch.setattr(compile_pkg, "build", recording_build)
     path = tmp_path / "m.onnx"
@@ -135,11 +135,11 @@ def test_cli_bench_honours_config_shapes_and_planner_and_refuses_dims_and_target
     seen = []
     real = compile_pkg.build
 
-    def recording_build(mod, target, planner, plan_pass, *args, **kw):
-        chain = [p for p in kw.get("fusion_pass_list") or [] if p.info.name == "FuseConvChain"]
-        seen.append((planner, getattr(plan_pass, "concat_inplace", None),
-                     kw.get("reorder_pass") is not None, len(chain)))
-        return real(mod, target, planner, plan_pass, *args, **kw)
+    def recording_build(mod, target, options, passes, *args, **kw):
+        chain = [p for p in passes.fusion or [] if p.info.name == "FuseConvChain"]
+        seen.append((options.planner, getattr(passes.plan, "concat_inplace", None),
+                     passes.reorder is not None, len(chain)))
+        return real(mod, target, options, passes, *args, **kw)
 
     monkeypatch.setattr(compile_pkg, "build", recording_build)
     path = tmp_path / "m.onnx"

@@ -64,13 +64,14 @@ def test_whisper_encoder_lower_bound_without_its_scores_and_outputs_as_onnxrunti
 
     from relax_memplan.compile import build
     from relax_memplan.frontend import run_onnxruntime
+    from relax_memplan.pipeline import PipelineOptions, PipelinePasses
     from relax_memplan.transform.plan_static_memory import PlanStaticMemory
 
     path = _model("whisper_tiny_encoder")
     feeds = dict(np.load(path.with_suffix(".inputs.npz")))
     mod, _ = import_onnx(path, {n: v.shape for n, v in feeds.items()})
     plan = PlanStaticMemory(time_limit_s=0.5)
-    ex = build(mod, "llvm", "relax_memplan", plan, None, fusion=True)
+    ex = build(mod, "llvm", PipelineOptions(), PipelinePasses(plan=plan))
     assert plan.plans["main"].lower_bound_bytes <= 25e6
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](
         *[tvm.runtime.tensor(v) for v in feeds.values()]).numpy()

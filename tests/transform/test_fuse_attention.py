@@ -145,6 +145,7 @@ def test_bert_tiny_fused_matches_onnxruntime_at_seq_1_77_128(tmp_path):
 
 def test_fusion_lowers_the_lower_bound_where_the_scores_dominate():
     from relax_memplan.compile import build
+    from relax_memplan.pipeline import PipelineOptions, PipelinePasses
     from relax_memplan.transform.plan_static_memory import PlanStaticMemory
 
     model = _onnx_attention(True, "Mul")
@@ -153,7 +154,7 @@ def test_fusion_lowers_the_lower_bound_where_the_scores_dominate():
     bounds = {}
     for fusion in (False, True):
         plan = PlanStaticMemory()
-        build(mod, "llvm", "relax_memplan", plan, None, fusion=fusion)
+        build(mod, "llvm", PipelineOptions(fusion=fusion), PipelinePasses(plan=plan))
         bounds[fusion] = plan.plans["main"].lower_bound_bytes
     # without fusion two (1, 2, 128, 128) float32 score tensors are live at once
     assert bounds[False] >= 2 * 2 * 128 * 128 * 4

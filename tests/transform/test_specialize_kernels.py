@@ -12,7 +12,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from relax_memplan.pipeline import backend_phases, get_pipeline
+from relax_memplan.pipeline import PipelineOptions, PipelinePasses, backend_phases, get_pipeline
 from relax_memplan.schedules import schedule_prim_func
 from relax_memplan.transform.specialize_kernels import (
     BUCKETS_ATTR,
@@ -537,7 +537,7 @@ def test_build_failure_caused_by_dispatch_is_not_blamed_on_our_planner():
 
     dispatch = SpecializeKernels(BUCKETS, schedule=_failing_schedule)
     with pytest.raises(CompileError) as info:
-        build(_dense_module(), "llvm", "relax_memplan", None, None, dispatch_pass=dispatch)
+        build(_dense_module(), "llvm", PipelineOptions(), PipelinePasses(dispatch=dispatch))
     message = str(info.value)
     assert "TVM cannot build this model with dispatch={'seq': (16, 32)}" in message
     assert "please report" not in message
@@ -552,5 +552,5 @@ def test_build_failure_caused_by_our_planning_pass_is_reported_as_ours():
         raise RuntimeError("planner exploded")
 
     with pytest.raises(CompileError, match="TVM's own planner builds it \\(please report"):
-        build(_dense_module(), "llvm", "relax_memplan", failing_planner, None,
-              dispatch=BUCKETS, schedule=True)
+        build(_dense_module(), "llvm", PipelineOptions(dispatch=BUCKETS, schedule=True),
+              PipelinePasses(plan=failing_planner))
