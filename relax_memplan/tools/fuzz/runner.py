@@ -207,13 +207,16 @@ def run_graph(model: onnx.ModelProto, seed: int, symbolic: bool, static_dim: int
     -------
     Result
     """
-    from ...errors import RelaxMemplanError
+    from ...errors import ReferenceRunError, RelaxMemplanError
     from ...frontend.importer import import_onnx
 
     rng = np.random.default_rng(seed)
     sizes = sorted({int(v) for v in rng.choice(range(1, DIM_MAX + 1), 3)}) if symbolic \
         else [static_dim]
-    oracle = _oracle(model, sizes, seed)
+    try:
+        oracle = _oracle(model, sizes, seed)
+    except ReferenceRunError as err:
+        return Result("skipped", str(err), sizes=sizes)
     if oracle is None:
         return Result("skipped", "onnxruntime gives NaN/Inf on every input draw", sizes=sizes)
     input_seed, runs = oracle
@@ -221,6 +224,9 @@ def run_graph(model: onnx.ModelProto, seed: int, symbolic: bool, static_dim: int
         mod, _ = import_onnx(model, keep_dynamic=symbolic)
     except RelaxMemplanError as err:
         return Result("import_error", str(err), sizes=sizes, input_seed=input_seed)
+    except Exception as err:  # noqa: BLE001 - not one of ours: still the import's failure
+        return Result("import_error", f"{type(err).__name__}: {err}"[:300], sizes=sizes,
+                      input_seed=input_seed)
     acc = bool(ACCUMULATING_OPS & {n.op_type for n in model.graph.node})
     tvm_fault = _check(mod, symbolic, False, {}, runs, acc)
     found = []
