@@ -69,3 +69,12 @@ def test_the_cli_reproduces_a_saved_graph(tmp_path, capsys):
     assert command.endswith(f"--repro {path} --seed 3 --symbolic --variant inplace")
     assert main(command.split()[3:]) == 0
     assert capsys.readouterr().out.startswith("ok")
+
+
+def test_a_difference_is_ours_only_when_tvm_agrees():
+    from relax_memplan.tools.fuzz.runner import _classify
+
+    assert _classify("wrong at size 2: ...", None) == "wrong"
+    assert _classify("crash: ...", None) == "crash_ours"
+    assert _classify("wrong at size 2: ...", "wrong at size 2: ...") == "tvm_bug"
+    assert _classify("crash: ...", "crash: ...") == "crash_tvm"
