@@ -2,7 +2,8 @@
 
 :func:`minimize` removes sets of top-level nodes (ddmin: halves, then quarters, ...) and keeps
 a smaller graph whenever ``still_fails`` says it fails the same way. A tensor a kept node
-reads but a removed node made becomes a graph input (its shape from shape inference); every
+reads but a removed node made is replaced by a graph input of the same type and shape, else
+becomes a graph input itself (its shape from shape inference); every
 kept tensor nothing reads becomes a graph output; inputs and initializers nothing reads are
 dropped. A candidate the ONNX checker rejects is not tried.
 """
@@ -25,6 +26,33 @@ def _reads(node: onnx.NodeProto) -> List[str]:
     return names
 
 
+def _rename(node: onnx.NodeProto, names: dict) -> onnx.NodeProto:
+    """A copy of ``node`` reading ``names[x]`` for each ``x`` in ``names`` (branches too)."""
+    new = onnx.NodeProto()
+    new.CopyFrom(node)
+    new.input[:] = [names.get(i, i) for i in new.input]
+    for attr in new.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            for inner in attr.g.node:
+                inner.input[:] = [names.get(i, i) for i in inner.input]
+    return new
+
+
+def _reconnect(nodes, made, graph_inputs, types):
+    """``nodes`` reading, for each tensor no kept node makes, a graph input of the same type
+    and shape instead where there is one (else the tensor will become an input itself)."""
+    by_type = {}
+    for vi in graph_inputs:
+        by_type.setdefault(vi.type.SerializeToString(), vi.name)
+    names = {}
+    for name in {r for n in nodes for r in _reads(n)} - made:
+        vi = types.get(name)
+        other = by_type.get(vi.type.SerializeToString()) if vi is not None else None
+        if other is not None and other != name and vi not in graph_inputs:
+            names[name] = other
+    return [_rename(n, names) for n in nodes] if names else nodes
+
+
 def remove_nodes(model: onnx.ModelProto, keep: Sequence[int]) -> Optional[onnx.ModelProto]:
     """The model with only the top-level nodes at indices ``keep``, or None when not valid.
 
@@ -45,6 +73,7 @@ def remove_nodes(model: onnx.ModelProto, keep: Sequence[int]) -> Optional[onnx.M
     if not nodes:
         return None
     made = {o for n in nodes for o in n.output}
+    nodes = _reconnect(nodes, made, list(g.input), types)
     read = [r for n in nodes for r in _reads(n)]
     inits = [t for t in g.initializer if t.name in read]
     have = made | {t.name for t in inits}

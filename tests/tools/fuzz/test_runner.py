@@ -13,7 +13,6 @@ def test_the_comparator_reports_a_wrong_value():
     wrong = expected[0].copy()
     wrong[1, 2] += 1e-2
     assert "max abs error" in compare([wrong], expected)
-    assert "max abs error" in compare([wrong], expected, accumulating=True)
     assert "shape" in compare([wrong.T], expected)
     assert "outputs" in compare([], expected)
 
@@ -41,15 +40,16 @@ def _sample(seeds, variants):
 
 
 def test_a_fixed_seed_sample_agrees_with_onnxruntime():
-    """30 graphs, our default build and TVM's for each (1-2 s a graph on 2 cores): 200
-    graphs with their seed-chosen variants do not fit the default suite's time, they are the
-    slow test below."""
-    _sample(range(30), ["default"])
+    """15 graphs, our default build and TVM's for each (1-2 s a graph on 2 cores); 100 graphs
+    with their seed-chosen variants are the slow test below, and the campaign benchmark
+    (``benchmarks/fuzz_campaign.py``) runs as many as its time budget allows."""
+    _sample(range(15), ["default"])
 
 
 @pytest.mark.slow
-def test_two_hundred_graphs_agree_with_onnxruntime():
-    _sample(range(200), None)
+def test_a_hundred_graphs_agree_with_onnxruntime():
+    """100 graphs, each built as TVM's default and as ours in two seed-chosen variants."""
+    _sample(range(100), None)
 
 
 def test_the_cli_reproduces_a_saved_graph(tmp_path, capsys):
