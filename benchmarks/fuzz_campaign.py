@@ -12,20 +12,9 @@ import argparse
 import json
 from pathlib import Path
 
-from relax_memplan.tools.fuzz.__main__ import campaign
+from relax_memplan.tools.fuzz.__main__ import campaign, table
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def table(summary: dict) -> str:
-    """The summary as text."""
-    lines = [f"graphs run        {summary['graphs']}  ({summary['seconds']} s)",
-             f"ops covered       {len(summary['ops'])}: {', '.join(summary['ops'])}",
-             f"shapes per graph  {summary['shapes_per_graph']:.2f}"]
-    lines += [f"{k:<17} {v}" for k, v in summary["outcomes"].items()]
-    lines += [f"  seed {f['seed']} {f['outcome']} ({f['variant']}): {f['repro']}\n"
-              f"      {f['detail'][:160]}" for f in summary["failures"]]
-    return "\n".join(lines)
 
 
 def main():

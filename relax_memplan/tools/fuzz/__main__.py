@@ -103,6 +103,28 @@ def campaign(seeds: range, out: Path, budget_s: Optional[float] = None,
             "seconds": round(time.monotonic() - start, 1)}
 
 
+def table(summary: dict) -> str:
+    """A campaign summary (:func:`campaign`) as text: graphs run, ops covered, outcome counts
+    and each failure's repro file.
+
+    Parameters
+    ----------
+    summary : dict
+        What :func:`campaign` returned.
+
+    Returns
+    -------
+    str
+    """
+    lines = [f"graphs run        {summary['graphs']}  ({summary['seconds']} s)",
+             f"ops covered       {len(summary['ops'])}: {', '.join(summary['ops'])}",
+             f"shapes per graph  {summary['shapes_per_graph']:.2f}"]
+    lines += [f"{k:<17} {v}" for k, v in summary["outcomes"].items()]
+    lines += [f"  seed {f['seed']} {f['outcome']} ({f['variant']}): {f['repro']}\n"
+              f"      {f['detail'][:160]}" for f in summary["failures"]]
+    return "\n".join(lines)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Parse ``argv``, run the campaign or the repro, print; 1 when something failed."""
     args = _parse(argv)
@@ -115,7 +137,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0 if result.outcome in ("ok", "skipped") else 1
     start, stop = (int(v) for v in args.seeds.split(":"))
     summary = campaign(range(start, stop), Path(args.out), args.budget_s, not args.no_minimize)
-    print(json.dumps({k: v for k, v in summary.items() if k != "ops"}, indent=1))
+    print(table(summary))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return 1 if summary["failures"] else 0
