@@ -2,7 +2,7 @@
 
 import json
 
-from relax_memplan.tools.fuzz.__main__ import main, table
+from relax_memplan.tools.fuzz.__main__ import campaign, main, table
 from relax_memplan.tools.fuzz.runner import OUTCOMES
 
 
@@ -23,3 +23,17 @@ def test_the_table_lists_each_failure_with_its_repro():
                    "repro": "out/wrong_seed7.onnx", "detail": "output 0: max abs error 1"}]}
     text = table(summary)
     assert "seed 7 wrong (inplace): out/wrong_seed7.onnx" in text and "ops covered       1" in text
+
+
+def test_two_jobs_give_the_summary_of_one_job(tmp_path):
+    one = campaign(range(3, 6), tmp_path / "one", jobs=1)
+    two = campaign(range(3, 6), tmp_path / "two", jobs=2)
+    for key in ("graphs", "outcomes", "ops", "shapes_per_graph", "failures", "seeds"):
+        assert one[key] == two[key], key
+    assert two["jobs"] == 2 and two["seeds"] == "3:6"
+
+
+def test_a_spent_budget_runs_nothing_and_says_which_seeds_ran(tmp_path):
+    summary = campaign(range(10, 20), tmp_path, budget_s=-1.0)
+    assert summary["graphs"] == 0 and summary["seeds"] == "10:10"
+    assert "not_run" not in summary  # no gap: nothing ran at all
