@@ -69,8 +69,14 @@ SHARED_MODELS = [
 ]
 
 
+LONG_TEXT = {"bert_base": 512}
+"""Full-size text models also run at a long sequence (``bert_base@512``: the score tensors
+are 12 x 512 x 512 per layer, where fused attention matters most), with drawn inputs."""
+
+
 def full_size_models() -> List[PeerModel]:
-    """The full-size models exported so far (those whose files exist)."""
+    """The full-size models exported so far (those whose files exist), then the long-sequence
+    rows of :data:`LONG_TEXT`."""
     out = []
     for name in FULL_SIZE_NAMES:
         path, inputs = FULL_SIZE / f"{name}.onnx", FULL_SIZE / f"{name}.inputs.npz"
@@ -78,6 +84,12 @@ def full_size_models() -> List[PeerModel]:
             with np.load(inputs) as data:
                 shapes = {k: tuple(data[k].shape) for k in data.files}
             out.append(PeerModel(name, path, shapes, inputs_file=inputs, full_size=True))
+    for name, seq in LONG_TEXT.items():
+        path, inputs = FULL_SIZE / f"{name}.onnx", FULL_SIZE / f"{name}.inputs.npz"
+        if path.exists() and inputs.exists():
+            with np.load(inputs) as data:  # the same inputs, each (batch, seq) -> (1, seq)
+                shapes = {k: (1, seq) for k in data.files}
+            out.append(PeerModel(f"{name}@{seq}", path, shapes, full_size=True))
     return out
 
 

@@ -63,3 +63,18 @@ def test_one_model_through_the_harness(tmp_path):
         assert len(stats[name]["round_medians_ms"]) == 2 and stats[name]["added"] > 0
     assert entry["ratios"]["default"]["ours_over_ort"] > 0
     assert "dense" in peer_bench.format_table([entry], ["default"])
+
+
+def test_a_long_text_row_takes_the_model_s_inputs_at_the_long_sequence(tmp_path, monkeypatch):
+    import _peer_models
+
+    path = tmp_path / "bert_base.onnx"
+    path.write_bytes(b"")
+    np.savez(tmp_path / "bert_base.inputs.npz", input_ids=np.zeros((1, 128), np.int64),
+             attention_mask=np.ones((1, 128), np.int64))
+    monkeypatch.setattr(_peer_models, "FULL_SIZE", tmp_path)
+    rows = {m.name: m for m in _peer_models.full_size_models()}
+    assert rows["bert_base"].shapes == {"input_ids": (1, 128), "attention_mask": (1, 128)}
+    long = rows["bert_base@512"]
+    assert long.shapes == {"input_ids": (1, 512), "attention_mask": (1, 512)}
+    assert long.inputs_file is None and long.path == path
