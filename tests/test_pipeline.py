@@ -85,7 +85,10 @@ def test_pass_order_follows_the_options():
     assert not {"PlanStaticMemory", "HoistLoopStorage", "InsertDimRangeCheck"} & set(
         names(planner="tvm"))
     assert "FuseAttention" not in names(fusion=False)
-    assert names(dim_ranges={"n": (1, 8)})[0] == "AnnotateDimRanges"
+    dims = names(dim_ranges={"n": (1, 8)})
+    assert dims[0] == "AnnotateDimRanges"
+    assert "PlanDynamicMemory" in dims and "PlanDynamicMemory" not in default
+    assert dims.index("PlanDynamicMemory") < dims.index("PlanStaticMemory")
     text = format_pass_order(LLVM)
     assert "*  PlanStaticMemory" in text.replace("* ", "*  ") and "  StaticPlanBlockMemory" in text
 
@@ -188,3 +191,31 @@ def test_the_pass_orders_in_docs_are_the_printed_ones(capsys):
         assert main(["inspect", "--pipeline", *extra]) == 0
         printed = capsys.readouterr().out.split("\n", 1)[1]
         assert block.strip() == printed.strip(), extra
+
+
+def test_declared_dims_alone_plan_the_symbolic_tensors_in_our_arena():
+    """get_pipeline(dim_ranges=...) with no dynamic pass given still plans the tensors sized
+    by the declared dim (the compile path and inspect --pipeline add PlanDynamicMemory too)."""
+    import numpy as np
+    from tvm import relax
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor(("n", 64), "float32")) -> R.Tensor(("n", 64), "float32"):
+            with R.dataflow():
+                a = R.exp(x)
+                b = R.multiply(a, a)
+                c = R.add(b, x)
+                R.output(c)
+            return c
+
+    built, passes = build_pipeline(LLVM, PipelineOptions(schedule=False, fusion=False,
+                                                         dim_ranges={"n": (1, 16)}))
+    ex = tvm.compile(Mod, LLVM, relax_pipeline=built)
+    assert passes.dynamic is not None and passes.dynamic.plans, "nothing planned"
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    x = np.random.default_rng(0).standard_normal((5, 64)).astype("float32")
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, np.exp(x) ** 2 + x, rtol=1e-5)

@@ -28,6 +28,7 @@ from ..transform.fast_bounded_math import FastBoundedMath
 from ..transform.fold_constants_first import FoldConstantsFirst
 from ..transform.hoist_loop_storage import HoistLoopStorage
 from ..transform.insert_dim_range_check import InsertDimRangeCheck
+from ..transform.plan_dynamic_memory import PlanDynamicMemory
 from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.share_transposed_weights import ShareTransposedWeights
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
@@ -50,7 +51,9 @@ def make_passes(target: tvm.target.Target, options: PipelineOptions,
                 given: Optional[PipelinePasses] = None) -> PipelinePasses:
     """The passes ``options`` ask for on ``target``: those of ``given`` (configured by the
     caller: a planner with its settings, ...) kept, the others made with their defaults; our
-    planner's passes dropped when ``options.planner`` is TVM's.
+    planner's passes dropped when ``options.planner`` is TVM's. With declared dims
+    (``options.dim_ranges``) and no dynamic planner given, a default
+    :class:`~relax_memplan.transform.PlanDynamicMemory` plans the tensors they size.
 
     Raises
     ------
@@ -73,8 +76,13 @@ def make_passes(target: tvm.target.Target, options: PipelineOptions,
         fusion = fusion_passes(target, options.fusion_conv_chain, cpu_schedules)
     index = g.index if g.index is not None else CheckIndexBounds(
         runtime_checks=options.check_indices and kind != "cuda")
+    dynamic = g.dynamic
+    if dynamic is None and ours and options.dim_ranges:
+        # declared dims are kept symbolic: without the dynamic planner their tensors would be
+        # left to TVM's planner, which sizes nothing symbolic
+        dynamic = PlanDynamicMemory()
     return PipelinePasses(plan=(g.plan or PlanStaticMemory()) if ours else None,
-                          dynamic=g.dynamic if ours else None, record=g.record, index=index,
+                          dynamic=dynamic, record=g.record, index=index,
                           fusion=list(fusion) if fusion is not None else None,
                           dispatch=dispatch, reorder=g.reorder if ours else None,
                           hoist=(g.hoist or HoistLoopStorage()) if ours else None)
