@@ -157,14 +157,19 @@ def parse_inputs(specs: List[str]) -> Dict[str, np.ndarray]:
             raise ShapeSpecError(f"--input for '{name}' is given twice")
         if text.endswith(".npy"):
             try:
-                values[name] = np.load(text)
-            except (OSError, ValueError) as err:
-                raise ShapeSpecError(f"--input {name}: cannot read '{text}': {err}") from None
+                values[name] = np.load(text)  # allow_pickle stays False: data, never code
+            except OSError as err:
+                raise ShapeSpecError(f"--input {name}: cannot read '{text}': "
+                                     f"{err.strerror or err}") from None
+            except ValueError:  # numpy's text here suggests loading pickles: not for data
+                raise ShapeSpecError(f"--input {name}: '{text}' is not an array saved with "
+                                     f"numpy.save (.npy format)") from None
             continue
         try:
             nums = [float(v) if any(ch in v for ch in ".eE") else int(v) for v in text.split(",")]
         except ValueError:
-            raise ShapeSpecError(f"--input {name}: '{text}' is not a number list") from None
+            raise ShapeSpecError(f"--input {name}: '{text}' is neither a .npy file nor a "
+                                 f"number or comma-separated numbers") from None
         try:
             values[name] = np.array(nums[0] if len(nums) == 1 else nums)
         except OverflowError:

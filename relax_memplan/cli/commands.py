@@ -139,6 +139,10 @@ def _build_options(args, config):
     if strategy == "buckets" and not buckets:
         raise RelaxMemplanError("--strategy buckets needs --bucket NAME=V1,V2,... "
                                 "(or planner.buckets)")
+    if args.bucket and strategy not in ("buckets", "all"):
+        # a bucket only shapes the buckets strategy's plans: taken silently it would do nothing
+        raise RelaxMemplanError(f"--bucket plans buckets, which --strategy {strategy} does not "
+                                f"make: add --strategy buckets (or all)")
     from ..compile import STRATEGIES
 
     strategies = ([s for s in STRATEGIES if s != "buckets" or buckets] if strategy == "all"

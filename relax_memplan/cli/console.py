@@ -34,6 +34,13 @@ What stopped it is already said in our words (the report's note on the retry, th
 ``interrupted`` line), so the line carries nothing for the user (it would follow ``bench``
 on ultraface and a Ctrl-C). ``-v`` still shows TVM's log raw."""
 
+EXPLAINED = {
+    "Fast mode segfaults when there are out-of-bounds indices. Make sure input indices are in "
+    "bound": "our index checks, on unless --no-index-checks, stop an out-of-range index with "
+             "an error before such a kernel runs"}
+"""TVM messages that alarm without context, and what our build does about them (added after
+the message): TVM's gather/take kernels in ``fast`` mode do not check their indices."""
+
 
 class PhaseProgress:
     """Progress callback printing each phase with its seconds, and the total on :meth:`finish`.
@@ -103,7 +110,9 @@ def summarize_native_log(text: str) -> List[str]:
         if message not in counts:
             order.append(message)
         counts[message] += 1
-    return [f"TVM: {m}" + (f" ({counts[m]} times)" if counts[m] > 1 else "") for m in order]
+    return [f"TVM: {m}" + (f" ({counts[m]} times)" if counts[m] > 1 else "")
+            + "".join(f"; {why}" for known, why in EXPLAINED.items() if m.endswith(known))
+            for m in order]
 
 
 @contextlib.contextmanager

@@ -12,6 +12,11 @@ from ..errors import ShapeSpecError
 __all__ = ["parse_dim_spec", "parse_values_spec"]
 
 
+MAX_DIM = 2**31 - 1
+"""Largest bound a dim spec may give: TVM indexes tensor elements with 32-bit integers unless
+told otherwise, and no tensor of a model has a dim near it."""
+
+
 def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
     """``"seq=1..128"`` -> ``("seq", (1, 128))``; ``"seq=4.."`` -> ``("seq", (4, None))``; ``"seq=..8"`` -> ``("seq", (1, 8))``;
     ``"height=160..640:32"`` -> ``("height", (160, 640, 32))`` (only 160, 192, ..., 640).
@@ -19,7 +24,8 @@ def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
     Raises
     ------
     ShapeSpecError
-        Malformed text, bounds not integers, lower < 1, lower > upper or step < 1.
+        Malformed text, bounds not integers, lower < 1, lower > upper, a bound above
+        :data:`MAX_DIM` or step < 1.
     """
     name, sep, rng = text.rpartition("=")  # a dim may be named a=b
     rng, colon, step_text = rng.partition(":")
@@ -37,6 +43,9 @@ def parse_dim_spec(text: str) -> Tuple[str, Tuple[int, ...]]:
         # a dim of 0 (zero-size tensors) is refused like --shape 0: the planner would skip
         # it, and most models (and onnxruntime) cannot run it
         raise ShapeSpecError(f"bad dim spec {text!r}: need 1 <= LO <= HI")
+    if max(lower, upper or 0) > MAX_DIM:
+        raise ShapeSpecError(f"bad dim spec {text!r}: bounds must be at most {MAX_DIM:,} "
+                             f"(2**31 - 1: a dim is an index into a tensor)")
     if step < 1 or (step > 1 and upper is None):
         raise ShapeSpecError(f"bad dim spec {text!r}: a step must be >= 1 and needs HI")
     if (upper - lower) % step if step > 1 else False:

@@ -330,6 +330,7 @@ def test_all_strategies_side_by_side_with_buckets_and_size_classes(tmp_path, cap
     "argv, words",
     [(["--bucket", "batch=2"], "need symbolic dims"),
      (["--dim", "batch=1..4", "--strategy", "buckets"], "needs --bucket"),
+     (["--dim", "batch=1..4", "--bucket", "batch=2"], "add --strategy buckets (or all)"),
      (["--dim", "batch=1..4", "--bucket", "seq=2"], "--bucket seq: not a dim given with --dim"),
      (["--dim", "batch=1..4", "--bucket", "batch=a"], "expected NAME=V1,V2"),
      (["--dim", "batch=1..4", "--dispatch", "batch=0"],

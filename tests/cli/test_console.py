@@ -71,3 +71,11 @@ def test_native_log_summary_leaves_out_the_block_builder_of_a_stopped_import():
             "destroyed with remaining blocks!\n"
             "[21:16:06] /project/include/tvm/topi/transform.h:1261: Warning: Fast mode\n")
     assert summarize_native_log(text) == ["TVM: Warning: Fast mode"]
+
+
+def test_the_fast_mode_gather_warning_says_what_our_index_checks_do():
+    text = ("[21:16:05] /project/include/tvm/topi/transform.h:1261: Warning: Fast mode segfaults "
+            "when there are out-of-bounds indices. Make sure input indices are in bound\n") * 3
+    (line,) = summarize_native_log(text)
+    assert line.startswith("TVM: Warning: Fast mode segfaults") and "(3 times)" in line
+    assert line.endswith("stop an out-of-range index with an error before such a kernel runs")

@@ -73,3 +73,21 @@ def test_a_step_off_the_range_suggests_ranges_that_hold_more_than_one_value(text
     assert str(info.value).endswith(advice)
     for spec in advice.strip("(e.g. )").split(" or "):
         parse_dim_spec(f"s={spec}")  # the advice is accepted
+
+
+def test_a_dim_bound_past_int32_is_refused_in_one_line(tmp_path, capsys):
+    """A bound of 10**20 overflowed numpy in the shape sampler (a traceback)."""
+    import onnx
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y])
+    model = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    with pytest.raises(ShapeSpecError, match=r"at most 2,147,483,647"):
+        parse_dim_spec("n=1..99999999999999999999")
+    assert parse_dim_spec("n=1..2147483647") == ("n", (1, 2147483647))
+    assert main(["compile", str(model), "--dim", "n=1..99999999999999999999", "-q",
+                 "--no-compare", "--no-measure"]) == 1
+    err = capsys.readouterr().err
+    assert "at most 2,147,483,647" in err and "Traceback" not in err
