@@ -277,7 +277,15 @@ class GenericMatmul(_CPUMatmulBase):
     def choose_config(self, axes, lanes, target):
         n = axes.j_extents[-1]
         wide = self.wide_nr_vectors
+        cfg = self.config
         if (wide and isinstance(n, int) and n % (wide * lanes) == 0 and _has_fma(target)
                 and self.config.nr_vectors != wide and not self.config.nr_columns):
-            return replace(self.config, nr_vectors=wide)
-        return self.config
+            cfg = replace(self.config, nr_vectors=wide)
+        if len(axes.j_extents) > 1 and not (isinstance(n, int) and n % cfg.columns(lanes) == 0):
+            # several column loops (a 1x1 convolution's N x H x W map) fused and split by a
+            # tile that straddles rows of W: the staged copy and the write-back get regions
+            # one vector wide without a guard on W, and write past the output (a fuzzed
+            # N x 3 x 8 x 8 conv: wrong values and a corrupted heap). StaticMatmul's
+            # box-aligned tiles cover such maps at fixed shapes; here the rule declines.
+            return None
+        return cfg

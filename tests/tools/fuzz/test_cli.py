@@ -26,11 +26,11 @@ def test_the_table_lists_each_failure_with_its_repro():
 
 
 def test_two_jobs_give_the_summary_of_one_job(tmp_path):
-    one = campaign(range(3, 6), tmp_path / "one", jobs=1)
-    two = campaign(range(3, 6), tmp_path / "two", jobs=2)
+    one = campaign(range(3, 5), tmp_path / "one", jobs=1)
+    two = campaign(range(3, 5), tmp_path / "two", jobs=2)
     for key in ("graphs", "outcomes", "ops", "shapes_per_graph", "failures", "seeds"):
         assert one[key] == two[key], key
-    assert two["jobs"] == 2 and two["seeds"] == "3:6"
+    assert two["jobs"] == 2 and two["seeds"] == "3:5"
 
 
 def test_a_spent_budget_runs_nothing_and_says_which_seeds_ran(tmp_path):
