@@ -35,8 +35,8 @@ Refused with ``NotImplementedError`` naming the node (TVM's importer wrapper mak
 :class:`~relax_memplan.errors.UnsupportedOperatorError`): ``qk_matmul_output_mode`` other than
 0 when ``qk_matmul_output`` is an output, ``nonpad_kv_seqlen`` (opset 24), a sliding window
 (opset 25), only one of ``past_key``/``past_value``, an integer mask, Q, K, V of different
-dtypes, head counts that do not divide, a symbolic head dim without ``scale``, and a model whose
-default opset is below 23.
+dtypes, head counts that do not divide, a symbolic head dim without ``scale``, a ``scale`` that is
+not positive (onnxruntime refuses it too), and a model whose default opset is below 23.
 """
 
 from __future__ import annotations
@@ -169,6 +169,9 @@ def _check_attrs(attr, inputs, outputs, where):
     if precision and precision not in _SOFTMAX_DTYPES:
         raise NotImplementedError(f"{where}: softmax_precision {precision} is not supported "
                                   "(float, float16 or double)")
+    if "scale" in attr and not float(attr["scale"]) > 0:
+        raise NotImplementedError(f"{where}: scale {attr['scale']} is not positive (Q and K "
+                                  "are scaled by its square root)")
     if float(attr.get("softcap", 0.0)) < 0:
         raise NotImplementedError(f"{where}: softcap {attr['softcap']} is negative")
 

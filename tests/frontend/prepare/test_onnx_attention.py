@@ -153,6 +153,8 @@ def test_cli_reports_two_attention_nodes_fused(tmp_path, capsys):
      "3 query heads are not a multiple of 2 key/value heads"),
     ({"q": [1, 2, 5, 8], "k": [1, 2, 6, 8], "v": [1, 2, 6, 8], "attn_mask": [1, 1, 5, 4]}, {},
      ("y",), r"attn_mask \(1, 1, 5, 4\) does not fit"),
+    ({"q": [1, 2, 5, 8], "k": [1, 2, 6, 8], "v": [1, 2, 6, 8]}, {"scale": -0.5}, ("y",),
+     "scale -0.5 is not positive"),
 ])
 def test_unsupported_attention_names_the_node(shapes, attrs, outputs, message):
     model = attention_model(shapes, outputs, name="attn_0", **attrs)
@@ -172,6 +174,31 @@ def test_without_the_step_tvm_reads_it_as_com_microsoft_attention():
     model = attention_model({"q": [1, 2, 5, 8], "k": [1, 2, 6, 8], "v": [1, 2, 6, 8]})
     with pytest.raises(UnsupportedOperatorError, match="'att'"):
         _import(model, disable_steps=["onnx_attention"])
+
+
+def test_attention_in_an_if_branch_is_told_apart_by_its_attributes():
+    """TVM converts a branch without passing its nodes through ``_parse_value_proto``: no
+    tracked node, the attributes say it is not com.microsoft's."""
+    from onnx import TensorProto, helper
+
+    f32 = TensorProto.FLOAT
+    shape = [1, 2, 3, 8]
+    then = helper.make_graph([helper.make_node("Attention", ["q", "k", "v"], ["yt"])], "then",
+                             [], [helper.make_tensor_value_info("yt", f32, shape)])
+    other = helper.make_graph([helper.make_node("Neg", ["q"], ["ye"])], "else", [],
+                              [helper.make_tensor_value_info("ye", f32, shape)])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)], "branch",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         *(helper.make_tensor_value_info(n, f32, s) for n, s in
+           (("q", shape), ("k", [1, 2, 4, 8]), ("v", [1, 2, 4, 8])))],
+        [helper.make_tensor_value_info("y", f32, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    vm, _ = _build(_import(model)[0], fusion=False)
+    feeds = attention_feeds(model)
+    for cond in (True, False):
+        _assert_matches_onnxruntime(vm, model, {**feeds, "c": np.array(cond)})
 
 
 def test_com_microsoft_attention_keeps_tvms_converter_at_opset_23():
