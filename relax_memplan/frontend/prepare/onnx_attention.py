@@ -280,6 +280,42 @@ def _masked(bb, scores, mask, causal, dtype, where):
     return scores
 
 
+def _keys_values(bb, q, k, v, past_k, past_v, where):
+    """(k, v) with the past concatenated, checked against q, and the past length."""
+    batch, _, _, head_dim = _dims(q, "Q", where)
+    k = _fit(bb, k, [batch, None, None, head_dim], "K", where)
+    _, kv_heads, kv_len, _ = _dims(k, "K", where)
+    v = _fit(bb, v, [batch, kv_heads, kv_len, None], "V", where)
+    if past_k is None:
+        return k, v, tirx.IntImm("int64", 0)
+    past_k = _fit(bb, past_k, [batch, kv_heads, None, head_dim], "past_key", where)
+    past_len = _dims(past_k, "past_key", where)[2]
+    past_v = _fit(bb, past_v, [batch, kv_heads, past_len, _dims(v, "V", where)[3]],
+                  "past_value", where)
+    return (bb.emit(relax.op.concat([past_k, k], axis=2)),
+            bb.emit(relax.op.concat([past_v, v], axis=2)), past_len)
+
+
+def _probabilities(bb, scores, attr, mask, causal, where):
+    """softmax of the scores after softcap and masks, in the node's softmax precision."""
+    dtype = scores.ty.dtype
+    softcap = float(attr.get("softcap", 0.0))
+    if softcap > 0:
+        cap = relax.const(softcap, dtype)
+        scores = bb.emit(relax.op.multiply(relax.op.tanh(relax.op.divide(scores, cap)), cap))
+    scores = _masked(bb, scores, mask, causal, dtype, where)
+    softmax_dtype = _SOFTMAX_DTYPES.get(int(attr.get("softmax_precision", 0)), dtype)
+    if softmax_dtype != dtype:
+        scores = bb.emit(relax.op.astype(scores, softmax_dtype))
+    probs = bb.emit(relax.op.nn.softmax(scores, axis=-1))
+    if mask is not None:  # a fully masked row: zeros, not NaN
+        nan = bb.emit(relax.op.isnan(probs))
+        probs = bb.emit(relax.op.where(nan, relax.const(0.0, softmax_dtype), probs))
+    if softmax_dtype != dtype:
+        probs = bb.emit(relax.op.astype(probs, dtype))
+    return probs
+
+
 def _convert(bb, inputs, attr, outputs, where):
     _check_attrs(attr, inputs, outputs, where)
     inputs = inputs + [None] * (6 - len(inputs))
@@ -292,53 +328,25 @@ def _convert(bb, inputs, attr, outputs, where):
                                   f"{v.ty.dtype}; one dtype is supported")
     q, k, v, three_d = _as_4d(bb, q, k, v, attr, where)
     batch, q_heads, queries, head_dim = _dims(q, "Q", where)
-    kv_heads = _dims(k, "K", where)[1]
-    k = _fit(bb, k, [batch, None, None, head_dim], "K", where)
-    kv_len = _dims(k, "K", where)[2]
-    v = _fit(bb, v, [batch, kv_heads, kv_len, None], "V", where)
-    past_len = tirx.IntImm("int64", 0)
-    if past_k is not None:
-        past_k = _fit(bb, past_k, [batch, kv_heads, None, head_dim], "past_key", where)
-        past_len = _dims(past_k, "past_key", where)[2]
-        past_v = _fit(bb, past_v, [batch, kv_heads, past_len, _dims(v, "V", where)[3]],
-                      "past_value", where)
-        k = bb.emit(relax.op.concat([past_k, k], axis=2))
-        v = bb.emit(relax.op.concat([past_v, v], axis=2))
-    present_k, present_v = k, v
-    total = _dims(k, "K", where)[2]
-    repeats = _group_repeats(q_heads, kv_heads, where)
+    present_k, present_v, past_len = _keys_values(bb, q, k, v, past_k, past_v, where)
+    total, value_dim = _dims(present_v, "V", where)[2:]
+    k, v = present_k, present_v
+    repeats = _group_repeats(q_heads, _dims(k, "K", where)[1], where)
     if repeats > 1:
         k = bb.emit(relax.op.repeat(k, repeats, axis=1))
         v = bb.emit(relax.op.repeat(v, repeats, axis=1))
-    scale = _scale(attr, head_dim, where)
     qk = bb.emit(relax.op.matmul(q, relax.op.permute_dims(k, [0, 1, 3, 2])))
-    scores = bb.emit(relax.op.multiply(qk, relax.const(scale, dtype)))
-    qk_output = scores
-    softcap = float(attr.get("softcap", 0.0))
-    if softcap > 0:
-        cap = relax.const(softcap, dtype)
-        scores = bb.emit(relax.op.multiply(relax.op.tanh(relax.op.divide(scores, cap)), cap))
+    scores = bb.emit(relax.op.multiply(qk, relax.const(_scale(attr, head_dim, where), dtype)))
     if mask is not None:
         mask = _fit(bb, mask, [batch, q_heads, queries, total], "attn_mask", where,
                     broadcast=True)
     causal = _causal(bb, queries, total, past_len) if int(attr.get("is_causal", 0)) else None
-    scores = _masked(bb, scores, mask, causal, dtype, where)
-    softmax_dtype = _SOFTMAX_DTYPES.get(int(attr.get("softmax_precision", 0)), dtype)
-    if softmax_dtype != dtype:
-        scores = bb.emit(relax.op.astype(scores, softmax_dtype))
-    probs = bb.emit(relax.op.nn.softmax(scores, axis=-1))
-    if mask is not None:  # a fully masked row: zeros, not NaN
-        nan = bb.emit(relax.op.isnan(probs))
-        probs = bb.emit(relax.op.where(nan, relax.const(0.0, softmax_dtype), probs))
-    if softmax_dtype != dtype:
-        probs = bb.emit(relax.op.astype(probs, dtype))
-    y = relax.op.matmul(probs, v)
+    y = relax.op.matmul(_probabilities(bb, scores, attr, mask, causal, where), v)
     if three_d:
         y = bb.emit(relax.op.permute_dims(bb.emit(y), [0, 2, 1, 3]))
-        y = relax.op.reshape(y, relax.ShapeExpr([batch, queries, q_heads * _dims(v, "V",
-                                                                                   where)[3]]))
+        y = relax.op.reshape(y, relax.ShapeExpr([batch, queries, q_heads * value_dim]))
     if len(outputs) == 1:
         return y
     y = bb.emit(y)
-    items = [y, present_k, present_v, qk_output if len(outputs) > 3 and outputs[3] else y]
+    items = [y, present_k, present_v, scores if len(outputs) > 3 and outputs[3] else y]
     return relax.Tuple(items[:len(outputs)])
