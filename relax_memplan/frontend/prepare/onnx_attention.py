@@ -118,7 +118,10 @@ def onnx_attention_converter(base, record):
                 node = _tracked_node(attr)
                 if not _is_standard(node, attr):
                     return base.get_converter(opset)(bb, inputs, attr, params)
-                where = f"Attention node '{attr.get('tvm_custom', {}).get('name', '')}'"
+                name = attr.get("tvm_custom", {}).get("name", "")
+                if not name and node is not None and node.output:
+                    name = node.output[0]  # an unnamed node, named as the importer's errors do
+                where = f"Attention node '{name}'"
                 if opset < _FIRST_OPSET:
                     raise NotImplementedError(
                         f"{where}: ai.onnx Attention needs opset {_FIRST_OPSET} or later; the "
