@@ -116,6 +116,23 @@ def test_symbolic_sequence_compiled_once_fused_and_run_at_two_lengths():
         _assert_matches_onnxruntime(vm, model, attention_feeds(model, {"seq": seq}, seed=seq))
 
 
+def test_symbolic_past_and_a_mask_length_checked_at_run_time():
+    """The mask's key dim ``t`` is not provably ``past + seq``: cast to it, checked per call."""
+    model = attention_model(
+        {"q": [1, "s", 32], "k": [1, "s", 16], "v": [1, "s", 16], "attn_mask": [1, 1, "s", "t"],
+         "past_key": [1, 2, "p", 8], "past_value": [1, 2, "p", 8]},
+        ("y", "present_key", "present_value"), q_num_heads=4, kv_num_heads=2, is_causal=1)
+    mod, _ = _import(model, keep_dynamic=True)
+    vm, fusion = _build(mod, dims={"s": (1, 16), "p": (0, 16), "t": (1, 32)})
+    assert fusion.fused == 1, fusion.records[0].refused
+    for seq, past in ((1, 5), (4, 0), (7, 9)):
+        feeds = attention_feeds(model, {"s": seq, "p": past, "t": seq + past}, seed=seq)
+        _assert_matches_onnxruntime(vm, model, feeds)
+    feeds = attention_feeds(model, {"s": 2, "p": 3, "t": 4})
+    with pytest.raises(Exception, match="match_cast"):
+        vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()])
+
+
 def test_cli_reports_two_attention_nodes_fused(tmp_path, capsys):
     import onnx
     from onnx import TensorProto, helper
