@@ -2,6 +2,7 @@
 and random feeds for them."""
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper
 
 INPUTS = ("q", "k", "v", "attn_mask", "past_key", "past_value", "nonpad_kv_seqlen")
@@ -31,6 +32,8 @@ def attention_model(shapes, outputs=("y",), opset=23, name="att", mask_dtype="bo
     graph = helper.make_graph([node], "attention", graph_inputs, graph_outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 10
+    model = onnx.shape_inference.infer_shapes(model)  # output shapes, for onnx.checker
+    onnx.checker.check_model(model)
     return model
 
 

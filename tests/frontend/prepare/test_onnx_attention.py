@@ -67,9 +67,10 @@ FORMS = {
          "past_key": [1, 2, 4, 8], "past_value": [1, 2, 4, 8]},
         {"q_num_heads": 4, "kv_num_heads": 2, "is_causal": 1},
         ("y", "present_key", "present_value"), 1),
-    # the refusals: a tanh between scores and softmax; the scores are an output
-    "softcap": ({"q": [1, 2, 5, 8], "k": [1, 2, 6, 8], "v": [1, 2, 6, 8]}, {"softcap": 2.0},
-                ("y",), 0),
+    "softcap_bool_mask": ({"q": [1, 2, 5, 8], "k": [1, 2, 6, 8], "v": [1, 2, 6, 8],
+                           "attn_mask": [5, 6]}, {"softcap": 2.0}, ("y",), 1),
+    # refused: the scores are a function output
+
     "qk_matmul_output_mode_0": ({"q": [1, 2, 5, 8], "k": [1, 2, 6, 8], "v": [1, 2, 6, 8]},
                                 {}, ("y", "qk_matmul_output"), 0),
 }
