@@ -27,7 +27,8 @@ def attention_model(shapes, outputs=("y",), opset=23, name="att", mask_dtype="bo
     graph_inputs = [helper.make_tensor_value_info(n, types.get(n, TensorProto.FLOAT),
                                                   list(shapes[n]))
                     for n in INPUTS if n in shapes]
-    graph_outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+    ranks = {"y": len(shapes["q"])}  # the others are 4-D
+    graph_outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None] * ranks.get(n, 4))
                      for n in OUTPUTS if n in outputs]
     graph = helper.make_graph([node], "attention", graph_inputs, graph_outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
