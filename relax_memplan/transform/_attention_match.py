@@ -8,7 +8,8 @@ when, walking from it:
   ``matmul(A, B)`` (the scores), each step read by the next one only: ``add``/``subtract``/
   ``multiply``/``divide``/``maximum``/``minimum`` with a tensor or constant that broadcasts
   over the scores without widening them (masks, relative-position biases, scales),
-  ``where(c, scores, x)`` either way round (boolean masks), ``astype``, and ``reshape`` that
+  ``where(c, scores, x)`` either way round (boolean masks), ``astype``, ``tanh`` (a softcap
+  ``tanh(s / c) * c``), and ``reshape`` that
   keeps the key axis last (Swin's windows and their mask);
 * forward, ``P -> [astype] -> [where(isnan(P), 0, P)] -> matmul(P, V)``, each read once;
 * ``A`` is ``(..., Sq, D)``, ``B`` is ``(..., D, Sk)``, ``V`` is ``(..., Sk, Dv)``, with
@@ -235,7 +236,7 @@ def _score_chain(graph, var, depth):
         candidates = [0, 1]
     elif op == "relax.where":
         candidates = [1, 2]
-    elif op in ("relax.astype", "relax.reshape"):
+    elif op in ("relax.astype", "relax.reshape", "relax.tanh"):
         candidates = [0]
     else:
         return Refusal(f"{op or type(value).__name__} between the scores and the softmax",

@@ -123,6 +123,9 @@ class KernelSpec:
                 if step.dtype != "float32":
                     s = tirx.Cast("float32", tirx.Cast(step.dtype, s))
                 continue
+            if step.op == "tanh":
+                s = tirx.tanh(s)
+                continue
             x = (tirx.FloatImm("float32", step.operand) if isinstance(step.operand, float)
                  else self.value_of(buffers, step.operand, lead, i, j))
             if step.op == "where":

@@ -2,11 +2,12 @@
 :mod:`~relax_memplan.transform._attention_match`.
 
 Between the scores matmul and the softmax, exporters put scales, additive biases and masks
-(padding, causal, relative position), boolean masks through ``where``, casts, and reshapes of
-the scores into windows and back. :func:`score_steps` turns that chain (each step read by the
-next only, found by the matcher) into :class:`ScoreStep` entries whose tensor operands are
-read at the scores' index broadcast into their shape, traced back through views
-(:mod:`~relax_memplan.transform._attention_views`); or says why not (:class:`Refusal`).
+(padding, causal, relative position), boolean masks through ``where``, casts, a softcap
+(``tanh``), and reshapes of the scores into windows and back. :func:`score_steps` turns that
+chain (each step read by the next only, found by the matcher) into :class:`ScoreStep` entries
+whose tensor operands are read at the scores' index broadcast into their shape, traced back
+through views (:mod:`~relax_memplan.transform._attention_views`); or says why not
+(:class:`Refusal`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class ScoreStep:
 
     ``op``: ``add``, ``subtract``, ``multiply``, ``divide``, ``maximum``, ``minimum`` (with
     ``operand``, scores on the left unless ``swapped``), ``where`` (``cond`` true: scores when
-    not ``swapped``, else ``operand``), ``cast`` (to ``dtype``). ``operand``: a float or a
+    not ``swapped``, else ``operand``), ``cast`` (to ``dtype``), ``tanh``. ``operand``: a float or a
     :class:`~relax_memplan.transform._attention_views.Traced` read over ``(lead, i, j)``."""
 
     op: str
@@ -73,6 +74,9 @@ def score_steps(graph, space, lead_vars, s_shape, steps_raw):
                            f"{fmt_shape(shape)}")
         if op == "relax.astype":
             steps.append(ScoreStep("cast", dtype=str(value.attrs.dtype)))
+            continue
+        if op == "relax.tanh":
+            steps.append(ScoreStep("tanh"))
             continue
         if op == "relax.where":
             other = value.args[3 - pos]

@@ -10,10 +10,10 @@ the ONNX nodes of a refused candidate); writes no attribute.
 What it matches: ``softmax(Q . K^T * scale + bias) . V`` by structure, wherever it stands
 (:mod:`~relax_memplan.transform._attention_match`): the scores' element-wise steps (scales,
 additive biases and masks of any broadcastable shape, boolean masks through ``where``, casts,
-a reshape into windows and back), the ``where(isnan(p), 0, p)`` guard and casts after the
-softmax, any leading dims (batch, heads, windows; grouped-query heads repeated by
-``broadcast_to``/``tile``/``repeat`` are read from the unrepeated tensor), queries and keys of
-different lengths (cross-attention), and ``R.nn.attention``. Q, K, V and the bias operands are
+a softcap ``tanh``, a reshape into windows and back), the ``where(isnan(p), 0, p)`` guard and
+casts after the softmax, any leading dims (batch, heads, windows; grouped-query heads repeated
+by ``broadcast_to``/``tile``/``repeat`` are read from the unrepeated tensor), queries and keys
+of different lengths (cross-attention), and ``R.nn.attention``. Q, K, V and the bias operands are
 read where the graph has them, through the reshapes, transposes, splits and gathers between
 (:mod:`~relax_memplan.transform._attention_views`), and the output is written through the
 views after the ``P . V`` matmul, so those copies disappear with the scores. ``docs/fusion.md``

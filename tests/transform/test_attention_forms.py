@@ -114,6 +114,23 @@ def test_stacked_blocks_read_each_others_output_through_views():
     _close(*_run(g.model([h]), feeds, expect=2))
 
 
+@pytest.mark.parametrize("seq", [5, 40])
+def test_softcapped_scores_tanh_between_scale_and_mask(seq):
+    """Gemma's softcap ``tanh(s / c) * c`` before an additive causal mask."""
+    g = forms.Graph(10)
+    x = g.input("x", [1, seq, 32])
+    q, k, v = (g.op("Transpose", g.reshape(g.op("MatMul", x, g.weight(32, 32)), [1, seq, 2, 16]),
+                    perm=[0, 2, 1, 3]) for _ in range(3))
+    s = g.op("Mul", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])), g.const(0.25))
+    cap = g.const(5.0)
+    s = g.op("Mul", g.op("Tanh", g.op("Div", s, cap)), cap)
+    s = g.op("Add", s, g.const(np.triu(np.full((seq, seq), -1e9), 1)))
+    o = g.op("MatMul", g.op("Softmax", s, axis=-1), v)
+    out = g.reshape(g.op("Transpose", o, perm=[0, 2, 1, 3]), [1, seq, 32])
+    feeds = {"x": np.random.default_rng(seq).standard_normal((1, seq, 32)).astype("float32")}
+    _close(*_run(g.model([out]), feeds))
+
+
 def test_contrib_attention_imported_as_nn_attention():
     model, feeds = forms.contrib_attention(2, 11)
     _close(*_run(model, feeds))

@@ -28,6 +28,11 @@ by a subclass of TVM's own that handles the symbolic case and defers to TVM othe
 ``symbolic_auto_pad``
     ``Conv`` with ``auto_pad`` ``SAME_*`` over symbolic dims pads by an expression of the
     dims (tf2onnx's ``padding="same"``; :mod:`~relax_memplan.onnx_prepare.symbolic_auto_pad`).
+``onnx_attention``
+    ``Attention`` of the standard domain (opset 23 on; TVM converts every ``Attention`` as
+    ``com.microsoft``'s): the plain Relax decomposition that our attention fusion matches;
+    ``com.microsoft`` nodes keep TVM's converter
+    (:mod:`relax_memplan.frontend.prepare.onnx_attention`).
 ``recurrent``
     ``LSTM`` and ``GRU`` (no TVM converter): a projection ``matmul`` and one time-loop
     kernel per node (:mod:`relax_memplan.frontend.prepare.recurrent`).
@@ -54,6 +59,7 @@ from tvm.relax.frontend.onnx import onnx_frontend as _tvm_onnx
 from ...errors import PrepareStepError
 from .pipeline import CONVERTER_STEP_NAMES
 from .loops import LOOP_CONVERTERS, importer_tracking
+from .onnx_attention import node_tracking, onnx_attention_converter
 from .recurrent import RECURRENT_CONVERTERS
 from .symbolic_auto_pad import symbolic_auto_pad_converter
 from .unit_squeeze import unit_squeeze_converter
@@ -331,6 +337,8 @@ def _converter_table(converters: dict) -> dict[str, dict[str, type]]:
         "symbolic_expand": {"Expand": SymbolicExpand},
         "symbolic_auto_pad": {"Conv": symbolic_auto_pad_converter(
             lambda op: _record("symbolic_auto_pad", op))},
+        "onnx_attention": {"Attention": onnx_attention_converter(
+            converters["Attention"], lambda op: _record("onnx_attention", op))},
         "recurrent": dict(RECURRENT_CONVERTERS),
         "unroll_loops": dict(LOOP_CONVERTERS),
     }
@@ -397,9 +405,12 @@ def corrected_converters(steps: Iterable[str] = CONVERTER_STEPS):
         usage = Counter()
         _state.usage = usage
         _tvm_onnx._get_convert_map = convert_map
-        tracking = importer_tracking() if "unroll_loops" in steps else contextlib.nullcontext()
         try:
-            with tracking:
+            with contextlib.ExitStack() as tracking:
+                if "unroll_loops" in steps:
+                    tracking.enter_context(importer_tracking())
+                if "onnx_attention" in steps:
+                    tracking.enter_context(node_tracking())
                 yield usage
         finally:
             _tvm_onnx._get_convert_map = original

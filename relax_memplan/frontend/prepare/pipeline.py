@@ -42,6 +42,7 @@ CONVERTER_STEP_NAMES: tuple[str, ...] = (
     "assume_equal_dims",
     "symbolic_expand",
     "symbolic_auto_pad",
+    "onnx_attention",
     "recurrent",
     "unroll_loops",
 )
