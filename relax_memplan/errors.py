@@ -124,6 +124,8 @@ class UnsupportedOperatorError(ModelLoadError):
     domain : str
         The node's operator domain (``""`` for standard ONNX); a custom one, such as
         ``com.microsoft``, is named in the message beside its opset.
+    unnamed : bool
+        The node has no name: ``node_name`` is its first output, and the message says so.
     """
 
     def __init__(
@@ -135,8 +137,10 @@ class UnsupportedOperatorError(ModelLoadError):
         upgraded_from_opset: int | None = None,
         hint: str = "",
         domain: str = "",
+        unnamed: bool = False,
     ):
         self.node_name = node_name
+        self.unnamed = unnamed
         self.op_type = op_type
         self.opset = opset
         self.reason = reason
@@ -148,7 +152,9 @@ class UnsupportedOperatorError(ModelLoadError):
         if upgraded_from_opset is not None:
             opset_text += f" after upgrade from {upgraded_from_opset}"
         super().__init__(
-            f"cannot import ONNX node '{node_name}' (op {op_type}, {opset_text}): {reason}"
+            ("cannot import the unnamed ONNX node with output " if unnamed
+             else "cannot import ONNX node ")
+            + f"'{node_name}' (op {op_type}, {opset_text}): {reason}"
             + (f" [{hint}]" if hint else "")
         )
 
@@ -163,6 +169,7 @@ class UnsupportedOperatorError(ModelLoadError):
                 self.upgraded_from_opset,
                 self.hint,
                 self.domain,
+                self.unnamed,
             ),
         )
 

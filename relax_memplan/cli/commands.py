@@ -239,39 +239,45 @@ def _plot(path, results, plan_pass) -> None:
 
 
 @contextlib.contextmanager
-def _manifest_warning_as_a_line():
+def _manifest_warning_as_a_line(shown: bool = True):
     """A library without its manifest: ``relax-memplan: warning: ...`` on one line, at once
-    (Python's own form would add the source line)."""
+    (Python's own form would add the source line); nothing when not ``shown`` (``-q``)."""
     from ..library.manifest import MissingManifestWarning
 
     with warnings.catch_warnings():
-        shown = warnings.showwarning
+        show_default = warnings.showwarning
 
         def show(message, category, *rest, **kwargs):
             if issubclass(category, MissingManifestWarning):
                 print(f"relax-memplan: warning: {message}", file=sys.stderr, flush=True)
             else:
-                shown(message, category, *rest, **kwargs)
+                show_default(message, category, *rest, **kwargs)
 
-        warnings.simplefilter("always", MissingManifestWarning)
+        warnings.simplefilter("always" if shown else "ignore", MissingManifestWarning)
         warnings.showwarning = show
         yield
 
 
 def _run(args) -> int:
-    from ..tools.run import npz_path, run_library, save_outputs
+    from ..tools.run import fill_numbers, npz_path, run_library, save_outputs
 
-    check_distinct_paths([("library", args.library)] + input_files(args.input),
+    files = input_files(args.input)
+    check_distinct_paths([("library", args.library)] + files,
                          [("--output", args.output and npz_path(args.output))])
     if args.output:
         check_output_path("--output", npz_path(args.output))
-    with _manifest_warning_as_a_line():
-        result = run_library(args.library, parse_inputs(args.input))
-    for k, out in enumerate(result.outputs):
-        print(f"output{k}: {out.dtype} {list(out.shape)}")
+    values = parse_inputs(args.input)
+    from_files = {label.split(" ", 1)[1] for label, _path in files}
+    values = fill_numbers(args.library, values, set(values) - from_files)
+    with _manifest_warning_as_a_line(shown=not args.quiet):
+        result = run_library(args.library, values)
+    if not args.quiet:
+        for k, out in enumerate(result.outputs):
+            print(f"output{k}: {out.dtype} {list(out.shape)}")
     if args.output:
         save_outputs(args.output, result.outputs)
-        print(f"outputs written to {npz_path(args.output)}")
+        if not args.quiet:
+            print(f"outputs written to {npz_path(args.output)}")
     return 0
 
 

@@ -131,12 +131,23 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_tool_parsers(sub) -> None:
     """The ``run``, ``inspect`` and ``bench`` subcommands."""
     r = sub.add_parser("run", help="run a library written by compile -o",
-                       description="Load a library written by 'relax-memplan compile -o' and run "
-                       "it once with the Relax VM on the given inputs; print the output shapes.")
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Load a library written by 'relax-memplan compile -o' and run it "
+                       "once with the Relax VM\non the given inputs; print the output shapes. "
+                       "The library is first checked against\nits manifest (LIB.so.json: "
+                       "checksum, inputs, dim ranges, target): a damaged or\nmismatched "
+                       "file is refused before it is loaded.",
+                       epilog="examples:\n"
+                       "  relax-memplan run model.so --input image=image.npy --output out.npz\n"
+                       "  relax-memplan run bert.so --input input_ids=ids.npy "
+                       "--input attention_mask=1")
     r.add_argument("library", metavar="LIB.so")
     r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|VALUE",
-                   help="value of an input (repeatable; every input is needed)")
+                   help="value of an input (repeatable; every input is needed): a .npy file, "
+                   "or a number, which fills an input of fixed shape (mask=1)")
     r.add_argument("--output", metavar="OUT.npz", help="write the outputs (output0, output1, ...)")
+    r.add_argument("-q", "--quiet", action="store_true",
+                   help="print errors only (no output shapes, no missing-manifest warning)")
     i = sub.add_parser("inspect", help="inputs, symbolic dims and unsupported ops of a model",
                        description="Summarize an ONNX model before compiling it: inputs (dtype, "
                        "dims with symbolic names), opsets, op counts, ops TVM cannot import, and "

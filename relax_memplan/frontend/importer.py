@@ -291,6 +291,7 @@ def _from_onnx_naming_node(model, plan: InputPlan, upgraded_from_opset=None,
         upgraded_from_opset=upgraded_from_opset,
         hint=plan.hint if node.op_type in converted else "",
         domain=node.domain,
+        unnamed=not node.name,
     ) from failure
 
 

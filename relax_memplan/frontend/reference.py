@@ -47,7 +47,8 @@ def make_random_inputs(
     seed : int
         Seed of ``numpy.random.default_rng``.
     values : dict of str to numpy.ndarray, optional
-        Arrays used as given (cast to the input's dtype) instead of random ones.
+        Arrays used as given (cast to the input's dtype) instead of random ones; a 0-d
+        array (one number) fills an input of any shape.
 
     Returns
     -------
@@ -74,6 +75,8 @@ def make_random_inputs(
         shape, dtype = info.input_shapes[name], np.dtype(info.input_dtypes[name])
         if name in values:
             array = cast_value(name, values[name], dtype)
+            if array.ndim == 0 and shape != ():
+                array = np.full(shape, array)  # one number fills the input (--input mask=1)
             if array.shape != shape:
                 raise ShapeSpecError(
                     f"value for input '{name}' has shape {array.shape}, expected {shape}"
@@ -112,7 +115,7 @@ def cast_value(name: str, value, dtype) -> np.ndarray:
         raise ShapeSpecError(f"value for input '{name}' does not fit {dtype}: {err}") from None
     if given.dtype.kind == "f" and dtype.kind == "f":
         # float to float: rounding to the input's precision is what the model computes with
-        # (a float64 .npy of random data for a float32 input, polish review); refused only
+        # (a float64 .npy of random data for a float32 input); refused only
         # when a finite value overflows to infinity
         if np.any(np.isfinite(given) & ~np.isfinite(array)):
             raise ShapeSpecError(f"value for input '{name}' changes when cast to {dtype}: "

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import ModelLoadError, RelaxMemplanError
 from ..library.elf import library_format
 
-__all__ = ["RunOutputs", "function_params", "npz_path", "refuse_compiled_library", "run_command",
+__all__ = ["RunOutputs", "fill_numbers", "function_params", "npz_path", "refuse_compiled_library", "run_command",
            "run_library", "save_outputs"]
 
 
@@ -205,6 +205,52 @@ def run_library(path, inputs: Mapping[str, np.ndarray], func_name: str = "main")
     check_input_names(inputs, names, func_name)
     result = run_checked(loaded.module, [arrays[n] for n in names], f"library {path}", func_name=func_name)
     return RunOutputs(param_names=names, outputs=result.outputs)
+
+
+def fill_numbers(path, values: Mapping[str, np.ndarray], numbers) -> Dict[str, np.ndarray]:
+    """Values for ``run_library`` with each number typed on the command line cast to its
+    input's dtype and, for an input of fixed shape, filling that shape (``--input mask=1``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The library; its manifest (``LIB.so.json``) gives each input's dtype and shape.
+    values : mapping of str to numpy.ndarray
+        The parsed ``--input`` values.
+    numbers : collection of str
+        The names whose value was a number (or comma-separated numbers), not a ``.npy`` file.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        ``values`` with those names replaced; unchanged when the library has no manifest (the
+        call's own checks then name a mismatch).
+
+    Raises
+    ------
+    ShapeSpecError
+        A number for an input with symbolic dims (its shape is not known: give a ``.npy``
+        file), or a number that its input's dtype cannot hold.
+    """
+    from ..errors import ShapeSpecError
+    from ..frontend.reference import cast_value
+    from ..library import read_manifest
+
+    manifest = read_manifest(path) if os.path.isfile(path) else None
+    specs = {i.name: i for i in manifest.inputs} if manifest is not None else {}
+    out = dict(values)
+    for name in numbers:
+        spec = specs.get(name)
+        if spec is None:
+            continue
+        value = cast_value(name, values[name], spec.dtype)
+        if value.ndim == 0 and spec.shape:
+            if not all(isinstance(d, int) for d in spec.shape):
+                raise ShapeSpecError(f"--input {name}: a number fills an input of fixed shape; "
+                                     f"{spec.describe()} has symbolic dims: give a .npy file")
+            value = np.full(spec.shape, value)
+        out[name] = value
+    return out
 
 
 def save_outputs(path, outputs: List[np.ndarray]) -> Dict[str, np.ndarray]:

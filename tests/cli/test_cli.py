@@ -76,6 +76,19 @@ def test_example_library_loads_and_runs(example_run):
     np.testing.assert_allclose(probs.sum(), 1.0, rtol=1e-5)
 
 
+def test_run_with_a_number_fills_the_input_and_q_prints_nothing(example_run, capsys):
+    _, out = example_run
+    assert main(["run", str(out / "lib.so"), "--input", "image=0", "--output",
+                 str(out / "zeros.npz")]) == 0
+    assert "output0: float32 [1, 10]" in capsys.readouterr().out
+    lib = tvm.runtime.load_module(str(out / "lib.so"))
+    expected = relax.VirtualMachine(lib, tvm.cpu())["main"](
+        tvm.runtime.tensor(np.zeros((1, 3, 96, 96), "float32"))).numpy()
+    np.testing.assert_array_equal(np.load(out / "zeros.npz")["output0"], expected)
+    assert main(["run", str(out / "lib.so"), "--input", "image=0.5", "-q"]) == 0
+    assert capsys.readouterr().out == ""
+
+
 _LOAD_AND_RUN = """
 import sys
 import numpy as np

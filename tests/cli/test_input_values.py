@@ -28,3 +28,45 @@ def test_a_missing_npy_file_and_an_npz_file_say_what_is_wrong(tmp_path):
         parse_inputs([f"x={tmp_path / 'none.npy'}"])
     with pytest.raises(ShapeSpecError, match=r"neither a .npy file nor a number"):
         parse_inputs([f"x={tmp_path / 'x.npz'}"])
+
+
+def _library_with_manifest(tmp_path, *inputs):
+    from relax_memplan.library import ManifestInput, write_manifest
+
+    lib = tmp_path / "m.so"
+    lib.write_bytes(b"\x7fELF not really")
+    write_manifest(lib, inputs=[ManifestInput(*i) for i in inputs], dims={"seq": (1, 128)})
+    return lib
+
+
+def test_a_number_fills_a_fixed_shape_input_in_its_dtype(tmp_path):
+    from relax_memplan.tools.run import fill_numbers
+
+    lib = _library_with_manifest(tmp_path, ("image", "float32", (1, 3, 4, 4)),
+                                 ("sr", "int64", ()), ("ids", "int64", (1, 8)))
+    ids = np.arange(8, dtype=np.int64).reshape(1, 8)
+    values = parse_inputs(["image=0.5", "sr=16000"]) | {"ids": ids}
+    filled = fill_numbers(lib, values, {"image", "sr"})
+    assert filled["image"].shape == (1, 3, 4, 4) and filled["image"].dtype == np.float32
+    assert np.all(filled["image"] == 0.5)
+    assert filled["sr"].shape == () and filled["sr"].dtype == np.int64
+    assert filled["ids"] is ids  # a file's array is left to the call's own checks
+
+
+def test_a_number_for_a_symbolic_input_or_outside_its_dtype_is_refused(tmp_path):
+    from relax_memplan.tools.run import fill_numbers
+
+    lib = _library_with_manifest(tmp_path, ("mask", "int64", (1, "seq")))
+    with pytest.raises(ShapeSpecError, match=r"mask\[1, seq\]:int64 has symbolic dims: give a .npy"):
+        fill_numbers(lib, parse_inputs(["mask=1"]), {"mask"})
+    with pytest.raises(ShapeSpecError, match=r"'mask' changes when cast to int64"):
+        fill_numbers(lib, parse_inputs(["mask=1.5"]), {"mask"})
+
+
+def test_without_a_manifest_numbers_are_passed_as_given(tmp_path):
+    from relax_memplan.tools.run import fill_numbers
+
+    lib = tmp_path / "bare.so"
+    lib.write_bytes(b"x")
+    values = parse_inputs(["x=2"])
+    assert fill_numbers(lib, values, {"x"})["x"] is values["x"]

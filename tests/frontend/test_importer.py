@@ -1,5 +1,6 @@
 """Tests of relax_memplan.frontend: loading, shape specs, import errors, reference runs."""
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -332,6 +333,8 @@ def test_unnamed_failing_node_is_named_by_first_output():
     with pytest.raises(UnsupportedOperatorError) as info:
         import_onnx(model)
     assert (info.value.node_name, info.value.op_type) == ("y", "Reshape")
+    assert "the unnamed ONNX node with output 'y' (op Reshape" in str(info.value)
+    assert pickle.loads(pickle.dumps(info.value)).unnamed
 
 
 def test_failure_outside_converter_names_node():
@@ -509,6 +512,17 @@ def test_random_integer_inputs_are_zero_or_one():
     ids = make_random_inputs(model, info, seed=3)["ids"]
     assert ids.dtype == np.int64 and ids.shape == (4, 8)
     assert set(np.unique(ids)) <= {0, 1}
+
+
+def test_one_number_fills_an_input_of_any_shape():
+    model = tiny_model(
+        [helper.make_node("Identity", ["ids"], ["y"])],
+        [tensor("ids", TensorProto.INT64, ["batch", 8])],
+        [tensor("y", TensorProto.INT64, ["batch", 8])],
+    )
+    _, info = import_onnx(model, {"ids": (4, 8)})
+    ids = make_random_inputs(model, info, values={"ids": np.array(7)})["ids"]
+    assert ids.dtype == np.int64 and ids.shape == (4, 8) and np.all(ids == 7)
 
 
 def test_random_inputs_reject_bad_values(loaded_models):
