@@ -26,7 +26,9 @@ _LLVM = tvm.target.Target("llvm")
 
 
 def _passes(**chunk_args):
-    """Our fusion passes with a configured ChunkFeedForward (test-sized threshold)."""
+    """Our fusion passes with a configured ChunkFeedForward (test-sized thresholds: chunks of
+    any row count unless ``min_chunk_rows`` is given)."""
+    chunk_args.setdefault("min_chunk_rows", 1)
     return [p for p in fusion_passes(_LLVM) if p.info.name != "ChunkFeedForward"] + \
         [ChunkFeedForward(target=_LLVM, **chunk_args)]
 
@@ -137,6 +139,36 @@ def test_gpt2_tanh_gelu_blocks_are_chunked_with_the_same_values():
 def test_negative_threshold_is_refused():
     with pytest.raises(ValueError, match="min_hidden_bytes"):
         ChunkFeedForward(min_hidden_bytes=-1)
+    with pytest.raises(ValueError, match="min_chunk_rows"):
+        ChunkFeedForward(min_chunk_rows=0)
+
+
+@pytest.mark.parametrize("batch, seq, chunks", [(1, 128, 0), (1, 256, 2), (1, 512, 4),
+                                                (2, 128, 2)])
+def test_a_chunk_keeps_at_least_min_chunk_rows_rows_by_default(batch, seq, chunks):
+    """BERT-base's FFN (768 -> 3072) at 1 x 128: four 32-row chunks made it slower than one
+    matmul pair, so it is left whole (``rows``); 256 rows: 2 chunks of 128; 512 rows: the
+    4 chunks F / H asks for; 2 x 128, cut along batch: 2 chunks of one sequence each."""
+    mod, _ = import_onnx(bert_case.build_bert(768, 1, 12, 3072), {
+        "hidden_states": (batch, seq, 768), "attention_mask": (batch, 1, 1, seq)})
+    out, chunker = _chunk(mod, memory_check=False, min_chunk_rows=128)
+    if chunks == 0:
+        assert chunker.chunked == 0 and chunker.skipped == {"rows": 1}
+        assert _ops(out, "R.concat") == 0
+        assert "fewer than min_chunk_rows" in chunker.records[0].summary()
+    else:
+        assert chunker.chunked == 1, chunker.skipped
+        assert _ops(out, "R.strided_slice") == chunks
+
+
+def test_a_symbolic_axis_is_cut_only_when_its_shortest_length_fills_the_chunks():
+    """seq in [256, 512]: at its lower bound 256 rows make 2 chunks of 128; seq in [64, 512]:
+    a 64-row call would run 16-row chunks, so the block is left whole."""
+    for lo, chunked in ((256, 1), (64, 0)):
+        mod, _ = import_onnx(bert_case.build_bert(768, 1, 12, 3072), keep_dynamic=True)
+        mod = AnnotateDimRanges({"batch": (1, 1), "seq": (lo, 512)})(mod)
+        _, chunker = _chunk(mod, memory_check=False, min_chunk_rows=128)
+        assert chunker.chunked == chunked, (lo, chunker.skipped)
 
 
 def test_split_sections_are_lowered_until_none_can_be_empty():
