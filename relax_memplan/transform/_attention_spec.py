@@ -158,6 +158,29 @@ class KernelSpec:
             n = n * extent
         return n
 
+    def fingerprint(self) -> tuple:
+        """``(plain, exprs)``: two specs whose ``plain`` parts are equal and whose ``exprs``
+        are ``structural_equal(..., map_free_vars=True)`` build the same kernel, so the
+        fused layers of a model build it once (its TVMScript parse takes ~1 s).
+
+        ``exprs`` holds every index and extent as one ``IndexMap`` per access over the
+        canonical variables (bound positionally) and one of the extents and shapes; the
+        symbolic dims in them are free vars, matched consistently across the whole list."""
+        accesses = [self.q, self.k, self.v, self.out] + [
+            a for st in self.steps for a in (st.operand, st.cond) if isinstance(a, Access)]
+        extents = (list(self.lead) + [self.seq_q, self.seq_k] + list(self.out_shape)
+                   + [d for shape, _ in self.inputs for d in shape] + list(self.params))
+        exprs = [tirx.IndexMap(self.canonical, [_i64(x) for x in a.index], None)
+                 for a in accesses]
+        exprs.append(tirx.IndexMap(self.canonical, [_i64(x) for x in extents], None))
+        plain = (self.head_dim, self.value_dim, self.scale, self.guard, self.out_dtype,
+                 len(self.canonical), len(self.lead), len(self.params), len(self.out_shape),
+                 tuple((len(shape), str(dtype)) for shape, dtype in self.inputs),
+                 tuple((a.input, len(a.index)) for a in accesses),
+                 tuple((st.op, st.operand if not isinstance(st.operand, Access) else "access",
+                        st.cond is not None, st.swapped, st.dtype) for st in self.steps))
+        return plain, exprs
+
 
 _BINARY: Dict[str, Callable] = {
     "add": lambda a, b: a + b, "subtract": lambda a, b: a - b,

@@ -153,13 +153,25 @@ def _find(graph, var, kind):
 
 
 class _Kernels:
-    """The kernels of one run, one GlobalVar per structurally distinct PrimFunc."""
+    """The kernels of one run, one GlobalVar per structurally distinct PrimFunc; a spec
+    equal to one seen before (:meth:`KernelSpec.fingerprint`) reuses its kernel unbuilt."""
 
     def __init__(self, owner: FuseAttention):
         self.owner = owner
         self.built: List[tuple] = []
+        self.by_spec: List[tuple] = []
 
     def get(self, rewriter, spec: KernelSpec) -> relax.GlobalVar:
+        plain, exprs = spec.fingerprint()
+        for known_plain, known_exprs, gv in self.by_spec:
+            if known_plain == plain and tvm_ffi.structural_equal(known_exprs, exprs,
+                                                                 map_free_vars=True):
+                return gv
+        gv = self._build(rewriter, spec)
+        self.by_spec.append((plain, exprs, gv))
+        return gv
+
+    def _build(self, rewriter, spec: KernelSpec) -> relax.GlobalVar:
         o = self.owner
         if o.gpu:
             func = _attention_kernel_gpu.attention_kernel_gpu(spec, o.block_keys,

@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 from tvm.script import ir as I, relax as R, tirx as T
@@ -309,3 +310,44 @@ def test_fusion_never_adds_kernels_and_cuts_a_fifth_on_transformers(model, max_r
     mod, _ = import_onnx(shared_model(model), prepare_steps=STEP_NAMES)
     plain, fused = _kernel_calls(mod, False), _kernel_calls(mod, True)
     assert plain > 0 and fused <= max_ratio * plain, (model, plain, fused)
+
+
+def test_identical_layers_build_their_kernel_once_and_different_specs_do_not_share(monkeypatch):
+    """bert-tiny's two layers are one spec: one TVMScript build, one PrimFunc, two calls. A
+    spec that differs in a plain field (the scale) or in an index (q read transposed) is not
+    taken for it."""
+    import dataclasses
+
+    from relax_memplan.transform import _attention_kernel
+    from relax_memplan.transform._attention_spec import Access
+
+    built = []
+    real = _attention_kernel.attention_kernel
+
+    def counting(spec, *args):
+        built.append(spec)
+        return real(spec, *args)
+
+    monkeypatch.setattr(_attention_kernel, "attention_kernel", counting)
+    mod, _ = import_onnx(shared_model("bert-tiny-randw.onnx"), {"input_ids": (1, 32),
+                                                                "attention_mask": (1, 32),
+                                                                "token_type_ids": (1, 32)})
+    pass_ = FuseAttention()
+    after = pass_(mod)
+    assert pass_.fused == 2 and len(built) == 1
+    assert [gv.name_hint for gv, f in after.functions_items()
+            if gv.name_hint.startswith("fused_attention")] == ["fused_attention"]
+    assert len(re.findall(r"call_tir\(cls\.fused_attention\b", after.script())) == 2
+
+    spec = built[0]
+    plain, exprs = spec.fingerprint()
+
+    def same(other):
+        p, e = other.fingerprint()
+        return p == plain and tvm_ffi.structural_equal(e, exprs, map_free_vars=True)
+
+    assert same(dataclasses.replace(spec))
+    assert not same(dataclasses.replace(spec, scale=spec.scale * 2))
+    swapped = list(spec.q.index)
+    swapped[-2], swapped[-1] = swapped[-1], swapped[-2]
+    assert not same(dataclasses.replace(spec, q=Access(spec.q.input, swapped)))
