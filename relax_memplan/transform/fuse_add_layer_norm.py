@@ -188,11 +188,7 @@ class FuseAddLayerNorm:
             name = gv.name_hint
             peak = lowered_peak_live_bytes(mod, name, self.target)
             if lowered_peak_live_bytes(new_mod, name, self.target) > peak:
-                accepted = []  # greedy, in program order: keep a site if the peak holds
-                for site in sites:
-                    tried, _, _ = self._rewrite(mod, gv, func, set(accepted + [site]))
-                    if lowered_peak_live_bytes(tried, name, self.target) <= peak:
-                        accepted.append(site)
+                accepted = self._sites_keeping_the_peak(mod, gv, func, sites, peak)
                 rejected = len(sites) - len(accepted)
                 self.skipped["peak"] = self.skipped.get("peak", 0) + rejected
                 for site in sites:
@@ -205,6 +201,32 @@ class FuseAddLayerNorm:
         for site in sites:
             self.fused_by_pattern[rewriter.patterns[site]] += 1
         return new_mod
+
+
+    def _sites_keeping_the_peak(self, mod, gv, func, sites, peak) -> list:
+        """The sites kept, in program order, when all of them together raise the peak: a group
+        is kept whole when the peak holds with it and the sites kept before it, else its two
+        halves are tried in turn, and a single site that raises it is refused. Every kept set
+        is checked as it stands, so the result never raises the peak; one bad site of n costs
+        about ``2 log2 n`` lowerings instead of ``n`` (each ~0.6 s on GPT-2)."""
+        accepted: list = []
+
+        def keep(group, known_to_raise=False) -> bool:
+            if not known_to_raise:
+                tried, _, _ = self._rewrite(mod, gv, func, set(accepted + group))
+                if lowered_peak_live_bytes(tried, gv.name_hint, self.target) <= peak:
+                    accepted.extend(group)
+                    return True
+            if len(group) == 1:
+                return False
+            half = len(group) // 2
+            first = keep(group[:half])
+            # the first half kept whole: the second with it is the group, known to raise
+            keep(group[half:], known_to_raise=first)
+            return False
+
+        keep(list(sites), known_to_raise=True)
+        return accepted
 
 
 def _is_op(expr, names) -> bool:

@@ -67,7 +67,13 @@ class FuseAttention:
         Keys per block of the streaming softmax (CPU: scores held per task at a time; CUDA:
         keys per shared-memory tile). Default 32 on CPU, 16 on CUDA.
     block_queries : int, optional
-        Query rows per parallel task (CPU) or per thread block (CUDA). Default 32.
+        Query rows per parallel task (CPU) or per thread block (CUDA). Default 32, but 16 on
+        a CPU with 256-bit vectors and no AVX-512 (AVX2: 16 registers of 8 float32 lanes): a
+        task's register tiles (4 keys x the rows of scores, 4 head-dim entries x the rows of
+        output) then take 8 registers instead of all 16, and the kernel ran 1.2-1.4x faster
+        (``benchmarks/attention_bench.py``, znver3, head dim 64, seq 32-512, 1 and 2
+        threads); with AVX-512 (32 registers of 16 lanes) 32 rows take 8, and with SSE 8 rows
+        were no faster than 32.
     target : str, dict or tvm.target.Target, optional
         Whose kernel to emit: ``cuda`` gets the CUDA kernel, any other kind (default
         ``llvm``) the CPU one.
@@ -90,7 +96,8 @@ class FuseAttention:
         tgt = target if isinstance(target, Target) else Target(target or "llvm")
         self.gpu = tgt.kind.name == "cuda"
         block_keys = block_keys if block_keys is not None else (16 if self.gpu else 32)
-        block_queries = block_queries if block_queries is not None else 32
+        if block_queries is None:
+            block_queries = 32 if self.gpu else _cpu_block_queries(tgt)
         if block_keys < 1 or block_queries < 1:
             raise ValueError(f"block sizes must be >= 1, got block_keys={block_keys}, "
                              f"block_queries={block_queries}")
@@ -146,6 +153,13 @@ class FuseAttention:
             plans[got.anchor] = (spec, sources)
             record.accept()
         return plans
+
+
+def _cpu_block_queries(target: Target) -> int:
+    """16 for an llvm target with 8 float32 SIMD lanes (AVX2), else 32 (see ``block_queries``)."""
+    from ..schedules import simd_lanes
+
+    return 16 if simd_lanes(target, "float32") == 8 else 32
 
 
 def _find(graph, var, kind):

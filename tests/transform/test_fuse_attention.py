@@ -351,3 +351,15 @@ def test_identical_layers_build_their_kernel_once_and_different_specs_do_not_sha
     swapped = list(spec.q.index)
     swapped[-2], swapped[-1] = swapped[-1], swapped[-2]
     assert not same(dataclasses.replace(spec, q=Access(spec.q.input, swapped)))
+
+
+@pytest.mark.parametrize("target, rows", [(None, 32), ({"kind": "llvm", "mcpu": "znver3"}, 16),
+                                          ({"kind": "llvm", "mcpu": "haswell"}, 16),
+                                          ({"kind": "llvm", "mcpu": "znver4"}, 32),
+                                          ({"kind": "llvm", "mcpu": "skylake-avx512"}, 32),
+                                          ("cuda", 32)])
+def test_query_rows_per_task_follow_the_vector_registers(target, rows):
+    """AVX2 (16 registers of 8 lanes) gets 16 query rows a task, so the register tiles do not
+    spill; AVX-512, SSE (plain llvm) and CUDA 32; an explicit value is kept."""
+    assert FuseAttention(target=target).block_queries == rows
+    assert FuseAttention(block_queries=24, target=target).block_queries == 24
