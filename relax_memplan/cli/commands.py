@@ -239,9 +239,9 @@ def _plot(path, results, plan_pass) -> None:
 
 
 @contextlib.contextmanager
-def _manifest_warning_as_a_line(shown: bool = True):
+def _manifest_warning_as_a_line():
     """A library without its manifest: ``relax-memplan: warning: ...`` on one line, at once
-    (Python's own form would add the source line); nothing when not ``shown`` (``-q``)."""
+    (Python's own form would add the source line)."""
     from ..library.manifest import MissingManifestWarning
 
     with warnings.catch_warnings():
@@ -253,7 +253,7 @@ def _manifest_warning_as_a_line(shown: bool = True):
             else:
                 show_default(message, category, *rest, **kwargs)
 
-        warnings.simplefilter("always" if shown else "ignore", MissingManifestWarning)
+        warnings.simplefilter("always", MissingManifestWarning)
         warnings.showwarning = show
         yield
 
@@ -269,7 +269,8 @@ def _run(args) -> int:
     values = parse_inputs(args.input)
     from_files = {label.split(" ", 1)[1] for label, _path in files}
     values = fill_numbers(args.library, values, set(values) - from_files)
-    with _manifest_warning_as_a_line(shown=not args.quiet):
+    # the missing-manifest warning stays under -q: the file's integrity is not checked
+    with _manifest_warning_as_a_line():
         result = run_library(args.library, values)
     if not args.quiet:
         for k, out in enumerate(result.outputs):

@@ -147,7 +147,7 @@ def _add_tool_parsers(sub) -> None:
                    "or a number, which fills an input of fixed shape (mask=1)")
     r.add_argument("--output", metavar="OUT.npz", help="write the outputs (output0, output1, ...)")
     r.add_argument("-q", "--quiet", action="store_true",
-                   help="print errors only (no output shapes, no missing-manifest warning)")
+                   help="print errors and warnings only (no output shapes)")
     i = sub.add_parser("inspect", help="inputs, symbolic dims and unsupported ops of a model",
                        description="Summarize an ONNX model before compiling it: inputs (dtype, "
                        "dims with symbolic names), opsets, op counts, ops TVM cannot import, and "

@@ -223,20 +223,26 @@ def fill_numbers(path, values: Mapping[str, np.ndarray], numbers) -> Dict[str, n
     Returns
     -------
     dict of str to numpy.ndarray
-        ``values`` with those names replaced; unchanged when the library has no manifest (the
-        call's own checks then name a mismatch).
+        ``values`` with those names replaced; unchanged when the library has no manifest and
+        no number is given.
 
     Raises
     ------
     ShapeSpecError
         A number for an input with symbolic dims (its shape is not known: give a ``.npy``
-        file), or a number that its input's dtype cannot hold.
+        file), a number that its input's dtype cannot hold, or a number for a library without
+        its manifest (its inputs' shapes and dtypes are not known before loading).
     """
     from ..errors import ShapeSpecError
     from ..frontend.reference import cast_value
-    from ..library import read_manifest
+    from ..library import manifest_path, read_manifest
 
     manifest = read_manifest(path) if os.path.isfile(path) else None
+    if manifest is None and numbers and os.path.isfile(path):
+        name = sorted(numbers)[0]
+        raise ShapeSpecError(f"--input {name}: a number fills an input from the shape and dtype "
+                             f"in the library's manifest, and {manifest_path(path)} is missing: "
+                             f"give a .npy file (or compile the library again with -o)")
     specs = {i.name: i for i in manifest.inputs} if manifest is not None else {}
     out = dict(values)
     for name in numbers:

@@ -63,10 +63,12 @@ def test_a_number_for_a_symbolic_input_or_outside_its_dtype_is_refused(tmp_path)
         fill_numbers(lib, parse_inputs(["mask=1.5"]), {"mask"})
 
 
-def test_without_a_manifest_numbers_are_passed_as_given(tmp_path):
+def test_without_a_manifest_a_number_is_refused_and_files_pass(tmp_path):
     from relax_memplan.tools.run import fill_numbers
 
     lib = tmp_path / "bare.so"
     lib.write_bytes(b"x")
-    values = parse_inputs(["x=2"])
-    assert fill_numbers(lib, values, {"x"})["x"] is values["x"]
+    with pytest.raises(ShapeSpecError, match=r"--input x: .*bare.so.json is missing: give a .npy"):
+        fill_numbers(lib, parse_inputs(["x=2"]), {"x"})
+    values = {"x": np.zeros((2, 2), np.float32)}
+    assert fill_numbers(lib, values, set())["x"] is values["x"]
