@@ -29,6 +29,19 @@ CASES = [
 ]
 
 
+# the CASES ChannelBlockedConv leaves on an AVX2 target (8 lanes, 16 registers): maps of 7
+# or 8 columns fill too little of its column tile; on AVX-512 it takes every case
+AVX2_DECLINED = frozenset({"1x1 s2 7x7 out bias", "1x1 s1 7x7 48 channels clip",
+                           "conv1d k3 8 outputs"})
+
+
+def taken_on(target, label: str) -> bool:
+    """Whether the rule takes case ``label`` on ``target`` (the host decides which run)."""
+    from relax_memplan.schedules import simd_lanes
+
+    return not (simd_lanes(target) == 8 and label in AVX2_DECLINED)
+
+
 # depthwise convolutions ChannelBlockedDepthwise takes
 DW_CASES = [
     ("dw 7x7 14x14 relu", (1, 32, 14, 14), 32, 7, 1, 3, 1, 32, "relu"),
@@ -53,7 +66,9 @@ def check_rule_on_parameters():
         (func,) = _fused(conv_module(*case))
         rule = ChannelBlockedDepthwise if case[-2] > 1 else ChannelBlockedConv
         sch = rule(min_parallel_macs=0).apply(func, target, False)
-        assert sch is not None, label
+        assert (sch is not None) == taken_on(target, label), label
+        if sch is None:
+            continue
         arrays = [rng.standard_normal([int(d) for d in p.shape], dtype="float32")
                   for p in func.params]  # the params are the buffers in TVM 0.27
         outs = []
@@ -103,6 +118,8 @@ def check_pipeline_with_constant_weights():
     target = host_target()
     rng = np.random.default_rng(1)
     for label, *case in CASES + DW_CASES:
+        if not taken_on(target, label):
+            continue  # what the rule declines there: check_rule_on_parameters asserts it
         mod = constant_weight_module(case)
         arrays = [rng.standard_normal([int(d) for d in p.ty.shape], dtype="float32")
                   for p in mod["main"].params]

@@ -68,6 +68,18 @@ def test_takes_dense_convolutions_with_channel_vectors(case):
     assert "T.parallel(" in text and "T.vectorized(" in text and "_local" in text
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_on_avx2_the_narrow_maps_are_declined_and_the_rest_taken(case):
+    """The subprocess checks run the cases the host's rule takes: on an AVX2 host all but
+    AVX2_DECLINED, which this pins down (so a case silently dropped there fails here)."""
+    from tests.schedules.conv_blocked_checks import AVX2_DECLINED, taken_on
+
+    (func,) = _fused(conv_module(*case[1:]))
+    sch = ChannelBlockedConv(min_parallel_macs=0).apply(func, AVX2, False)
+    assert (sch is not None) == (case[0] not in AVX2_DECLINED) == taken_on(AVX2, case[0])
+    assert taken_on(AVX512, case[0])
+
+
 @pytest.mark.parametrize("label, case", [
     ("depthwise", ((1, 32, 14, 14), 32, 3, 1, 1, 1, 32, "relu")),
     ("grouped", ((1, 32, 14, 14), 32, 3, 1, 1, 1, 2, "relu")),

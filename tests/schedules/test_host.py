@@ -34,4 +34,7 @@ def test_host_target_prefers_no_gather_on_x86():
 @pytest.mark.skipif(not HAS_AVX2, reason="needs a host CPU with vector gathers")
 def test_unscheduled_pool_compiles_without_gathers():
     assert _gathers(host_target()) == 0
+    if _gathers(host_target(prefer_no_gather=False)) == 0:
+        # LLVM's cost model for this CPU (znver3) emits no gathers here even when allowed
+        pytest.skip("this CPU's LLVM emits no gathers for the pool without the flag either")
     assert _gathers(host_target(prefer_no_gather=False)) > 0  # what the flag removes

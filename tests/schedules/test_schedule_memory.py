@@ -43,16 +43,32 @@ def test_concat_axis_attribute_must_agree_with_the_shapes():
     assert concat_axis(wrong) is None
 
 
-@pytest.mark.parametrize("shape, rule", [((1, 32, 7, 7), "ChannelBlockedConv"),
-                                         ((1, 32, 14, 14), "ChannelBlockedConv"),
-                                         ((1, 32, 64, 64), "DirectConv")])
-def test_scheduled_1x1_conv_keeps_the_in_place_pair(shape, rule):
+_AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512"}
+_AVX2 = {"kind": "llvm", "mcpu": "haswell"}
+
+
+@pytest.mark.parametrize("target, shape, rule", [
+    (_AVX512, (1, 32, 7, 7), "ChannelBlockedConv"),
+    (_AVX512, (1, 32, 14, 14), "ChannelBlockedConv"),
+    (_AVX512, (1, 32, 64, 64), "DirectConv"),
+    (_AVX2, (1, 32, 14, 14), "ChannelBlockedConv"),
+    (_AVX2, (1, 32, 64, 64), "DirectConv"),
+    # on AVX2 ChannelBlockedConv leaves a 7-column map (too little of its 8-lane tile
+    # filled), StaticMatmul takes it and loses the pair: a known gap, strict so that a fix
+    # shows here
+    pytest.param(_AVX2, (1, 32, 7, 7), "ChannelBlockedConv", marks=pytest.mark.xfail(
+        strict=True, reason="AVX2: StaticMatmul takes the 7x7 map and loses the in-place pair")),
+])
+def test_scheduled_1x1_conv_keeps_the_in_place_pair(target, shape, rule):
     """The unscheduled 1x1 conv copies its input (TOPI's padding block) before writing its
     output, so the output may take the input's storage; StaticMatmul's tile reads the input
     inside the parallel loop and lost that (a 14x14 map: DirectConv left it to StaticMatmul).
-    ChannelBlockedConv and DirectConv keep the copy first."""
+    ChannelBlockedConv and DirectConv keep the copy first. Targets are named (scheduling only,
+    nothing runs), so the expectation does not depend on the host."""
+    import tvm
+
     (func,) = _fused(conv_module(shape, shape[1], 1, 1, 0, 1, 1, "relu"))
-    scheduled = schedule_prim_func(func, host_target())
+    scheduled = schedule_prim_func(func, tvm.target.Target(target))
     assert str(scheduled.attrs[SCHEDULE_RULE_ATTR]) == rule
     assert inplace_pairs(func) and inplace_pairs(scheduled) == inplace_pairs(func)
 
