@@ -574,7 +574,7 @@ def test_gpu_check_tolerance_flags_a_wrong_value():
 
 
 def test_chunked_feed_forward_builds_gpu_kernels():
-    """ChunkFeedForward on the BERT case (batch 4, seq 32, threshold 0): the slices, the
+    """ChunkFeedForward on the BERT case (batch 4, seq 32, thresholds 0 and 1 row): the slices, the
     per-chunk matmuls and the concat all get GPU schedules (dlight), none left as host code."""
     from relax_memplan.pipeline import fusion_counts, fusion_passes  # pylint: disable=import-outside-toplevel
     from relax_memplan.transform.chunk_feed_forward import ChunkFeedForward  # pylint: disable=import-outside-toplevel
@@ -586,12 +586,12 @@ def test_chunked_feed_forward_builds_gpu_kernels():
     mod, _ = frontend.import_onnx(bert_case.build_bert(64, 1, 2, 256), {
         "hidden_states": (4, 32, 64), "attention_mask": (4, 1, 1, 32)})
     passes = [p for p in fusion_passes(CUDA) if p.info.name != "ChunkFeedForward"] + \
-        [ChunkFeedForward(min_hidden_bytes=0, target=CUDA)]
+        [ChunkFeedForward(min_hidden_bytes=0, min_chunk_rows=1, target=CUDA)]
     legal = _legalized(mod, fusion=True, fusion_pass_list=passes)
     assert fusion_counts(passes)["feed_forward_chunked"] == 1
     working = _check_all_kernels_bound(legal)
     assert any("concat" in n for n in working), working
-    passes = passes[:-1] + [ChunkFeedForward(min_hidden_bytes=0, target=CUDA)]
+    passes = passes[:-1] + [ChunkFeedForward(min_hidden_bytes=0, min_chunk_rows=1, target=CUDA)]
     executable = tvm.compile(mod, CUDA, relax_pipeline=get_pipeline(
         CUDA, fusion=True, fusion_pass_list=passes))
     assert fusion_counts(passes)["feed_forward_chunked"] == 1
