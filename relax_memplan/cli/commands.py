@@ -267,7 +267,7 @@ def _run(args) -> int:
     if args.output:
         check_output_path("--output", npz_path(args.output))
     values = parse_inputs(args.input)
-    from_files = {label.split(" ", 1)[1] for label, _path in files}
+    from_files = {label.split(" ", 1)[1] for label, _path in files}  # "--input NAME"
     values = fill_numbers(args.library, values, set(values) - from_files)
     # the missing-manifest warning stays under -q: the file's integrity is not checked
     with _manifest_warning_as_a_line():

@@ -158,26 +158,25 @@ def test_a_rewrite_raising_the_peak_is_not_applied():
     assert lowered_peak_live_bytes(after, "main") > lowered_peak_live_bytes(Spread, "main")
 
 
+def _count_calls(monkeypatch, module, name) -> list:
+    """``module.name`` replaced by a wrapper that records each call's arguments; the list."""
+    calls, real = [], getattr(module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
 def test_the_kernel_is_built_once_per_run_across_the_peak_trials(monkeypatch):
     # the peak check rewrites the function again per trial; the kernel's TVMScript parse
     # (~0.1 CPU s) happened in every rewrite (gpt2-tiny: 10 parses for 2 kernels)
     import relax_memplan.transform.fuse_add_layer_norm as fuse
 
-    built = []
-
-    def counting(*args, **kwargs):
-        built.append(args)
-        return add_layer_norm_cpu(*args, **kwargs)
-
-    monkeypatch.setattr(fuse, "add_layer_norm_cpu", counting)
-    rewrites = []
-    real_replace = fuse.replace_functions
-
-    def counting_replace(*args):
-        rewrites.append(args)
-        return real_replace(*args)
-
-    monkeypatch.setattr(fuse, "replace_functions", counting_replace)
+    built = _count_calls(monkeypatch, fuse, "add_layer_norm_cpu")
+    rewrites = _count_calls(monkeypatch, fuse, "replace_functions")
     pass_ = FuseAddLayerNorm()
     pass_(_spread_module())  # all sites (the one site): one rewrite, no trial after it
     assert pass_.skipped == {"peak": 1} and len(rewrites) == 1 and len(built) == 1
@@ -302,14 +301,8 @@ def test_sites_raising_the_peak_are_found_by_halves_and_the_rest_fused(monkeypat
     import relax_memplan.transform.fuse_add_layer_norm as fuse
 
     mod = _local_sites_then_a_spread_one(12)
-    calls = []
     real = fuse.lowered_peak_live_bytes
-
-    def counting(*args):
-        calls.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(fuse, "lowered_peak_live_bytes", counting)
+    calls = _count_calls(monkeypatch, fuse, "lowered_peak_live_bytes")
     pass_ = FuseAddLayerNorm()
     after = pass_(mod)
     assert pass_.fused == 12 and pass_.skipped == {"peak": 1}
