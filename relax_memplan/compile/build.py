@@ -2,6 +2,13 @@
 
 A failed build becomes one :class:`~relax_memplan.errors.CompileError` line that says whether
 TVM's own planner fails too (retried with the same kernel options).
+
+LLVM 22's SLP vectorizer (the one in TVM 0.27's wheels) can emit invalid code for a small,
+fully unrolled kernel with strided loads on CPUs whose gathers are slow (``znver3``,
+``haswell``, ``znver4`` with ``+prefer-no-gather``): a 1x1 stride-2 convolution over a 6 x 5
+map fails LLVM's module verifier ("Instruction does not dominate all uses"), whatever the
+kernel's schedule. Such a build is linked again from the same lowered module with the SLP
+vectorizer off (:data:`SLP_OFF`), and the report says so.
 """
 
 from __future__ import annotations
@@ -21,11 +28,72 @@ from ..transform.check_index_bounds import CheckIndexBounds
 from ..transform.record_resident_bytes import RecordResidentBytes
 from ..transform.record_storage import RecordStorage
 
-__all__ = ["build", "choose_cuda_compiler", "export_library"]
+__all__ = ["SLP_OFF", "build", "choose_cuda_compiler", "compile_module", "export_library",
+           "without_slp"]
+
+#: The LLVM option of the second link of a build that LLVM's verifier refused.
+SLP_OFF = "-vectorize-slp=false"
+_LLVM_VERIFIER = "LLVM module verification failed"
+
+
+def without_slp(target: tvm.target.Target) -> tvm.target.Target:
+    """``target`` with LLVM's SLP vectorizer turned off (``cl-opt`` :data:`SLP_OFF`)."""
+    config = dict(target.export())
+    config["cl-opt"] = [*config.get("cl-opt", []), SLP_OFF]
+    return tvm.target.Target(config)
+
+
+def compile_module(mod, target, relax_pipeline, tir_pipeline="default",
+                   notes: Optional[list] = None):
+    """``tvm.compile(mod, target, relax_pipeline=..., tir_pipeline=...)``, linked again with
+    LLVM's SLP vectorizer off where LLVM's module verifier refuses the code it made.
+
+    Parameters
+    ----------
+    mod : tvm.IRModule
+        A Relax module.
+    target : tvm.target.Target
+    relax_pipeline : tvm.transform.Pass
+    tir_pipeline : str or tvm.transform.Pass
+    notes : list of str, optional
+        Gets one line when the second link was needed (for the report).
+
+    Returns
+    -------
+    tvm.runtime.Executable
+
+    Raises
+    ------
+    Exception
+        What ``tvm.compile`` raises, where the second link fails too or is not tried (a
+        failure other than LLVM's verifier, or a target other than ``llvm``).
+    """
+    target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
+    lowered = []
+
+    def keep(m, _ctx):
+        lowered[:] = [m]
+        return m
+
+    pipeline = tvm.transform.Sequential(
+        [relax_pipeline, tvm.transform.module_pass(keep, opt_level=0, name="KeepLowered")])
+    try:
+        return tvm.compile(mod, target, relax_pipeline=pipeline, tir_pipeline=tir_pipeline)
+    except Exception as err:  # noqa: BLE001 - only LLVM's verifier failure is retried
+        if _LLVM_VERIFIER not in str(err) or target.kind.name != "llvm" or not lowered:
+            raise
+    # the Relax pipeline has run: only the kernels are generated and linked again
+    executable = tvm.compile(lowered[0], without_slp(target), relax_pipeline=None,
+                             tir_pipeline=tir_pipeline)
+    if notes is not None:
+        notes.append("LLVM's verifier refused the code its SLP vectorizer made for a kernel "
+                     "(an LLVM bug on this CPU); the kernels were generated again with the "
+                     "SLP vectorizer off, so straight-line code is not vectorised")
+    return executable
 
 
 def build(mod, target, options: PipelineOptions, passes: PipelinePasses,
-          resident_pass: Optional[RecordResidentBytes] = None):
+          resident_pass: Optional[RecordResidentBytes] = None, notes: Optional[list] = None):
     """``tvm.compile`` with our pipeline for ``options``; a failure becomes a one-line
     :class:`CompileError` that says whether TVM's own planner fails too.
 
@@ -42,6 +110,8 @@ def build(mod, target, options: PipelineOptions, passes: PipelinePasses,
         made here (run-time checks on CPU targets only) and set in ``passes.index``.
     resident_pass : RecordResidentBytes, optional
         Runs after the pipeline: the build's constants and kernel workspaces.
+    notes : list of str, optional
+        Gets a line when the kernels had to be generated again (:func:`compile_module`).
 
     Raises
     ------
@@ -62,8 +132,7 @@ def build(mod, target, options: PipelineOptions, passes: PipelinePasses,
         recording = resident_pass.tir_pipeline(target)
     try:
         with recording as tir_pipeline:
-            return tvm.compile(mod, target, relax_pipeline=pipeline,
-                               tir_pipeline=tir_pipeline or "default")
+            return compile_module(mod, target, pipeline, tir_pipeline or "default", notes)
     except Exception as err:  # TVM raises many types; re-raised as one clear error
         if passes.index.refused is not None:  # the model cannot serve a declared dim range
             raise passes.index.refused from None
@@ -72,7 +141,7 @@ def build(mod, target, options: PipelineOptions, passes: PipelinePasses,
         # Whose fault? Build again with TVM's planner alone (same kernels) to say so.
         kernels = dataclasses.replace(options, planner="tvm", dump_dir=None)
         try:
-            tvm.compile(mod, target, relax_pipeline=build_pipeline(
+            compile_module(mod, target, build_pipeline(
                 target, kernels, PipelinePasses(dispatch=passes.dispatch))[0])
         except Exception:  # noqa: BLE001 - any failure means TVM itself cannot build it
             raise CompileError(

@@ -44,6 +44,7 @@ class StrategyBuild:
     fusion: Optional[list] = None
     hoist: Optional[object] = None
     resident: Optional[object] = None
+    notes: List[str] = field(default_factory=list)
 
 
 @dataclass

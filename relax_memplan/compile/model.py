@@ -300,7 +300,8 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
         b.kernels = passes.dispatch = (SpecializeKernels(dict(options.dispatch), schedule=
                                        _dispatch_schedule(options)) if options.dispatch else None)
         say(f"building once with relax_memplan's {strategy} plan for {_target_words(options)}")
-    b.executable = build(mod, options.tvm_target, pipeline_options, passes, b.resident)
+    b.executable = build(mod, options.tvm_target, pipeline_options, passes, b.resident,
+                         notes=b.notes)
     if options.library_path is not None:
         b.library_path = library_path_for(options.library_path, strategy, several)
         resident = b.resident.resident
@@ -331,7 +332,7 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                              arch=arch.arch if arch else None,
                              cpu=cpu.mcpu if cpu else None,
                              cpu_source=cpu.source if cpu else None,
-                             notes=list(source.notes), strategy=b.strategy, dims=dict(dims),
+                             notes=[*source.notes, *b.notes], strategy=b.strategy, dims=dict(dims),
                              fusion=_fusion_counts(b.fusion, options),
                              fusion_skipped=fusion_skips(b.fusion),
                              fusion_patterns=pattern_dicts(b.fusion),

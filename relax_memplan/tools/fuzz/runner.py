@@ -133,6 +133,7 @@ def _oracle(model, sizes, seed):
 def _build(mod, symbolic: bool, ours: bool, settings: dict):
     import tvm
 
+    from ...compile.build import compile_module
     from ...pipeline import get_pipeline
     from ...targets import make_target
     from ...transform.plan_dynamic_memory import PlanDynamicMemory
@@ -152,7 +153,7 @@ def _build(mod, symbolic: bool, ours: bool, settings: dict):
         kwargs["dim_ranges"] = {SYMBOLIC_DIM: (1, DIM_MAX)}
         kwargs["dynamic_pass"] = PlanDynamicMemory(time_limit_s=0.2,
                                                    inplace=settings.get("inplace", False))
-    return tvm.compile(mod, target, relax_pipeline=get_pipeline(target, **kwargs))
+    return compile_module(mod, target, get_pipeline(target, **kwargs))
 
 
 def _run_all(executable, runs) -> Dict[int, List[np.ndarray]]:
