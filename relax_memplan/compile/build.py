@@ -44,7 +44,7 @@ def without_slp(target: tvm.target.Target) -> tvm.target.Target:
 
 
 def compile_module(mod, target, relax_pipeline, tir_pipeline="default",
-                   notes: Optional[list] = None):
+                   notes: Optional[list] = None, lowered: Optional[list] = None):
     """``tvm.compile(mod, target, relax_pipeline=..., tir_pipeline=...)``, linked again with
     LLVM's SLP vectorizer off where LLVM's module verifier refuses the code it made.
 
@@ -57,6 +57,9 @@ def compile_module(mod, target, relax_pipeline, tir_pipeline="default",
     tir_pipeline : str or tvm.transform.Pass
     notes : list of str, optional
         Gets one line when the second link was needed (for the report).
+    lowered : list, optional
+        Gets the module as the Relax pipeline left it (before code generation), for a report
+        that reads the build's kernels and plan instead of running the pipeline again.
 
     Returns
     -------
@@ -69,7 +72,7 @@ def compile_module(mod, target, relax_pipeline, tir_pipeline="default",
         failure other than LLVM's verifier, or a target other than ``llvm``).
     """
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
-    lowered = []
+    lowered = [] if lowered is None else lowered
 
     def keep(m, _ctx):
         lowered[:] = [m]
@@ -93,7 +96,8 @@ def compile_module(mod, target, relax_pipeline, tir_pipeline="default",
 
 
 def build(mod, target, options: PipelineOptions, passes: PipelinePasses,
-          resident_pass: Optional[RecordResidentBytes] = None, notes: Optional[list] = None):
+          resident_pass: Optional[RecordResidentBytes] = None, notes: Optional[list] = None,
+          lowered: Optional[list] = None):
     """``tvm.compile`` with our pipeline for ``options``; a failure becomes a one-line
     :class:`CompileError` that says whether TVM's own planner fails too.
 
@@ -112,6 +116,8 @@ def build(mod, target, options: PipelineOptions, passes: PipelinePasses,
         Runs after the pipeline: the build's constants and kernel workspaces.
     notes : list of str, optional
         Gets a line when the kernels had to be generated again (:func:`compile_module`).
+    lowered : list, optional
+        Gets the module after the Relax pipeline (:func:`compile_module`).
 
     Raises
     ------
@@ -132,7 +138,8 @@ def build(mod, target, options: PipelineOptions, passes: PipelinePasses,
         recording = resident_pass.tir_pipeline(target)
     try:
         with recording as tir_pipeline:
-            return compile_module(mod, target, pipeline, tir_pipeline or "default", notes)
+            return compile_module(mod, target, pipeline, tir_pipeline or "default", notes,
+                                  lowered)
     except Exception as err:  # TVM raises many types; re-raised as one clear error
         if passes.index.refused is not None:  # the model cannot serve a declared dim range
             raise passes.index.refused from None

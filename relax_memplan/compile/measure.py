@@ -45,6 +45,8 @@ class StrategyBuild:
     hoist: Optional[object] = None
     resident: Optional[object] = None
     notes: List[str] = field(default_factory=list)
+    #: the module after the Relax pipeline, kept until the report has read it
+    lowered: Optional[object] = None
 
 
 @dataclass

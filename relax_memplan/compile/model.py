@@ -300,8 +300,10 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
         b.kernels = passes.dispatch = (SpecializeKernels(dict(options.dispatch), schedule=
                                        _dispatch_schedule(options)) if options.dispatch else None)
         say(f"building once with relax_memplan's {strategy} plan for {_target_words(options)}")
+    lowered = []
     b.executable = build(mod, options.tvm_target, pipeline_options, passes, b.resident,
-                         notes=b.notes)
+                         notes=b.notes, lowered=lowered)
+    b.lowered = lowered[0] if lowered and not dims and b.fusion is not None else None
     if options.library_path is not None:
         b.library_path = library_path_for(options.library_path, strategy, several)
         resident = b.resident.resident
@@ -346,11 +348,14 @@ def _start_report(b: StrategyBuild, source: ModelSource, dims, options: BuildOpt
                                                          options.tvm_target)
         b.report.notes += fallbacks
         if b.fusion is not None and "main" in b.report.functions:
-            # what fusion changed: builds the Relax phases again without and with it
+            # what fusion changed: the build's own module and plan, beside the Relax phases
+            # run again without our fusion
             b.report.fusion_summary = summarize_fusion(
                 source.mod, options.tvm_target, source.onnx_model,
                 conv_chain=options.fusion_conv_chain, schedule=options.schedule,
-                plan_pass=b.plan_pass, reorder=options.reorder_pass is not None).to_dict()
+                plan_pass=b.plan_pass, reorder=options.reorder_pass is not None,
+                fused=b.lowered, fusion_pass_list=b.fusion).to_dict()
+        b.lowered = None
         return
     # the values planned: those outside the dim's range are skipped, with a note, and the
     # header lists none of them

@@ -2,7 +2,9 @@
 
 Compares the module after our pipeline's Relax phases with ``fusion=False`` (TVM's
 FuseOps/FuseTIR alone) and ``fusion=True`` (our passes first), both with our planner
-(:class:`~relax_memplan.transform.PlanStaticMemory`), without code generation:
+(:class:`~relax_memplan.transform.PlanStaticMemory`), without code generation; the fused side
+is the build's own module and plan when the build hands them over (:func:`summarize_fusion`'s
+``fused``), so only the unfused side is run again:
 
 * kernels per call: the PrimFunc calls ``main`` makes after ``RewriteDataflowReshape`` (reshape
   views are not kernels), counted in the IR (``main`` of an imported ONNX model has no loop;
@@ -116,7 +118,12 @@ def _relax_phases(mod, target, fusion: bool, conv_chain: str = "auto", schedule:
     lowered = get_pipeline(target, plan_pass=plan, fusion=fusion, fusion_pass_list=passes,
                            schedule=schedule,
                            reorder_pass=ReorderForMemory() if reorder else None)(mod)
-    fplan = plan.plans.get("main")
+    return _phases_of(lowered, plan.plans.get("main"), passes)
+
+
+def _phases_of(lowered, fplan, passes):
+    """(kernel calls of main, intermediate bytes, lower bound bytes, conv chain scratch bytes)
+    of a module after the Relax phases, ``fplan`` its plan of ``main``."""
     total = sum(t.size_bytes or 0 for t in fplan.liveness.tensors) if fplan else 0
     lower = fplan.lower_bound_bytes if fplan else 0
     scratch = max([p.scratch_bytes for p in passes or [] if p.info.name == "FuseConvChain"],
@@ -186,7 +193,8 @@ def ort_optimized_nodes(onnx_model, split: bool = False):
 
 def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None, conv_chain: str = "auto",
                      schedule: bool = True, plan_pass: Optional[PlanStaticMemory] = None,
-                     reorder: bool = False) -> FusionSummary:
+                     reorder: bool = False, fused: Optional[tvm.IRModule] = None,
+                     fusion_pass_list: Optional[list] = None) -> FusionSummary:
     """Kernels, intermediate bytes and lower bound of ``mod``'s ``main`` without and with our
     fusion (fixed shapes: a symbolic dim makes the lower bound a function of it, see the
     per-shape report instead), and onnxruntime's optimized node count of ``onnx_model``.
@@ -212,6 +220,13 @@ def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None, conv_chain: str
     reorder : bool
         Whether the build runs :class:`~relax_memplan.transform.ReorderForMemory` (both runs
         then do).
+    fused : tvm.IRModule, optional
+        The build's module after its Relax pipeline (with our fusion), given with
+        ``plan_pass`` and ``fusion_pass_list``: the fused column is read from it, the build's
+        plan of ``main`` and its fusion passes instead of running the pipeline again (on
+        GPT-2 that run took about half a minute).
+    fusion_pass_list : list, optional
+        The build's fusion passes, after the build (for the conv chain scratch).
 
     Returns
     -------
@@ -220,10 +235,13 @@ def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None, conv_chain: str
     planner = (bool(plan_pass and plan_pass.inplace), bool(plan_pass and plan_pass.concat_inplace),
                reorder)
     k_tvm, b_tvm, lb_tvm, _ = _relax_phases(mod, target, False, planner=planner)
-    k_ours, b_ours, lb_ours, scratch = _relax_phases(mod, target, True, conv_chain, schedule,
-                                                     planner)
-    ort = ort_optimized_nodes(onnx_model, split=True) if onnx_model is not None else None
     build = plan_pass.plans.get("main") if plan_pass is not None else None
+    if fused is not None and build is not None:
+        k_ours, b_ours, lb_ours, scratch = _phases_of(fused, build, fusion_pass_list)
+    else:
+        k_ours, b_ours, lb_ours, scratch = _relax_phases(mod, target, True, conv_chain,
+                                                         schedule, planner)
+    ort = ort_optimized_nodes(onnx_model, split=True) if onnx_model is not None else None
     return FusionSummary(k_tvm, k_ours, b_tvm, b_ours, lb_tvm, lb_ours,
                          ort[0] if ort else None, ort[1] if ort else 0, scratch,
                          _settings_words(planner),

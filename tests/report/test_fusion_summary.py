@@ -48,3 +48,33 @@ def test_fusion_bound_is_the_reported_build_bound_and_in_place_survives_schedule
     assert "in-place: 5 kernels capable, 5 calls write over an input that dies there" in text
     assert ("lower bound 458,752 B (448.00 KiB) without our fusion -> 393,216 B (384.00 KiB) "
             "(both with this build's planner: in-place, concat in place, reordering)\n") in text
+
+
+def test_the_fused_side_is_read_from_the_build_not_run_again(monkeypatch):
+    """The report reruns the Relax phases without our fusion only; the fused column comes from
+    the build's own module, plan and passes (a second fused run cost about 30 s on GPT-2) and
+    equals what a second run gives."""
+    from relax_memplan.report import fusion_summary
+
+    calls = []
+    original = fusion_summary._relax_phases
+
+    def spy(mod, target, fusion, *args, **kwargs):
+        calls.append((mod, target, fusion, kwargs))
+        return original(mod, target, fusion, *args, **kwargs)
+
+    monkeypatch.setattr(fusion_summary, "_relax_phases", spy)
+    options = BuildOptions(plan_pass=PlanStaticMemory(time_limit_s=0.2, inplace=True,
+                                                      concat_inplace=True),
+                           reorder_pass=ReorderForMemory(), schedule=False,
+                           compare_with_tvm=False)
+    result = compile_model(str(shared_model("bert-tiny-randw.onnx")), {"input_ids": (1, 128)},
+                           options=options, check=CheckOptions(verify=False, measure=False))
+    assert [fusion for _, _, fusion, _ in calls] == [False]
+    mod, target, _, kwargs = calls[0]
+    again = original(mod, target, True, options.fusion_conv_chain, False, kwargs["planner"])
+    fusion = result.report.to_dict()["fusion"]
+    read = (fusion["kernels_ours"], fusion["intermediate_bytes_ours"],
+            fusion["lower_bound_bytes_ours"], fusion["conv_chain_scratch_bytes"])
+    assert read == again
+    assert fusion["kernels_ours"] < fusion["kernels_tvm"]
