@@ -261,6 +261,10 @@ def _manifest_warning_as_a_line():
 def _run(args) -> int:
     from ..tools.run import fill_numbers, npz_path, run_library, save_outputs
 
+    if args.output and not args.output.endswith(".npz"):
+        # numpy.savez would append ".npz": the file written would not be the one named
+        raise RelaxMemplanError(f"--output {args.output}: the outputs are written as a NumPy "
+                                f".npz archive; give a file name ending in .npz")
     files = input_files(args.input)
     check_distinct_paths([("library", args.library)] + files,
                          [("--output", args.output and npz_path(args.output))])

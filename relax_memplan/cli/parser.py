@@ -11,6 +11,19 @@ from ..targets import DEFAULT_CUDA_ARCH
 __all__ = ["build_parser"]
 
 
+class _Once(argparse.Action):
+    """A file option that may be given once: argparse keeps the last of two silently, so
+    ``-o a.so -o b.so`` would write one of the two files the user named."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = getattr(namespace, "_given_once", set())
+        if self.dest in seen:
+            parser.error(f"{option_string} is given twice ({getattr(namespace, self.dest)} and "
+                         f"{values}): give it once")
+        namespace._given_once = seen | {self.dest}
+        setattr(namespace, self.dest, values)
+
+
 def _add_lower_bound_flags(c) -> None:
     """--inplace/--no-inplace and --reorder/--no-reorder (override the config's planner keys),
     and --explain-fusion."""
@@ -74,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "stay symbolic)")
     c.add_argument("--input", action="append", default=[], metavar="NAME=VALUE|FILE.npy",
                    help="use this value for an input instead of random data, e.g. sr=16000")
-    c.add_argument("--config", metavar="YAML", help="configuration file (see configs/default.yaml)")
+    c.add_argument("--config", action=_Once, metavar="YAML",
+                   help="configuration file (see configs/default.yaml)")
     _add_target_flags(c)
     c.add_argument("--verify", action="store_true",
                    help="compare outputs with onnxruntime on the same random inputs")
@@ -84,10 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not build TVM's default plan (StaticPlanBlockMemory) for comparison "
                    "(its build takes 2-3x ours, also with --no-measure); the report then has "
                    "no TVM column")
-    c.add_argument("-o", "--output", metavar="LIB.so", help="write the compiled library")
-    c.add_argument("--report", metavar="JSON", help="write the report as JSON")
-    c.add_argument("--plot", metavar="PNG", help="draw the arena plan (needs matplotlib)")
-    c.add_argument("--dump-ir", metavar="DIR", help="write the IR after each pipeline phase")
+    c.add_argument("-o", "--output", action=_Once, metavar="LIB.so", help="write the compiled library")
+    c.add_argument("--report", action=_Once, metavar="JSON", help="write the report as JSON")
+    c.add_argument("--plot", action=_Once, metavar="PNG", help="draw the arena plan (needs matplotlib)")
+    c.add_argument("--dump-ir", action=_Once, metavar="DIR", help="write the IR after each pipeline phase")
     c.add_argument("--time-limit", type=positive_seconds, metavar="SECONDS",
                    help="offset-search budget per arena (default from config)")
     c.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI[:STEP]",
@@ -145,7 +159,7 @@ def _add_tool_parsers(sub) -> None:
     r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|VALUE",
                    help="value of an input (repeatable; every input is needed): a .npy file, "
                    "or a number, which fills an input of fixed shape (mask=1)")
-    r.add_argument("--output", metavar="OUT.npz", help="write the outputs (output0, output1, ...)")
+    r.add_argument("--output", action=_Once, metavar="OUT.npz", help="write the outputs (output0, output1, ...)")
     r.add_argument("-q", "--quiet", action="store_true",
                    help="print errors and warnings only (no output shapes)")
     i = sub.add_parser("inspect", help="inputs, symbolic dims and unsupported ops of a model",
@@ -165,7 +179,8 @@ def _add_tool_parsers(sub) -> None:
     i.add_argument("--dim", action="append", default=[], metavar="NAME=LO..HI[:STEP]",
                    help="with --pipeline: a symbolic dim with a declared range (repeatable), as "
                    "compile --dim: the passes of a build with symbolic dims")
-    i.add_argument("--config", metavar="YAML", help="with --pipeline: configuration file")
+    i.add_argument("--config", action=_Once, metavar="YAML",
+                   help="with --pipeline: configuration file")
     b = sub.add_parser("bench", help="latency: ours vs TVM's default build vs onnxruntime",
                        description="Build the model with relax_memplan's planner and with TVM's "
                        "default planner (same kernels), and time them and onnxruntime (same "
@@ -186,10 +201,10 @@ def _add_tool_parsers(sub) -> None:
     _add_cpu_flags(b)
     _on_off(b, "fusion",
             help="our graph-level fusion in both TVM builds (default from config: on)")
-    b.add_argument("--config", metavar="YAML",
+    b.add_argument("--config", action=_Once, metavar="YAML",
                    help="configuration file (see configs/default.yaml): planner settings, "
                    "schedule, fusion, check_indices")
-    b.add_argument("--json", metavar="JSON", help="also write the times as JSON")
+    b.add_argument("--json", action=_Once, metavar="JSON", help="also write the times as JSON")
     _add_verbosity(b)
 
 

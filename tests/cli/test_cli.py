@@ -207,6 +207,32 @@ def test_more_bad_input_is_one_line(capsys, argv, words):
     assert words in line
 
 
+@pytest.mark.parametrize("argv", [
+    ["compile", "-o", "a.so", "-o", "b.so"],
+    ["compile", "--report", "a.json", "--report", "b.json"],
+    ["run", "x.so", "--output", "a.npz", "--output", "b.npz"],
+    ["bench", "--json", "a.json", "--json", "b.json"],
+])
+def test_a_file_option_given_twice_is_refused(capsys, tmp_path, monkeypatch, argv):
+    """argparse keeps the last of two: one of the two files named would never be written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert f"{argv[-2]} is given twice ({argv[-3]} and {argv[-1]}): give it once" in \
+        capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_run_output_must_be_named_npz(capsys, tmp_path):
+    """numpy.savez appends .npz: `--output out.txt` used to write out.txt.npz."""
+    out = tmp_path / "out.txt"
+    line = _one_line_error(capsys, ["run", str(tmp_path / "x.so"), "--output", str(out)])
+    assert line == (f"relax-memplan: error: --output {out}: the outputs are written as a "
+                    f"NumPy .npz archive; give a file name ending in .npz")
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("measure", [[], ["--no-measure"]])
 def test_input_value_that_does_not_fit_the_dtype_is_refused_with_or_without_measuring(
         capsys, measure):
