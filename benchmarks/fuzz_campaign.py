@@ -34,6 +34,14 @@ def _commit() -> str:
     return git("rev-parse", "--short", "HEAD").strip() + ("+dirty" if dirty else "")
 
 
+def _in_checkout(path: str) -> str:
+    """``path`` relative to the checkout when it lies inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(HERE.parent))
+    except ValueError:
+        return path
+
+
 def _span(seeds: str) -> range:
     start, stop = (int(v) for v in seeds.split(":"))
     return range(start, stop)
@@ -73,6 +81,8 @@ def main():
                              f"already in {RESULT}")
     summary = campaign(wanted, Path(args.out), args.budget_s, jobs=args.jobs)
     summary["commit"] = _commit()
+    for failure in summary["failures"]:  # paths in the committed file name the checkout's files
+        failure["repro"] = _in_checkout(failure["repro"])
     runs = sorted(runs + [summary], key=lambda r: _span(r["seeds"]).start)
     total = merge(runs)
     print(table(summary))

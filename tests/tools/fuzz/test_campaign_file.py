@@ -43,3 +43,18 @@ def test_the_committed_result_adds_up():
     total = fuzz_campaign.merge(data["runs"])
     assert data["total"] == total
     assert total["graphs"] == sum(total["outcomes"].values())
+
+
+def test_repro_paths_in_the_committed_result_name_files_of_the_checkout():
+    """The campaign ran in other checkouts: its repro paths must still lead to the files."""
+    root = _PATH.parents[1]
+    data = json.loads((_PATH.parent / "results" / "fuzz_campaign.json").read_text())
+    for failure in data["total"]["failures"]:
+        assert not Path(failure["repro"]).is_absolute(), failure
+        assert (root / failure["repro"]).is_file(), failure
+
+
+def test_a_repro_path_inside_the_checkout_is_written_relative():
+    inside = _PATH.parent / "results" / "fuzz_repros" / "x.onnx"
+    assert fuzz_campaign._in_checkout(str(inside)) == "benchmarks/results/fuzz_repros/x.onnx"
+    assert fuzz_campaign._in_checkout("/elsewhere/x.onnx") == "/elsewhere/x.onnx"
