@@ -220,6 +220,25 @@ def _match_dims(bb, expr, dims, op_type):
     return bb.match_cast(expr, relax.TensorType(dims, expr.ty.dtype))
 
 
+def _defines_itself(var, dims) -> bool:
+    """Whether ``var`` is a bare symbolic var that another of ``dims`` is an expression of."""
+    return isinstance(var, tirx.Var) and any(
+        not dim.same_as(var) and any(v.same_as(var) for v in tirx.analysis.undefined_vars(dim))
+        for dim in dims)
+
+
+def _reference_dim(dims):
+    """The dim the others on one axis are cast to: the first, unless it is a bare var that
+    another dim is an expression of. ``match_cast`` of ``(H - 1) // 4 * 4 + 4`` to ``H`` makes
+    TVM 0.27's CanonicalizeBindings (run inside FuseTIR) recurse without end and the process
+    die of a stack overflow, with TVM's own pipeline too; the cast the other way, of ``H`` to
+    the expression, is the same run-time check and builds."""
+    for dim in dims:
+        if not _defines_itself(dim, dims):
+            return dim
+    return dims[0]
+
+
 def _equalize_broadcast(bb, inputs, op_type):
     analyzer = tvm.sym.Analyzer()
     shapes = [_known_shape(value) for value in inputs]
@@ -227,7 +246,13 @@ def _equalize_broadcast(bb, inputs, op_type):
     if len(known) < 2:
         return inputs
     rank = max(len(s) for s in known)
-    reference = [None] * rank  # per right-aligned axis: the first non-1 dim seen
+    # per right-aligned axis: the non-1 dims in input order, and the one the others match
+    seen = [[] for _ in range(rank)]
+    for shape in known:
+        for axis, dim in enumerate(shape):
+            if not _is_one(dim):
+                seen[rank - len(shape) + axis].append(dim)
+    reference = [_reference_dim(dims) if dims else None for dims in seen]
     result = list(inputs)
     for index, (value, shape) in enumerate(zip(inputs, shapes)):
         if shape is None:
@@ -238,9 +263,7 @@ def _equalize_broadcast(bb, inputs, op_type):
             ref = reference[offset + axis]
             if _is_one(dim):
                 continue
-            if ref is None:
-                reference[offset + axis] = dim
-            elif not analyzer.can_prove_equal(ref, dim) and not _is_one(ref):
+            if not analyzer.can_prove_equal(ref, dim) and not _is_one(ref):
                 if isinstance(dim, tirx.IntImm) and isinstance(ref, tirx.IntImm):
                     continue  # a real mismatch: let TVM report it
                 new_dims[axis], differs = ref, True
@@ -255,8 +278,9 @@ def _equalize_concat(bb, inputs, axis, op_type):
     if any(s is None for s in shapes) or len({len(s) for s in shapes}) != 1 or not shapes:
         return inputs
     axis = axis + len(shapes[0]) if axis < 0 else axis
-    reference, result = shapes[0], list(inputs)
-    for index in range(1, len(inputs)):
+    reference = [_reference_dim([s[i] for s in shapes]) for i in range(len(shapes[0]))]
+    result = list(inputs)
+    for index in range(len(inputs)):
         dims = list(shapes[index])
         differs = False
         for i, (ref, dim) in enumerate(zip(reference, dims)):
