@@ -22,6 +22,7 @@ from ..transform.annotate_dim_ranges import AnnotateDimRanges
 from ..transform.annotate_no_alias import AnnotateNoAlias
 from ..transform.check_index_bounds import CheckIndexBounds
 from ..transform.clamp_empty_slices import ClampEmptySlices
+from ..transform.refuse_self_defining_casts import RefuseSelfDefiningCasts
 from ..transform.conv_transpose_as_matmul import ConvTransposeAsMatmul
 from ..transform.expand_integer_power import ExpandIntegerPower
 from ..transform.fast_bounded_math import FastBoundedMath
@@ -125,6 +126,8 @@ def phases(target: tvm.target.Target, options: PipelineOptions,
         *_when(kind == "llvm", ShareTransposedWeights()),
     ]
     legalize = [
+        # a cast TVM's FuseTIR would die on: an error instead of a crash
+        RefuseSelfDefiningCasts(),
         # before LegalizeOps and any folding: TVM's dynamic_strided_slice gives a negative
         # extent for an empty slice
         ClampEmptySlices(),

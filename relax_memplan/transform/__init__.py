@@ -1,7 +1,8 @@
 """The passes of relax_memplan, one per module (the registered name equals the class name).
 
 Where each runs in :func:`relax_memplan.get_pipeline`: ``AnnotateDimRanges`` and
-``CheckIndexBounds`` first, on the imported module; ``ClampEmptySlices``, then with
+``CheckIndexBounds`` first, on the imported module; ``RefuseSelfDefiningCasts`` and
+``ClampEmptySlices``, then with
 ``fusion=True`` ``FoldConstantsFirst`` and the fusion passes (``FoldMatmulReshape``,
 ``RemoveDropout``, ``FuseAttention``, ``FuseNormalization``, ``FuseAddLayerNorm``,
 ``ChunkFeedForward``, ``FuseConvChain`` on llvm/c targets), then ``ExpandIntegerPower``, ``FastBoundedMath`` (llvm
@@ -28,6 +29,7 @@ from .fuse_attention import FuseAttention
 from .fuse_conv_chain import FuseConvChain
 from .fuse_normalization import FuseNormalization
 from .hoist_loop_storage import HoistLoopStorage
+from .refuse_self_defining_casts import RefuseSelfDefiningCasts
 from .insert_dim_range_check import InsertDimRangeCheck
 from .plan_dynamic_memory import PlanDynamicMemory
 from .plan_static_memory import PlanStaticMemory
@@ -44,6 +46,7 @@ __all__ = [
     "CheckIndexBounds",
     "ChunkFeedForward",
     "ClampEmptySlices",
+    "RefuseSelfDefiningCasts",
     "ConvTransposeAsMatmul",
     "ExpandIntegerPower",
     "FastBoundedMath",
