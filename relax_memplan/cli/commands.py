@@ -57,7 +57,7 @@ def _compile(args) -> int:
     check_distinct_paths([("model", args.model), ("config", args.config)]
                          + input_files(args.input),
                          [("-o", args.output), ("--report", args.report), ("--plot", args.plot),
-                          ("--dump-ir", args.dump_ir)])
+                          ("--dump-ir", args.dump_ir)] + _manifest_of(args.output))
     refuse_compiled_library(args.model, "compile")
     config = load_config(args.config)
     if args.target is None:
@@ -256,6 +256,16 @@ def _manifest_warning_as_a_line():
         warnings.simplefilter("always", MissingManifestWarning)
         warnings.showwarning = show
         yield
+
+
+def _manifest_of(library) -> list:
+    """The manifest ``-o`` writes beside the library, as one more output: ``--report
+    a.so.json`` would overwrite it and leave a library that ``run`` refuses."""
+    if not library:
+        return []
+    from ..library.manifest import manifest_path
+
+    return [("the manifest of -o", manifest_path(library))]
 
 
 def _run(args) -> int:

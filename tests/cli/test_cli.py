@@ -224,6 +224,19 @@ def test_a_file_option_given_twice_is_refused(capsys, tmp_path, monkeypatch, arg
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("flag", ["--report", "--dump-ir"])
+def test_an_output_named_like_the_libraries_manifest_is_refused_before_the_build(
+        capsys, tmp_path, flag):
+    """`-o a.so --report a.so.json` overwrote the manifest written beside the library, and
+    `run` then refused the library; with --dump-ir the build failed after writing."""
+    lib = tmp_path / "a.so"
+    line = _one_line_error(capsys, ["compile", "-q", "--no-measure", "-o", str(lib), flag,
+                                    str(tmp_path / "a.so.json")])
+    assert line == (f"relax-memplan: error: the manifest of -o {lib}.json and {flag} "
+                    f"{lib}.json are the same file: give each output its own name")
+    assert not list(tmp_path.iterdir())
+
+
 def test_run_output_must_be_named_npz(capsys, tmp_path):
     """numpy.savez appends .npz: `--output out.txt` used to write out.txt.npz."""
     out = tmp_path / "out.txt"
