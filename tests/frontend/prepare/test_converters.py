@@ -149,43 +149,6 @@ def test_unprovable_equal_dims_are_checked_at_run_time(op, order):
     assert output_dims(mod) == [1, 4 if op == "Concat" else 2, "h // 2 * 2", "w // 2 * 2"]
 
 
-_SELF_DEFINING_CAST = """
-import tvm
-from tvm import relax, tirx
-n = tirx.Var("n", "int64")
-bb = relax.BlockBuilder()
-x = relax.Var("x", relax.TensorType([n], "float32"))
-with bb.function("main", [x]):
-    with bb.dataflow():
-        y = bb.emit(relax.op.strided_slice(x, axes=[0], begin=[0], end=[n], strides=[4]))
-        z = bb.emit(relax.op.repeat(y, 4, axis=0))          # (n + 3) // 4 * 4
-        w = bb.match_cast(z, relax.TensorType([n], "float32"))  # defines n from n itself
-        out = bb.emit_output(relax.op.add(x, w))
-    bb.emit_func_output(out)
-tvm.compile(bb.get(), "llvm")
-print("built")
-"""
-
-
-def test_tvm_still_dies_on_a_cast_that_defines_a_dim_from_itself():
-    """Why the converter never casts to a bare var that the other dim is an expression of:
-    TVM 0.27's own pipeline dies on it (CanonicalizeBindings recurses without end). When
-    this starts to pass, TVM is fixed and the choice of cast no longer matters."""
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", _SELF_DEFINING_CAST], capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode != 0 and "built" not in done.stdout
-
-
-def test_run_time_check_rejects_shapes_the_model_cannot_take():
-    mod, _ = import_onnx(skip_connection_model(), keep_dynamic=True)
-    vm = relax.VirtualMachine(tvm.compile(mod, "llvm"), tvm.cpu())
-    with pytest.raises(Exception, match="match_cast|[Ss]hape"):  # odd h: onnxruntime fails too
-        vm["main"](tvm.runtime.tensor(rand(1, 2, 5, 4)))
-
-
 # ----------------------------------------------------------------------------- symbolic_expand
 def expand_model(target):
     """x[n, 4] expanded to a constant shape (rank 2 or 3)."""
