@@ -118,7 +118,8 @@ def _build_options(args, config):
     plan_pass, reorder_pass = _planner_passes(planner, args.time_limit, args.inplace,
                                               args.reorder)
     common = dict(target=args.target, cuda_arch=args.cuda_arch or config.cuda_arch,
-                  plan_pass=plan_pass, reorder_pass=reorder_pass, dump_dir=args.dump_ir,
+                  plan_pass=plan_pass, reorder=reorder_pass is not None,
+                  reorder_pass=reorder_pass, dump_dir=args.dump_ir,
                   cpu=args.cpu or config.cpu,
                   prepare=not args.no_prepare,
                   schedule=config.schedule if args.schedule is None else args.schedule,
@@ -155,16 +156,9 @@ def _build_options(args, config):
 def _planner_passes(planner, time_limit=None, inplace=None, reorder=None):
     """(PlanStaticMemory, ReorderForMemory or None) from the config's ``planner`` section, the
     command line's values (None: the config's) overriding it; compile and bench share it."""
-    from ..transform.plan_static_memory import PlanStaticMemory
-    from ..transform.reorder_for_memory import ReorderForMemory
+    from ..compile import default_planner_passes
 
-    plan_pass = PlanStaticMemory(
-        alignment_bytes=planner.alignment_bytes, algorithms=planner.algorithms,
-        time_limit_s=time_limit if time_limit is not None else planner.time_limit_s,
-        inplace=planner.inplace if inplace is None else inplace,
-        concat_inplace=planner.concat_inplace)
-    reorder = planner.reorder if reorder is None else reorder
-    return plan_pass, ReorderForMemory() if reorder else None
+    return default_planner_passes(planner, time_limit, inplace, reorder)
 
 
 def _dynamic_specs(args, config):
@@ -269,8 +263,9 @@ def _manifest_of(library) -> list:
 
 
 def _run(args) -> int:
-    from ..tools.run import fill_numbers, npz_path, run_library, save_outputs
+    from ..tools.run import check_library_file, fill_numbers, npz_path, run_library, save_outputs
 
+    check_library_file(args.library)  # before any input: a wrong file is the first error
     if args.output and not args.output.endswith(".npz"):
         # numpy.savez would append ".npz": the file written would not be the one named
         raise RelaxMemplanError(f"--output {args.output}: the outputs are written as a NumPy "

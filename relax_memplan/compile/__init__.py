@@ -15,11 +15,13 @@ A fixed-shape build is the one-shape case (strategy ``"static"``, dims ``{}``).
 from .build import build, export_library
 from .measure import max_abs_error, reference_sensitivity
 from .model import CompileResult, compile_and_measure, compile_model, compile_strategies
-from .options import STRATEGIES, BuildOptions, CheckOptions, library_path_for
+from .options import (STRATEGIES, BuildOptions, CheckOptions, default_planner_passes,
+                      library_path_for)
 from .shapes import sample_dims
 from .specs import parse_dim_spec, parse_values_spec
 
 __all__ = ["BuildOptions", "CheckOptions", "CompileResult", "STRATEGIES", "build",
+           "default_planner_passes",
            "compile_and_measure", "compile_model", "compile_strategies", "export_library",
            "library_path_for", "max_abs_error", "parse_dim_spec", "parse_values_spec",
            "reference_sensitivity", "sample_dims"]

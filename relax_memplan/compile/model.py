@@ -28,7 +28,6 @@ from ..frontend.reference import cast_value
 from ..report import CompileReport
 from ..transform.hoist_loop_storage import HoistLoopStorage
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
-from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.record_resident_bytes import RecordResidentBytes
 from ..transform.record_storage import RecordStorage
 from ..transform.specialize_kernels import SpecializeKernels, backend_schedule
@@ -277,7 +276,7 @@ def _build_ours(mod, strategy: str, dims, options: BuildOptions, say, several: b
                 model: Optional[str] = None):
     """Our build with one strategy; its library and manifest written right away (before any
     run)."""
-    plan_pass = options.plan_pass if options.plan_pass is not None else PlanStaticMemory()
+    plan_pass = options.plan_pass
     b = StrategyBuild(strategy=strategy, executable=None, report=None, plan_pass=plan_pass,
                       fusion=_fusion_list(options),
                       hoist=HoistLoopStorage(), resident=RecordResidentBytes())

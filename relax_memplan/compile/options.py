@@ -8,16 +8,44 @@ from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import tvm
 
+from ..config import PlannerConfig
+from ..errors import ConfigError
 from ..pipeline import PipelineOptions
 from ..targets import CpuTarget, CudaArch, make_target, resolve_cpu, resolve_cuda_arch
 from ..transform.plan_dynamic_memory import PlanDynamicMemory
 from ..transform.plan_static_memory import PlanStaticMemory
 from ..transform.reorder_for_memory import ReorderForMemory
 
-__all__ = ["BuildOptions", "CheckOptions", "STRATEGIES", "library_path_for"]
+__all__ = ["BuildOptions", "CheckOptions", "STRATEGIES", "library_path_for",
+           "default_planner_passes"]
 
 STRATEGIES = ("upper_bound", "exact", "buckets")
 """Dynamic strategies, in the order ``--strategy all`` shows them."""
+
+
+def default_planner_passes(planner=None, time_limit_s: Optional[float] = None,
+                           inplace: Optional[bool] = None, reorder: Optional[bool] = None):
+    """Fresh ``(PlanStaticMemory, ReorderForMemory or None)`` configured as the YAML
+    config's ``planner`` section says (:class:`relax_memplan.config.PlannerConfig`; its
+    defaults when None), each given value (not None) replacing the config's: what the CLI's
+    ``compile``/``bench`` and a default :class:`BuildOptions` plan with.
+
+    Raises
+    ------
+    ConfigError
+        ``planner`` given as something else than a ``PlannerConfig``.
+    """
+    if planner is None:
+        planner = PlannerConfig()
+    elif not isinstance(planner, PlannerConfig):
+        raise ConfigError(f"planner must be a PlannerConfig, got {type(planner).__name__}")
+    plan_pass = PlanStaticMemory(
+        alignment_bytes=planner.alignment_bytes, algorithms=planner.algorithms,
+        time_limit_s=time_limit_s if time_limit_s is not None else planner.time_limit_s,
+        inplace=planner.inplace if inplace is None else inplace,
+        concat_inplace=planner.concat_inplace)
+    reorder = planner.reorder if reorder is None else reorder
+    return plan_pass, ReorderForMemory() if reorder else None
 
 
 @dataclass(frozen=True)
@@ -37,10 +65,16 @@ class BuildOptions:
         ``portable`` (plain ``llvm``: any CPU of the architecture) or an LLVM CPU name
         (:func:`relax_memplan.targets.resolve_cpu`).
     plan_pass : PlanStaticMemory, optional
-        Settings of our planner (alignment, algorithms, time limit, in-place); a default
-        one otherwise.
+        Settings of our planner (alignment, algorithms, time limit, in-place). Default: the
+        CLI's planner, :func:`default_planner_passes` (in-place writes and concatenation in
+        place on), made fresh for each ``BuildOptions``.
+    reorder : bool
+        Memory-aware binding order (:class:`ReorderForMemory`, as the CLI's ``--reorder``,
+        on by default). ``False``: the importer's order. Ignored when ``reorder_pass`` is
+        given.
     reorder_pass : ReorderForMemory, optional
-        Memory-aware binding order in our build (none: the importer's order).
+        A configured reorder pass (read its ``blocks`` after the build); default: a fresh
+        one when ``reorder`` is true, none otherwise.
     strategies : sequence of str
         Dynamic strategies to build (with symbolic dims): each of :data:`STRATEGIES`.
         Ignored for a fixed-shape build (strategy ``"static"``).
@@ -82,6 +116,7 @@ class BuildOptions:
     cuda_arch: Optional[str] = None
     cpu: str = "host"
     plan_pass: Optional[PlanStaticMemory] = None
+    reorder: bool = True
     reorder_pass: Optional[ReorderForMemory] = None
     strategies: Tuple[str, ...] = ("exact",)
     dynamic_pass: Optional[PlanDynamicMemory] = None
@@ -97,6 +132,15 @@ class BuildOptions:
     compare_with_tvm: bool = True
     dump_dir: Optional[object] = None
     library_path: Optional[object] = None
+
+    def __post_init__(self):
+        # the Python API plans as the CLI does: a BuildOptions() left at its defaults gets
+        # the config's planner (in-place, concat in place, reorder), not the bare passes'
+        plan, reorder = default_planner_passes()
+        if self.plan_pass is None:
+            object.__setattr__(self, "plan_pass", plan)
+        if self.reorder_pass is None and self.reorder:
+            object.__setattr__(self, "reorder_pass", reorder)
 
     def pipeline_options(self, planner: str = "relax_memplan",
                          dim_ranges: Optional[Mapping[str, tuple]] = None) -> PipelineOptions:

@@ -158,6 +158,8 @@ def load_library(path, device=None, *, memory_cfg: Optional[str] = None,
     from .elf import check_elf_complete
 
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ModelLoadError(f"{path} is a folder, not a library file")
     if not os.path.isfile(path):
         raise ModelLoadError(f"{path}: no such library file")
     if verify and os.path.exists(manifest_path(path)):

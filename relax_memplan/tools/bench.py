@@ -138,6 +138,7 @@ def bench_onnx(
     warmup: int = 3,
     plan_pass=None,
     reorder_pass=None,
+    reorder: bool = True,
     onnxruntime: bool = True,
     input_values: Optional[Dict[str, np.ndarray]] = None,
     seed: int = 0,
@@ -162,9 +163,14 @@ def bench_onnx(
     warmup : int
         Calls per runner before timing (>= 0).
     plan_pass : PlanStaticMemory, optional
-        Our configured planner.
+        Our configured planner; default: the CLI's
+        (:func:`relax_memplan.compile.default_planner_passes`: in-place writes and
+        concatenation in place on).
     reorder_pass : ReorderForMemory, optional
-        Memory-aware binding order in our build (none: the importer's order).
+        A configured memory-aware binding order for our build.
+    reorder : bool
+        Without ``reorder_pass``: reorder with a default ``ReorderForMemory`` (as the CLI),
+        or keep the importer's order (``False``).
     onnxruntime : bool
         Also time onnxruntime (needs the package).
     input_values : dict of str to numpy.ndarray, optional
@@ -205,7 +211,7 @@ def bench_onnx(
     import tvm
 
     from .. import frontend
-    from ..compile import build
+    from ..compile import build, default_planner_passes
     from ..compile.model import model_name
     from ..compile.shapes import check_dims_up_front
     from ..targets import make_target
@@ -213,7 +219,6 @@ def bench_onnx(
     from ..frontend.examples import example_cnn
     from ..frontend.prepare import STEP_NAMES
     from ..pipeline import PipelineOptions, PipelinePasses, fusion_passes
-    from ..transform import PlanStaticMemory
 
     if repeat < 1 or warmup < 0:
         raise ValueError(f"repeat must be >= 1 and warmup >= 0, got {repeat} and {warmup}")
@@ -226,7 +231,9 @@ def bench_onnx(
     mod, info = frontend.import_onnx(onnx_model, shapes, prepare_steps=STEP_NAMES if prepare else ())
     feed = frontend.make_random_inputs(onnx_model, info, seed=seed, values=input_values)
     arrays = list(feed.values())
-    plan_pass = plan_pass if plan_pass is not None else PlanStaticMemory()
+    default_plan, default_reorder = default_planner_passes(reorder=reorder)
+    plan_pass = plan_pass if plan_pass is not None else default_plan
+    reorder_pass = reorder_pass if reorder_pass is not None else default_reorder
     say("building with relax_memplan's planner")
     target = make_target("llvm", cpu=cpu)
     options = PipelineOptions(schedule=schedule, check_indices=check_indices, fusion=fusion,

@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import ModelLoadError, RelaxMemplanError
 from ..library.elf import library_format
 
-__all__ = ["RunOutputs", "fill_numbers", "function_params", "npz_path", "refuse_compiled_library", "run_command",
+__all__ = ["RunOutputs", "check_library_file", "fill_numbers", "function_params", "npz_path", "refuse_compiled_library", "run_command",
            "run_library", "save_outputs"]
 
 
@@ -144,10 +144,25 @@ def _load(path, inputs=None):
     (:func:`relax_memplan.library.load_library`)."""
     from ..library import load_library
 
+    check_library_file(path)
+    return load_library(path, inputs=inputs)
+
+
+def check_library_file(path) -> None:
+    """Refuse, before any input is read, what cannot be a compiled library: a missing path, a
+    folder, an ONNX model (with the ``compile`` command that makes its library).
+
+    Raises
+    ------
+    ModelLoadError
+        One line naming the path and what it is.
+    """
+    if os.path.isdir(path):
+        raise ModelLoadError(f"{path} is a folder, not a library file: give the .so file that "
+                             f"`relax-memplan compile MODEL -o FILE.so` wrote")
     if not os.path.isfile(path):
         raise ModelLoadError(f"{path}: no such library file")
     _check_content(path)
-    return load_library(path, inputs=inputs)
 
 
 def function_params(vm, func_name: str = "main") -> List[str]:

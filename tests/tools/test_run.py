@@ -75,6 +75,18 @@ def test_cli_run_missing_input_and_missing_library_are_one_line(library, tmp_pat
     assert "no such library file" in err
 
 
+def test_cli_run_names_a_wrong_library_path_before_reading_any_input(tmp_path, capsys):
+    # a number for an input needs the manifest: the path's own error must come first
+    err = _one_line_error(capsys, ["run", str(tmp_path), "--input", "x=0"])
+    assert "is a folder, not a library file" in err
+    err = _one_line_error(capsys, ["run", str(tmp_path / "nope.so"), "--input", "x=0"])
+    assert "no such library file" in err
+    model = tmp_path / "m.onnx"
+    model.write_bytes(_two_input_model().SerializeToString())
+    err = _one_line_error(capsys, ["run", str(model), "--input", "a=0"])
+    assert "is an ONNX model, not a compiled library" in err and "compile" in err
+
+
 def _static_gather_model():
     """y = table[ids], ids: int64 [5, 3] (a static batch of 5), table a [10, 4] initializer."""
     table = helper.make_tensor("t", TensorProto.FLOAT, [10, 4], np.arange(40, dtype="float32"))
