@@ -425,6 +425,27 @@ class Config:
 _SECTIONS = {"planner": PlannerConfig, "verify": VerifyConfig}
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping: plain YAML keeps the
+    last value silently, so ``inplace: true`` then ``inplace: false`` would build unnoticed
+    with whichever came last."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                break  # the base class reports an unhashable key
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (lines {seen[key] + 1} and "
+                    f"{key_node.start_mark.line + 1}): keep one", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_config(path: str | os.PathLike | None = None) -> Config:
     """Load a YAML config file; keys it does not give keep their defaults.
 
@@ -449,7 +470,7 @@ def load_config(path: str | os.PathLike | None = None) -> Config:
         return Config()
     try:
         with open(path, encoding="utf-8") as stream:
-            data = yaml.safe_load(stream)
+            data = yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except OSError as err:
         raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from err
     except UnicodeDecodeError:

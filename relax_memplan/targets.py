@@ -63,7 +63,7 @@ def check_cuda_arch(arch, option: str = "--cuda-arch") -> str:
     return arch
 
 
-def check_cpu(cpu, option: str = "--cpu") -> str:
+def check_cpu(cpu, option: str = "cpu") -> str:
     """``cpu`` if it is ``host``, ``portable`` or spelled like an LLVM CPU name (the name itself
     is checked against LLVM by :func:`resolve_cpu`, which needs TVM).
 
@@ -116,9 +116,17 @@ class CpuTarget:
         return tvm.target.Target({"kind": "llvm", "mcpu": self.mcpu})
 
 
-def resolve_cpu(cpu: str = "host") -> CpuTarget:
+def resolve_cpu(cpu: str = "host", option: str = "cpu") -> CpuTarget:
     """The CPU an ``llvm`` build is compiled for: ``host`` (default), ``portable`` or an LLVM
     CPU name, checked against the LLVM TVM was built with.
+
+    Parameters
+    ----------
+    cpu : str
+        The name.
+    option : str
+        Where it was given, for the error (``cpu``: ``BuildOptions.cpu``; the CLI passes
+        ``--cpu`` or the config file's ``cpu`` key).
 
     Raises
     ------
@@ -126,7 +134,7 @@ def resolve_cpu(cpu: str = "host") -> CpuTarget:
         ``cpu`` is not ``host``/``portable`` and LLVM does not know it for this machine's
         architecture.
     """
-    check_cpu(cpu)
+    check_cpu(cpu, option)
     if cpu == "portable":
         return CpuTarget("generic", "portable")
     from tvm.target import codegen
@@ -138,7 +146,7 @@ def resolve_cpu(cpu: str = "host") -> CpuTarget:
         return CpuTarget(str(mcpu), "host") if mcpu else CpuTarget("generic", "portable")
     triple = str(codegen.llvm_get_system_triple())
     if not codegen.llvm_is_valid_cpu(cpu, triple):
-        raise TargetError(f"--cpu {cpu!r}: LLVM does not know this CPU for {triple}; give an "
+        raise TargetError(f"{option} {cpu!r}: LLVM does not know this CPU for {triple}; give an "
                           f"LLVM CPU name (llc -mcpu=help lists them), host or portable")
     return CpuTarget(cpu, "given")
 

@@ -124,6 +124,19 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_config(write_yaml(tmp_path, "planner: [unclosed\n"))
 
 
+@pytest.mark.parametrize("text, key", [("fusion: true\nfusion: false\n", "fusion"),
+                                       ("planner:\n  inplace: true\n  inplace: false\n",
+                                        "inplace")])
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path, text, key):
+    # plain YAML keeps the last value silently
+    with pytest.raises(ConfigError, match=rf"key '{key}' given twice \(lines \d and \d\)"):
+        load_config(write_yaml(tmp_path, text))
+    # the same key in two sections is two keys
+    config = load_config(write_yaml(tmp_path, "planner:\n  time_limit_s: 2\n"
+                                              "verify:\n  seed: 3\n"))
+    assert (config.planner.time_limit_s, config.verify.seed) == (2.0, 3)
+
+
 def test_config_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         Config().target = "cuda"

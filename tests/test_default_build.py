@@ -110,3 +110,14 @@ def test_cli_refuses_a_bad_cpu_before_any_work(argv, message, capsys):
     assert main(["compile", *argv]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert message in err and "importing" not in err
+
+
+def test_a_bad_cpu_in_the_config_names_the_file_and_key_not_a_flag(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("cpu: no-such-cpu\n")
+    for command in ("compile", "bench"):
+        assert main([command, "--config", str(config), "--no-onnxruntime"][:4 if command ==
+                    "bench" else 3]) == EXIT_ERROR
+        err = capsys.readouterr().err
+        assert f"{config}: cpu 'no-such-cpu': LLVM does not know this CPU" in err, err
+        assert "--cpu" not in err.split("LLVM")[0] and "importing" not in err

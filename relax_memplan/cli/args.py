@@ -222,7 +222,7 @@ def check_target_flags(target: str, cuda_arch: Optional[str], cpu: Optional[str]
             raise RelaxMemplanError(f"--cpu {cpu}: only for --target llvm (the target is "
                                     f"{target})" if cpu != "portable" else
                                     f"--portable: only for --target llvm (the target is {target})")
-        resolve_cpu(cpu)  # an unknown CPU name refused before the import
+        resolve_cpu(cpu, "--cpu")  # an unknown CPU name refused before the import
 
 
 def check_environment(args) -> None:

@@ -63,6 +63,7 @@ def _compile(args) -> int:
     if args.target is None:
         args.target = config.target
     check_environment(args)
+    _check_config_cpu(args, config)
     shapes = {name: tuple(dims) for name, dims in config.shapes.items()}
     shapes.update(parse_repeated(args.shape, parse_shape_spec, "--shape"))
     input_values = parse_inputs(args.input)
@@ -108,6 +109,16 @@ def _warn_large_arena(args, reports) -> None:
     if warning:
         sys.stdout.flush()  # whatever stdout holds stays before it
         print(f"relax-memplan: warning: {warning}", file=sys.stderr, flush=True)
+
+
+def _check_config_cpu(args, config) -> None:
+    """The config file's ``cpu`` checked against LLVM before the import, its error naming the
+    file's key (``--cpu`` given instead replaces it and is checked with the flags)."""
+    from ..targets import resolve_cpu
+
+    if getattr(args, "cpu", None) is None and config.cpu is not None \
+            and getattr(args, "target", "llvm") in (None, "llvm"):
+        resolve_cpu(config.cpu, f"{args.config}: cpu")
 
 
 def _build_options(args, config):
@@ -359,6 +370,7 @@ def _bench(args) -> int:
     refuse_compiled_library(args.model, "bench")
     config = load_config(args.config)
     _check_bench_config(config, args.config)
+    _check_config_cpu(args, config)
     shapes = {name: tuple(dims) for name, dims in config.shapes.items()}
     shapes.update(parse_repeated(args.shape, parse_shape_spec, "--shape"))
     plan_pass, reorder_pass = _planner_passes(config.planner)
