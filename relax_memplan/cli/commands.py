@@ -70,7 +70,7 @@ def _compile(args) -> int:
     dims, options = _build_options(args, config)
     check = CheckOptions(measure=not args.no_measure, verify=args.verify, rtol=config.verify.rtol,
                          atol=config.verify.atol, seed=config.verify.seed,
-                         sample_shapes=args.sample_shapes)
+                         sample_shapes=3 if args.sample_shapes is None else args.sample_shapes)
     progress = _progress(args)
     with native_log(_log_mode(args)):
         results = compile_strategies(args.model, shapes, dims, options=options, check=check,
@@ -145,6 +145,11 @@ def _build_options(args, config):
         if args.bucket or args.dispatch or args.size_classes or config.dispatch:
             raise RelaxMemplanError("--bucket, --dispatch and --size-classes (or config "
                                     "dispatch) need symbolic dims: give --dim NAME=LO..HI")
+        if getattr(args, "sample_shapes", None) is not None:
+            # taken silently it would do nothing: a fixed-shape build runs at its one shape
+            raise RelaxMemplanError(f"--sample-shapes {args.sample_shapes} samples the "
+                                    f"ranges of symbolic dims: give --dim NAME=LO..HI (a "
+                                    f"fixed-shape build runs at its one shape)")
         return {}, BuildOptions(**common)
     ranges, buckets, dispatch = _dynamic_specs(args, config)
     strategy = args.strategy or planner.strategy
@@ -179,8 +184,6 @@ def _dynamic_specs(args, config):
     if args.model is None:
         raise RelaxMemplanError("--dim needs a model with symbolic dims (the built-in example "
                                 "has none)")
-    if args.sample_shapes < 2:
-        raise RelaxMemplanError("--sample-shapes must be >= 2 (the range ends)")
     ranges = dict(config.dims)
     ranges.update(parse_repeated(args.dim, parse_dim_spec, "--dim"))
     buckets = dict(config.planner.buckets)
@@ -276,7 +279,6 @@ def _manifest_of(library) -> list:
 def _run(args) -> int:
     from ..tools.run import check_library_file, fill_numbers, npz_path, run_library, save_outputs
 
-    check_library_file(args.library)  # before any input: a wrong file is the first error
     if args.output and not args.output.endswith(".npz"):
         # numpy.savez would append ".npz": the file written would not be the one named
         raise RelaxMemplanError(f"--output {args.output}: the outputs are written as a NumPy "
@@ -286,6 +288,7 @@ def _run(args) -> int:
                          [("--output", args.output and npz_path(args.output))])
     if args.output:
         check_output_path("--output", npz_path(args.output))
+    check_library_file(args.library)  # before any input is read: a wrong file comes first
     values = parse_inputs(args.input)
     from_files = {label.split(" ", 1)[1] for label, _path in files}  # "--input NAME"
     values = fill_numbers(args.library, values, set(values) - from_files)

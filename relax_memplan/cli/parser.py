@@ -132,8 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-index-checks", action="store_true",
                    help="do not check index values (Gather ids, ...) at run time; an index "
                    "out of range then reads or writes outside its tensor")
-    c.add_argument("--sample-shapes", type=int, default=3, metavar="N",
-                   help="with --dim: shapes to run at, the range ends first (default 3)")
+    c.add_argument("--sample-shapes", type=int_at_least(2), default=None, metavar="N",
+                   help="with --dim: shapes to run at (>= 2), the range ends first (default 3)")
     c.add_argument("--no-prepare", action="store_true",
                    help="import with TVM's ONNX frontend as it is, without our preparation "
                    "steps (relax_memplan.frontend.prepare)")

@@ -3,6 +3,7 @@ build (:class:`CheckOptions`), shared by the CLI and the Python API."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence, Tuple, Union
 
@@ -197,6 +198,12 @@ class CheckOptions:
         Seed of the sampled shapes and random inputs.
     sample_shapes : int
         Shapes to run at with symbolic dims (>= 2: the range ends first).
+
+    Raises
+    ------
+    ConfigError
+        A negative or non-finite tolerance, a seed that is not an integer >= 0, or
+        ``sample_shapes`` < 2 (as the config's ``verify`` section refuses them).
     """
 
     measure: bool = True
@@ -205,6 +212,20 @@ class CheckOptions:
     atol: float = 1e-5
     seed: int = 0
     sample_shapes: int = 3
+
+    def __post_init__(self):
+        # the tolerance is a check: a negative one would fail every output, NaN none
+        for key in ("rtol", "atol"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0:
+                raise ConfigError(f"CheckOptions.{key} must be a finite number >= 0, "
+                                  f"got {value!r}")
+        for key, least in (("seed", 0), ("sample_shapes", 2)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"CheckOptions.{key} must be an integer >= {least}, "
+                                  f"got {value!r}")
 
 
 def library_path_for(path, strategy: str, several: bool) -> str:

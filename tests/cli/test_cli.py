@@ -200,6 +200,8 @@ def test_unwritable_output_fails_before_compiling_and_writes_nothing(capsys, tmp
         (["--input", "nosuch=1"], "unknown input"),
         (["--input", "image=1,2"], "'image' has shape (2,), expected (1, 3, 96, 96)"),
         (["--dump-ir", "/etc/passwd"], "not a directory"),
+        # the built-in example has fixed shapes: a sample count would do nothing
+        (["--sample-shapes", "4"], "--sample-shapes 4 samples the ranges of symbolic dims"),
     ],
 )
 def test_more_bad_input_is_one_line(capsys, argv, words):

@@ -4,7 +4,7 @@
 import pytest
 
 from relax_memplan.cli.commands import _planner_passes
-from relax_memplan.compile import BuildOptions, default_planner_passes
+from relax_memplan.compile import BuildOptions, CheckOptions, default_planner_passes
 from relax_memplan.config import PlannerConfig, load_config
 from relax_memplan.errors import ConfigError
 from relax_memplan.transform import PlanStaticMemory
@@ -49,3 +49,17 @@ def test_default_planner_passes_follow_the_config_and_the_overrides():
 def test_default_planner_passes_refuse_what_is_not_a_planner_config():
     with pytest.raises(ConfigError, match="PlannerConfig"):
         default_planner_passes({"inplace": True})
+
+
+@pytest.mark.parametrize("field, value", [("rtol", -1.0), ("atol", float("nan")),
+                                          ("rtol", float("inf")), ("atol", "1e-5"),
+                                          ("seed", -1), ("seed", 1.5), ("sample_shapes", 1),
+                                          ("sample_shapes", True)])
+def test_check_options_refuse_a_tolerance_or_count_that_cannot_check(field, value):
+    with pytest.raises(ConfigError, match=rf"CheckOptions\.{field} must be"):
+        CheckOptions(**{field: value})
+
+
+def test_check_options_take_zero_tolerance_and_integer_tolerance():
+    assert CheckOptions(rtol=0, atol=0).atol == 0
+    assert CheckOptions(rtol=1, sample_shapes=2).rtol == 1
