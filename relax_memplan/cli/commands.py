@@ -321,7 +321,8 @@ def _inspect(args) -> int:
     if args.model is None:
         raise RelaxMemplanError("inspect needs an ONNX model (or --pipeline for the pass order)")
     refuse_compiled_library(args.model, "inspect")
-    summary = inspect_onnx(args.model)
+    with native_log(_log_mode(args)):  # -q: no TVM log lines; the summary is printed
+        summary = inspect_onnx(args.model)
     print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.format_text())
     return 0
 

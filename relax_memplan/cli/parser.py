@@ -181,6 +181,7 @@ def _add_tool_parsers(sub) -> None:
                    "compile --dim: the passes of a build with symbolic dims")
     i.add_argument("--config", action=_Once, metavar="YAML",
                    help="with --pipeline: configuration file")
+    _add_verbosity(i)
     b = sub.add_parser("bench", help="latency: ours vs TVM's default build vs onnxruntime",
                        description="Build the model with relax_memplan's planner and with TVM's "
                        "default planner (same kernels), and time them and onnxruntime (same "

@@ -49,6 +49,18 @@ def test_cli_inspect_text_and_json(tmp_path, capsys):
     assert data["suggested_dims"]["seq"] == "1..128"
 
 
+def test_cli_inspect_takes_quiet_and_verbose_as_the_other_commands(tmp_path, capsys):
+    path = _model(tmp_path)
+    assert main(["inspect", str(path)]) == 0
+    full = capsys.readouterr()
+    for flag in ("-q", "-v"):
+        assert main(["inspect", str(path), flag]) == 0
+        out = capsys.readouterr()
+        assert out.out == full.out  # the summary is the output: never dropped
+        if flag == "-q":
+            assert out.err == ""
+
+
 def _recurrent_model(tmp_path):
     """LSTM (our step recurrent converts it), RNN (nothing converts it) and Relu."""
     hidden, features = 4, 3
