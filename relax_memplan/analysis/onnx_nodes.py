@@ -37,6 +37,12 @@ NAMED_OPS = {
     "MatMul": "relax.matmul",
     "Softmax": "relax.nn.softmax",
     "LayerNormalization": "relax.nn.layer_norm",
+    # the other ends of candidates: residual adds, masks, scales, norm decompositions
+    "Add": "relax.add",
+    "Mul": "relax.multiply",
+    "Div": "relax.divide",
+    "Where": "relax.where",
+    "ReduceMean": "relax.mean",
 }
 """ONNX op type -> the Relax op its converter returns whose binding is named after the node."""
 

@@ -31,6 +31,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
+import numpy as np
+
 from .._version import __version__
 from ..errors import ModelLoadError
 
@@ -159,6 +161,7 @@ class LibraryManifest:
                    for r in dims.values()):
             raise LibraryIntegrityError(f"{where}: not a valid library manifest (key 'dims' "
                                         f"holds something other than [lower, upper, step])")
+        _check_fields(data, inputs, where)
         optional = {k: data.get(k) for k in ("model", "constants_bytes", "workspace_bytes")}
         return cls(library_size_bytes=need(library, "size_bytes", int, "library.size_bytes"),
                    library_sha256=need(library, "sha256", str, "library.sha256"),
@@ -166,6 +169,41 @@ class LibraryManifest:
                    relax_memplan_version=need(data, "relax_memplan_version", str),
                    tvm_version=need(data, "tvm_version", str), inputs=inputs, dims=dims,
                    **optional)
+
+
+def _check_fields(data, inputs, where: str) -> None:
+    """What the loader and ``run`` act on, checked before they do: the target is a string (or
+    null), the entry function a name, each input a distinct name with a NumPy dtype and
+    extents that are integers >= 0 or symbolic (a dim's name or expression).
+
+    Raises
+    ------
+    LibraryIntegrityError
+        Naming the key and what it holds.
+    """
+    def bad(key, what):
+        return LibraryIntegrityError(f"{where}: not a valid library manifest (key '{key}' "
+                                     f"{what})")
+
+    target = data.get("target")
+    if target is not None and (not isinstance(target, str) or not target.strip()):
+        raise bad("target", f"is {target!r}, not a target string or null")
+    if not data["function"].isidentifier():
+        raise bad("function", f"is {data['function']!r}, not a function name")
+    names = [i.name for i in inputs]
+    if len(set(names)) != len(names) or not all(names):
+        raise bad("inputs", f"names {names} are not distinct non-empty names")
+    for i in inputs:
+        try:
+            np.dtype(i.dtype)
+        except TypeError:
+            raise bad("inputs.dtype", f"of {i.name!r} is {i.dtype!r}, not a NumPy dtype") \
+                from None
+        for d in i.shape:
+            if isinstance(d, bool) or not (isinstance(d, int) and d >= 0
+                                           or isinstance(d, str) and d.strip()):
+                raise bad("inputs.shape", f"of {i.name!r} holds {d!r}: an extent is an "
+                          f"integer >= 0 or a symbolic dim's name")
 
 
 def manifest_path(library) -> str:

@@ -110,6 +110,27 @@ def test_manifest_of_another_tvm_is_refused(dense_libraries, dense_input, tmp_pa
     _refused(capsys, library, dense_input[0], "was built with TVM 0.26.0")
 
 
+@pytest.mark.parametrize("key, value, words", [
+    ("target", 7, "key 'target' is 7"),
+    ("target", "", "key 'target' is ''"),
+    ("function", "main; rm", "key 'function' is 'main; rm'"),
+    ("inputs", [{"name": "x", "dtype": "float33", "shape": [4, 256]}], "key 'inputs.dtype'"),
+    ("inputs", [{"name": "x", "dtype": "float32", "shape": [-4, 256]}], "holds -4"),
+    ("inputs", [{"name": "x", "dtype": "float32", "shape": [1.5, 256]}], "holds 1.5"),
+    ("inputs", [{"name": "x", "dtype": "float32", "shape": [True, 256]}], "holds True"),
+    ("inputs", [{"name": "x", "dtype": "float32", "shape": [4, 256]}] * 2, "not distinct"),
+])
+def test_an_edited_manifest_field_is_refused_by_name(dense_libraries, dense_input, tmp_path,
+                                                     capsys, key, value, words):
+    library = _copy(dense_libraries[0], tmp_path)
+    data = json.loads(open(manifest_path(library)).read())
+    data[key] = value
+    open(manifest_path(library), "w").write(json.dumps(data))
+    status, _, err = _run(capsys, library, dense_input[0])
+    assert status == EXIT_ERROR and "\n" not in err, err
+    assert "not a valid library manifest" in err and words in err, err
+
+
 def test_unreadable_manifest_is_refused(dense_libraries, dense_input, tmp_path, capsys):
     library = _copy(dense_libraries[0], tmp_path)
     open(manifest_path(library), "w").write("{")
