@@ -263,7 +263,7 @@ def _from_onnx_naming_node(model, plan: InputPlan, upgraded_from_opset=None,
     # TVM prints every failing converter's inputs (whole constants) to stdout: swallow it.
     # The node naming wraps the corrected converter table, so it is entered after it.
     with converters as usage, collecting_loops() as loops, naming as named, trace, \
-            contextlib.redirect_stdout(io.StringIO()):
+            _without_a_second_model_check(), contextlib.redirect_stdout(io.StringIO()):
         try:
             mod = onnx_frontend.from_onnx(
                 model, shape_dict=plan.tvm_shapes, dtype_dict=plan.dtypes
@@ -293,6 +293,20 @@ def _from_onnx_naming_node(model, plan: InputPlan, upgraded_from_opset=None,
         domain=node.domain,
         unnamed=not node.name,
     ) from failure
+
+
+@contextlib.contextmanager
+def _without_a_second_model_check():
+    """TVM's ``from_onnx`` runs ``onnx.checker.check_model`` on the model it is given and
+    only warns on failure. :func:`load_onnx` has checked the model already, and the check
+    serializes the whole model (GPT-2: 500 MB, 0.9 s), so it is skipped while
+    ``from_onnx`` runs and restored after."""
+    check = onnx.checker.check_model
+    onnx.checker.check_model = lambda *_args, **_kwargs: None
+    try:
+        yield
+    finally:
+        onnx.checker.check_model = check
 
 
 class _ConversionTrace:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import ChainMap, defaultdict
+from collections.abc import Mapping
 
 import numpy as np
 import onnx
@@ -22,21 +23,80 @@ INTEGER_TYPES = frozenset(
 )
 
 
-def constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+class ConstantValues(Mapping):
+    """Name -> value of the constants of a graph, each initializer turned into a NumPy array
+    only when it is read: a step that asks for a few small ones (shape arithmetic) does not
+    copy every weight of a 500 MB model."""
+
+    def __init__(self, initializers: dict, nodes: dict):
+        self._initializers = initializers  # name -> TensorProto, not yet converted
+        self._values = nodes  # name -> ndarray (Constant nodes, converted ones)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._values:
+            self._values[name] = numpy_helper.to_array(self._initializers[name])
+        return self._values[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self._values or name in self._initializers
+
+    def __iter__(self):
+        return iter({**dict.fromkeys(self._initializers), **dict.fromkeys(self._values)})
+
+    def __len__(self) -> int:
+        return len(set(self._initializers) | set(self._values))
+
+    def data_type(self, name: str) -> int:
+        """The ``TensorProto`` element type of ``name`` without converting it."""
+        if name in self._initializers:
+            return self._initializers[name].data_type
+        return onnx.helper.np_dtype_to_tensor_dtype(self._values[name].dtype)
+
+
+def constant_values(graph: onnx.GraphProto) -> ConstantValues:
     """Values known before the graph runs: initializers that are not also graph inputs
-    (those are overridable defaults) and outputs of ``Constant`` nodes with a ``value``."""
+    (those are overridable defaults) and outputs of ``Constant`` nodes with a ``value``;
+    initializers are converted when first read (:class:`ConstantValues`)."""
     overridable = {value.name for value in graph.input}
-    values = {
-        init.name: numpy_helper.to_array(init)
-        for init in graph.initializer
-        if init.name not in overridable
-    }
+    initializers = {init.name: init for init in graph.initializer
+                    if init.name not in overridable}
+    nodes = {}
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             value = _constant_node_value(node)
             if value is not None:
-                values[node.output[0]] = value
-    return values
+                nodes[node.output[0]] = value
+                initializers.pop(node.output[0], None)
+    return ConstantValues(initializers, nodes)
+
+
+class _Without(Mapping):
+    """``base`` less ``names`` (a subgraph's own inputs hide the outer values they shadow)."""
+
+    def __init__(self, base: Mapping, names: set):
+        self._base, self._names = base, names
+
+    def __getitem__(self, name):
+        if name in self._names:
+            raise KeyError(name)
+        return self._base[name]
+
+    def __contains__(self, name) -> bool:
+        return name not in self._names and name in self._base
+
+    def __iter__(self):
+        return (name for name in self._base if name not in self._names)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def scope_values(graph: onnx.GraphProto, outer: Mapping) -> ChainMap:
+    """The values known in ``graph``: those a step adds (written to the first map), its
+    constants (:func:`constant_values`), then ``outer``'s (an enclosing graph's) that its own
+    inputs do not shadow; nothing converted before it is read."""
+    own_inputs = {value.name for value in graph.input}
+    return ChainMap({}, constant_values(graph), _Without(outer, own_inputs))
 
 
 def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:

@@ -32,7 +32,8 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from ..input_shapes import static_dim
-from ._graph import constant_values, consumers, has_subgraph, subgraph_reads, subgraphs
+from ..weightless import weightless_copy
+from ._graph import consumers, has_subgraph, scope_values, subgraph_reads, subgraphs
 
 __all__ = ["FoldConstants"]
 
@@ -80,9 +81,7 @@ class FoldConstants:
         int
             The number of constants that folding left unused and that were removed.
         """
-        own_inputs = {value.name for value in graph.input}
-        known = {k: v for k, v in outer_known.items() if k not in own_inputs}
-        known.update(constant_values(graph))
+        known = scope_values(graph, outer_known)
         graph_outputs = {value.name for value in graph.output}
         before = sum(folded.values())
         kept_nodes, new_initializers, removed = [], [], 0
@@ -95,7 +94,7 @@ class FoldConstants:
                     values = _attribute_constant(node, known)
                 elif all(
                     name in known for name in node.input if name
-                ):
+                ) and not _surely_too_large(node, static_shapes, self.max_folded_bytes):
                     values = _evaluate(node, known, opsets)
             if values is None or sum(v.nbytes for v in values) > self.max_folded_bytes:
                 for body in subgraphs(node):
@@ -131,10 +130,12 @@ def _foldable(node: onnx.NodeProto, graph_outputs: set[str]) -> bool:
 
 def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
     """Value name to its inferred dims (None where dynamic), from ONNX shape inference."""
+    # the weights' bytes are not sent: inference reads their dims (and small constants' values)
+    lean, _ = weightless_copy(model)
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(lean, data_prop=True)
     except Exception:  # inference is best effort; without it only constants fold
-        inferred = model
+        inferred = lean
     shapes = {}
     _collect_static_shapes(inferred.graph, shapes)
     return shapes
@@ -176,6 +177,17 @@ def _attribute_constant(node, known) -> list[np.ndarray] | None:
     return [known[node.output[0]]]
 
 
+def _surely_too_large(node, static_shapes, max_bytes: int) -> bool:
+    """Whether shape inference says an output has more than ``max_bytes`` elements (so more
+    bytes, whatever its type): evaluating it (a Transpose of a tied embedding) would only
+    be thrown away."""
+    for name in node.output:
+        dims = static_shapes.get(name)
+        if dims and all(d is not None for d in dims) and int(np.prod(dims, dtype=np.float64)) > max_bytes:
+            return True
+    return False
+
+
 def _evaluate(node, known, opsets) -> list[np.ndarray] | None:
     """Run one node on constant inputs with the ONNX reference evaluator."""
     inputs = [name for name in node.input if name]
@@ -207,13 +219,12 @@ def _drop_unused_constants(graph: onnx.GraphProto) -> int:
     for node in graph.node:
         used |= subgraph_reads(node)
     inputs = {value.name for value in graph.input}
-    kept_inits = [i for i in graph.initializer if i.name in used or i.name in inputs]
-    kept_nodes = [
-        n for n in graph.node if n.op_type != "Constant" or any(o in used for o in n.output)
-    ]
-    removed = len(graph.initializer) - len(kept_inits) + len(graph.node) - len(kept_nodes)
-    del graph.initializer[:]
-    graph.initializer.extend(kept_inits)
-    del graph.node[:]
-    graph.node.extend(kept_nodes)
-    return removed
+    # deleted where they stand: rebuilding the list would copy every kept weight
+    dead_inits = [k for k, i in enumerate(graph.initializer)
+                  if i.name not in used and i.name not in inputs]
+    dead_nodes = [k for k, n in enumerate(graph.node)
+                  if n.op_type == "Constant" and not any(o in used for o in n.output)]
+    for field, dead in ((graph.initializer, dead_inits), (graph.node, dead_nodes)):
+        for k in reversed(dead):
+            del field[k]
+    return len(dead_inits) + len(dead_nodes)

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ._graph import constant_values, subgraphs
+from ._graph import scope_values, subgraphs
 from .fold_constants import FoldConstants
 
 __all__ = ["InlineConstantIf"]
@@ -49,11 +49,11 @@ class InlineConstantIf:
         self.max_rounds = max_rounds
 
     def __call__(self, model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+        if not _has_if(model.graph):
+            return model, ""  # unchanged: no copy of the weights
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         inlined = 0
-        if not _has_if(copy.graph):
-            return copy, ""
         for _ in range(self.max_rounds):
             count = _inline_graph(copy.graph, {})
             inlined += count
@@ -68,9 +68,7 @@ class InlineConstantIf:
 def _inline_graph(graph: onnx.GraphProto, outer_known: dict) -> int:
     """Inline the constant ``If`` nodes of ``graph`` and of its subgraphs, in place; the
     number inlined."""
-    own_inputs = {value.name for value in graph.input}
-    known = {k: v for k, v in outer_known.items() if k not in own_inputs}
-    known.update(constant_values(graph))
+    known = scope_values(graph, outer_known)
     defined = _defined_names(graph)
     count = 0
     nodes = []

@@ -43,18 +43,18 @@ class Int64ShapeArithmetic:
     name = "int64_shape_arithmetic"
 
     def __call__(self, model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        graph = copy.graph
-        dtypes = _find_shape_values(graph)
+        dtypes = _find_shape_values(model.graph)
         # Every Cast inside the closure goes; its readers read its input instead.
         rename = {
             node.output[0]: node.input[0]
-            for node in graph.node
+            for node in model.graph.node
             if node.op_type == "Cast" and node.output[0] in dtypes
         }
         if not rename:
-            return copy, ""
+            return model, ""  # unchanged: no copy of the weights
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        graph = copy.graph
         constants = constant_values(graph)
         new_inits, new_nodes, cast_backs = {}, [], 0
         for node in graph.node:

@@ -3,10 +3,12 @@
 import numpy as np
 import pytest
 import tvm
+
+from relax_memplan.analysis.onnx_nodes import NAMED_OPS
 from onnx import TensorProto, helper, numpy_helper
 from tvm.relax.frontend.onnx import onnx_frontend
 
-from relax_memplan.analysis.onnx_nodes import ONNX_NODES_ATTR
+from relax_memplan.analysis.onnx_nodes import NAMED_OPS, ONNX_NODES_ATTR
 from relax_memplan.frontend import import_onnx
 from tests.conftest import shared_model
 
@@ -37,7 +39,11 @@ def test_bert_tiny_module_unchanged_and_embedding_gathers_named():
     tvm.ir.assert_structural_equal(_without_table(named), plain)
     words = [var for var, e in table.items() if e["name"] == "/m/embeddings/word_embeddings/Gather"]
     assert len(words) == 1 and table[words[0]]["op"] == "relax.take"
-    assert {e["onnx_op"] for e in table.values()} == {"Gather", "Slice", "MatMul", "Softmax"}
+    # bert-tiny has no LayerNormalization node (its norms are decomposed) and no ReduceMean
+    # left after the import's own folding
+    assert {e["onnx_op"] for e in table.values()} <= set(NAMED_OPS)
+    assert {e["onnx_op"] for e in table.values()} >= {"Gather", "Slice", "MatMul", "Softmax",
+                                                      "Add", "Where"}
 
 
 def _two_gathers():
