@@ -164,6 +164,10 @@ def export_library(executable: tvm.runtime.Executable, path, **manifest) -> None
     its manifest ``<path>.json`` beside it (:mod:`relax_memplan.library.manifest`: the
     library's size and SHA-256, which ``relax-memplan run`` checks before loading).
 
+    The executable is packed by :func:`relax_memplan.library.pack.pack_imports` on Linux
+    (the weights included with the assembler's ``.incbin``, not through an LLVM constant:
+    about 1 GB less peak memory on GPT-2), else as TVM packs it.
+
     Call it before the executable is ever run: creating a ``relax.VirtualMachine`` on an
     executable records an empty memory scope per tensor constant in it (TVM 0.27's
     ``vm.cc``, ``exec_->memory_scopes[i]``), and a library exported afterwards prints one
@@ -187,12 +191,14 @@ def export_library(executable: tvm.runtime.Executable, path, **manifest) -> None
         The library or its manifest cannot be written (one line: the path and the reason).
     """
     from ..library.manifest import write_manifest
+    from ..library.pack import pack_imports_hook
     from ..runtime import raise_if_interrupted
 
     raise_if_interrupted()  # never write a library from a build a Ctrl-C cut short
     try:
         os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
-        executable.export_library(os.fspath(path))
+        hook = pack_imports_hook(manifest.get("target"))
+        executable.export_library(os.fspath(path), **({"fpack_imports": hook} if hook else {}))
         write_manifest(path, **manifest)
     except (OSError, RuntimeError) as err:
         raise RelaxMemplanError(f"cannot write the library {os.fspath(path)}: "
