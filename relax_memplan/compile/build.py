@@ -27,6 +27,7 @@ from ..pipeline import PipelineOptions, PipelinePasses, build_pipeline
 from ..transform.check_index_bounds import CheckIndexBounds
 from ..transform.record_resident_bytes import RecordResidentBytes
 from ..transform.record_storage import RecordStorage
+from ..transform.refuse_self_defining_casts import refuse_self_defining_casts
 
 __all__ = ["SLP_OFF", "build", "choose_cuda_compiler", "compile_module", "export_library",
            "without_slp"]
@@ -129,6 +130,7 @@ def build(mod, target, options: PipelineOptions, passes: PipelinePasses,
     RelaxMemplanError
         A declared dim range the model cannot serve (an index would leave its tensor).
     """
+    refuse_self_defining_casts(mod)  # before the build: the retry below would meet it again
     passes.index = CheckIndexBounds(runtime_checks=options.check_indices
                                     and tvm.target.Target(target).kind.name != "cuda")
     pipeline, _ = build_pipeline(target, options, passes)

@@ -21,7 +21,7 @@ from tvm import relax, tirx
 
 from ..errors import CompileError
 
-__all__ = ["RefuseSelfDefiningCasts", "self_defining_casts"]
+__all__ = ["RefuseSelfDefiningCasts", "refuse_self_defining_casts", "self_defining_casts"]
 
 
 def _text(expr) -> str:
@@ -79,12 +79,24 @@ class RefuseSelfDefiningCasts:
     """
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        for gv, func in mod.functions_items():
-            if not isinstance(func, relax.Function):
-                continue
-            for binding, var, expr in self_defining_casts(func):
-                raise CompileError(
-                    f"{gv.name_hint}: match_cast of {binding.var.name} defines symbolic "
-                    f"var {var} from an expression of itself ({_text(expr)}); TVM 0.27 crashes on "
-                    f"such a cast: cast the other operand to the expression instead")
+        refuse_self_defining_casts(mod)
         return mod
+
+
+def refuse_self_defining_casts(mod: tvm.IRModule) -> None:
+    """What the pass checks, callable before a build (``build`` does: inside the pipeline,
+    TVM's FFI hands the error on as a ``RuntimeError``, and a retry would meet it again).
+
+    Raises
+    ------
+    CompileError
+        Naming the function, the bound var, the symbolic var and the expression.
+    """
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        for binding, var, expr in self_defining_casts(func):
+            raise CompileError(
+                f"{gv.name_hint}: match_cast of {binding.var.name} defines symbolic "
+                f"var {var} from an expression of itself ({_text(expr)}); TVM 0.27 crashes on "
+                f"such a cast: cast the other operand to the expression instead")

@@ -55,6 +55,20 @@ def test_our_build_gives_one_line_naming_the_cast():
     assert "\n" not in str(info.value)
 
 
+def test_our_build_refuses_the_cast_before_building_not_after_a_retry(monkeypatch):
+    import importlib
+
+    from relax_memplan.pipeline import PipelineOptions, PipelinePasses
+
+    build_module = importlib.import_module("relax_memplan.compile.build")  # not the function
+    calls = []
+    monkeypatch.setattr(build_module, "compile_module", lambda *a, **k: calls.append(a))
+    with pytest.raises(CompileError, match=MESSAGE):
+        build_module.build(_module(True), tvm.target.Target("llvm"), PipelineOptions(),
+                           PipelinePasses())
+    assert calls == []  # neither our build nor the TVM-planner retry ran
+
+
 @pytest.mark.parametrize("planner", ["relax_memplan", "tvm"])
 def test_the_cast_the_other_way_builds_and_runs(planner):
     mod = _module(False)
