@@ -34,8 +34,9 @@ def weightless_copy(model: onnx.ModelProto, min_bytes: int = MIN_BYTES
     ``min_bytes`` bytes of ``raw_data`` turned into external data at offset 0 of
     :data:`ZERO_FILE`, and the largest such tensor's size in bytes (0: none dropped).
 
-    Nodes, inputs, outputs, value infos, functions, opsets and the small initializers are
-    copied as they are (subgraphs of If/Loop/Scan with their own initializers included);
+    Nodes, inputs, outputs, value infos, functions, opsets, the small initializers and any
+    whose ``raw_data`` does not have the size its dims and type call for are copied as they
+    are (subgraphs of If/Loop/Scan with their own initializers included);
     ``model`` is not changed.
     """
     graph = model.graph
@@ -54,8 +55,9 @@ def weightless_copy(model: onnx.ModelProto, min_bytes: int = MIN_BYTES
     largest = 0
     for tensor in graph.initializer:
         size = len(tensor.raw_data) if tensor.HasField("raw_data") else 0
-        if size < min_bytes or tensor.data_location == onnx.TensorProto.EXTERNAL:
-            out.initializer.append(tensor)
+        if size < min_bytes or tensor.data_location == onnx.TensorProto.EXTERNAL \
+                or size != _declared_bytes(tensor):
+            out.initializer.append(tensor)  # a size that does not fit: the checker says so
             continue
         stub = out.initializer.add()
         stub.name, stub.data_type = tensor.name, tensor.data_type
@@ -66,6 +68,19 @@ def weightless_copy(model: onnx.ModelProto, min_bytes: int = MIN_BYTES
             entry.key, entry.value = key, value
         largest = max(largest, size)
     return lean, largest
+
+
+def _declared_bytes(tensor: onnx.TensorProto) -> int:
+    """Bytes the tensor's dims and element type call for; -1 for a type without a fixed
+    size (strings) or unknown here."""
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return -1
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    return count * itemsize
 
 
 def write_zero_file(folder, size: int) -> str:

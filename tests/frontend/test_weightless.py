@@ -30,7 +30,7 @@ def _mlp():
              helper.make_node("Reshape", ["r", "shape"], ["y"])]
     graph = helper.make_graph(nodes, "mlp",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 16, 16])],
                               initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -49,6 +49,34 @@ def test_large_weights_become_zero_external_data_and_the_rest_is_kept():
     assert MIN_BYTES == 1024
     assert list(lean.graph.node) == list(model.graph.node)
     assert len(lean.SerializeToString()) < len(before) // 10
+
+
+def test_a_weight_of_the_wrong_size_is_kept_for_the_checker_to_refuse(tmp_path):
+    model = _mlp()
+    model.graph.initializer[0].raw_data = model.graph.initializer[0].raw_data[:4096]
+    lean, _ = weightless_copy(model)
+    assert lean.graph.initializer[0].raw_data == model.graph.initializer[0].raw_data
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    from relax_memplan.errors import ModelLoadError
+    from relax_memplan.frontend import load_onnx
+
+    with pytest.raises(ModelLoadError, match="fails onnx.checker.*raw_data size"):
+        load_onnx(path)
+
+
+def test_the_structure_check_refuses_what_the_whole_model_check_refuses(tmp_path):
+    model = _mlp()
+    model.graph.node[1].input[0] = "nope"  # read before anything writes it
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    from relax_memplan.errors import ModelLoadError
+    from relax_memplan.frontend import load_onnx
+
+    with pytest.raises(ModelLoadError, match="input 'nope'.*is not output of any previous"):
+        load_onnx(path)
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(model)
 
 
 def test_shape_inference_on_the_copy_equals_inference_on_the_model():
@@ -108,7 +136,7 @@ def test_folding_does_not_evaluate_a_node_shape_inference_calls_too_large(monkey
     # Transpose(W) of a 64 KiB weight, above max_folded_bytes: evaluating it would be wasted
     model = _mlp()
     model.graph.node.insert(0, helper.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0]))
-    model.graph.output.append(helper.make_tensor_value_info("Wt2", TensorProto.FLOAT, None))
+    model.graph.output.append(helper.make_tensor_value_info("Wt2", TensorProto.FLOAT, [256, 64]))
     model.graph.node.append(helper.make_node("Relu", ["Wt"], ["Wt2"]))
     evaluated = []
     real = fold_constants._evaluate
