@@ -289,6 +289,54 @@ def test_generic_tile_is_as_wide_as_the_static_one_where_the_columns_allow(mcpu,
 AVX512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
 
 
+def _nt_kernel(m, k, n):
+    """``C[i, j] = sum_k A[i, k] * W[j, k]`` (a tied LM head's ``matmul_nt``) from TE."""
+    a = te.placeholder((m, k), name="A")
+    w = te.placeholder((n, k), name="W")
+    r = te.reduce_axis((0, k), name="k")
+    return te.create_prim_func([a, w, te.compute(
+        (m, n), lambda i, j: te.sum(a[i, r] * w[j, r], axis=r), name="C")])
+
+
+def _packed_b_shape(func) -> tuple:
+    """Shape of the per-task packed copy of ``B`` (the one block-allocated global buffer)."""
+    import re
+
+    shapes = [tuple(int(d) for d in found.split(",") if d.strip())
+              for found, scope in re.findall(r"sblock_alloc_buffer\(\(([\d, ]+)\)(.*)\)",
+                                             func.script()) if "scope=" not in scope]
+    assert len(shapes) == 1, shapes
+    return shapes[0]
+
+
+@pytest.mark.parametrize("kernel, a_shape, b_shape, packed", [
+    (_nt_kernel(64, 32, 50), (64, 32), (50, 32), (32, 64)),
+    (_nt_batch_kernel(3, 20, 16, 12), (3, 20, 16), (3, 12, 16), (3, 16, 16))])
+def test_an_nt_b_is_packed_k_major_and_matches_numpy(kernel, a_shape, b_shape, packed):
+    # the packed panel is (.., K, N padded to the tile): K before the columns
+    # B[.., j, k] packed as read, the micro-kernel's columns were a gather of rows K apart
+    # (GPT-2's tied LM head ran at a third of the prepacked matmuls' speed)
+    func = schedule_prim_func(kernel, AVX512)
+    assert _packed_b_shape(func) == packed
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(a_shape, dtype="float32")
+    b = rng.standard_normal(b_shape, dtype="float32")
+    ref = a @ np.swapaxes(b, -1, -2)
+    out = _run(schedule_prim_func(kernel, TARGET), a, b, out_shape=ref.shape)
+    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=RTOL)
+
+
+@pytest.mark.parametrize("m, n, tile", [(128, 50257, (4, 3)),  # 50304 columns: 0.1 % padding
+                                        (128, 55, (4, 2)),     # 96 would pad 75 %: 64 kept
+                                        (3, 50257, (3, 4))])   # 4 does not divide 3 rows
+def test_padded_columns_take_the_preferred_tile_when_it_wastes_almost_nothing(m, n, tile):
+    from relax_memplan.schedules.analysis import MatmulAxes  # pylint: disable=import-outside-toplevel
+
+    axes = MatmulAxes(block=None, roles="IJK", i_extents=[m], j_extents=[n], k_extents=[768])
+    cfg = StaticMatmul().choose_config(axes, 16, AVX512)
+    assert (cfg.mr, cfg.nr_vectors) == (min(tile[0], m), tile[1])
+
+
 def _loops_after_unroll(func, target):
     """``for`` headers of ``func`` after TVM's ``UnrollLoop`` (TIR lowering, no LLVM)."""
     import re
