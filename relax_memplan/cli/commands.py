@@ -84,6 +84,11 @@ def _compile(args) -> int:
         _explain_fusion(reports)
     _write_outputs(args, results, options.plan_pass)
     if args.verify and any(r.verified is False for r in reports.values()):
+        # the report says it on stdout among many lines; -q or a redirect would hide it
+        failed = ", ".join(name for name, r in reports.items() if r.verified is False)
+        print(f"relax-memplan: error: verification against onnxruntime failed ({failed}): "
+              f"the outputs differ beyond rtol {config.verify.rtol} / atol "
+              f"{config.verify.atol}; see the report's verification lines", file=sys.stderr)
         return EXIT_VERIFY_FAILED
     return 0
 

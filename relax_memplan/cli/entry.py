@@ -83,7 +83,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     into a reader that stops early (``| head``) ends quietly with 141 (128 + SIGPIPE).
     """
     args = build_parser().parse_args(argv)
-    from ..runtime import recording_interrupts
+    try:  # imports TVM: a Ctrl-C this early is the same one line, not a traceback
+        from ..runtime import recording_interrupts
+    except KeyboardInterrupt:
+        print(INTERRUPTED_LINE, file=sys.stderr)
+        return EXIT_INTERRUPTED
 
     guard = OutputGuard([])
     with recording_interrupts() as interrupted:

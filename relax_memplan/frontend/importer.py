@@ -123,6 +123,8 @@ def load_onnx(path: str | os.PathLike) -> onnx.ModelProto:
         ) from err
     if model.ir_version == 0 or not model.HasField("graph"):
         raise ModelLoadError(f"{path} is not an ONNX model (no ir_version or no graph)")
+    if not model.graph.output:  # would build an empty library and "run" to an empty .npz
+        raise ModelLoadError(f"{path} has no graph outputs: there is nothing to compute")
     try:
         _check_structure(model)
     except onnx.checker.ValidationError as err:

@@ -156,8 +156,9 @@ class LibraryManifest:
                                      need(i, "dtype", str, "inputs.dtype"),
                                      tuple(need(i, "shape", list, "inputs.shape")))
                        for i in need(data, "inputs", list))
-        dims = {n: tuple(r) for n, r in need(data, "dims", dict).items()}
-        if not all(len(r) == 3 and all(isinstance(x, int) or x is None for x in r)
+        dims = {n: tuple(r) if isinstance(r, list) else r
+                for n, r in need(data, "dims", dict).items()}
+        if not all(isinstance(r, tuple) and len(r) == 3 and all(isinstance(x, int) or x is None for x in r)
                    for r in dims.values()):
             raise LibraryIntegrityError(f"{where}: not a valid library manifest (key 'dims' "
                                         f"holds something other than [lower, upper, step])")
@@ -188,7 +189,7 @@ def _check_fields(data, inputs, where: str) -> None:
     target = data.get("target")
     if target is not None and (not isinstance(target, str) or not target.strip()):
         raise bad("target", f"is {target!r}, not a target string or null")
-    if not data["function"].isidentifier():
+    if not isinstance(data.get("function"), str) or not data["function"].isidentifier():
         raise bad("function", f"is {data['function']!r}, not a function name")
     names = [i.name for i in inputs]
     if len(set(names)) != len(names) or not all(names):

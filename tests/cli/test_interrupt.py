@@ -65,3 +65,19 @@ def test_nested_recording_blocks_that_both_received_ctrl_c_exit_cleanly():
         assert outer == [signal.SIGINT] and runtime._RECORDING == []
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_the_command_imports_tvm_is_the_one_line(monkeypatch, capsys):
+    # the first second of a command imports TVM (relax_memplan.runtime); a Ctrl-C there
+    # printed KeyboardInterrupt's traceback
+    import types
+
+    from relax_memplan.cli import main
+
+    class _Importing(types.ModuleType):
+        def __getattr__(self, name):
+            raise KeyboardInterrupt
+
+    monkeypatch.setitem(sys.modules, "relax_memplan.runtime", _Importing("relax_memplan.runtime"))
+    assert main(["inspect", str(shared_model("mnist-8/model.onnx"))]) == EXIT_INTERRUPTED
+    assert capsys.readouterr().err.strip() == INTERRUPTED_LINE

@@ -160,3 +160,15 @@ def test_the_import_restores_onnx_checker():
     check = onnx.checker.check_model
     import_onnx(_mlp(), {"x": (2, 64)})
     assert onnx.checker.check_model is check
+
+
+def test_a_model_without_outputs_is_refused(tmp_path):
+    model = _mlp()
+    del model.graph.output[:]
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    from relax_memplan.errors import ModelLoadError
+    from relax_memplan.frontend import load_onnx
+
+    with pytest.raises(ModelLoadError, match="has no graph outputs"):
+        load_onnx(path)

@@ -119,6 +119,9 @@ def test_manifest_of_another_tvm_is_refused(dense_libraries, dense_input, tmp_pa
     ("inputs", [{"name": "x", "dtype": "float32", "shape": [1.5, 256]}], "holds 1.5"),
     ("inputs", [{"name": "x", "dtype": "float32", "shape": [True, 256]}], "holds True"),
     ("inputs", [{"name": "x", "dtype": "float32", "shape": [4, 256]}] * 2, "not distinct"),
+    ("function", 5, "key 'function'"),
+    ("function", None, "key 'function'"),
+    ("dims", {"seq": 1}, "key 'dims'"),
 ])
 def test_an_edited_manifest_field_is_refused_by_name(dense_libraries, dense_input, tmp_path,
                                                      capsys, key, value, words):
