@@ -159,7 +159,8 @@ def _add_tool_parsers(sub) -> None:
     r.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy|VALUE",
                    help="value of an input (repeatable; every input is needed): a .npy file, "
                    "or a number, which fills an input of fixed shape (mask=1)")
-    r.add_argument("--output", action=_Once, metavar="OUT.npz", help="write the outputs (output0, output1, ...)")
+    r.add_argument("-o", "--output", action=_Once, metavar="OUT.npz",
+                   help="write the outputs (output0, output1, ...)")
     r.add_argument("-q", "--quiet", action="store_true",
                    help="print errors and warnings only (no output shapes)")
     i = sub.add_parser("inspect", help="inputs, symbolic dims and unsupported ops of a model",

@@ -41,12 +41,13 @@ def test_run_library_takes_inputs_by_name_in_graph_order(library):
     np.testing.assert_allclose(result.outputs[0], np.maximum(a, 0) - b)
 
 
-def test_cli_run_prints_shapes_and_writes_npz(library, tmp_path, capsys):
+@pytest.mark.parametrize("flag", ["--output", "-o"])  # -o as compile's
+def test_cli_run_prints_shapes_and_writes_npz(library, tmp_path, capsys, flag):
     np.save(tmp_path / "a.npy", np.ones((2, 4), "float32"))
     np.save(tmp_path / "b.npy", np.ones((2, 4), "float32"))
     out = tmp_path / "out.npz"
     status = main(["run", str(library), "--input", f"a={tmp_path / 'a.npy'}",
-                   "--input", f"b={tmp_path / 'b.npy'}", "--output", str(out)])
+                   "--input", f"b={tmp_path / 'b.npy'}", flag, str(out)])
     assert status == 0
     assert "output0: float32 [2, 4]" in capsys.readouterr().out
     np.testing.assert_array_equal(np.load(out)["output0"], np.zeros((2, 4), "float32"))
