@@ -137,11 +137,12 @@ class BuildOptions:
     def __post_init__(self):
         # the Python API plans as the CLI does: a BuildOptions() left at its defaults gets
         # the config's planner (in-place, concat in place, reorder), not the bare passes'
-        plan, reorder = default_planner_passes()
-        if self.plan_pass is None:
-            object.__setattr__(self, "plan_pass", plan)
-        if self.reorder_pass is None and self.reorder:
-            object.__setattr__(self, "reorder_pass", reorder)
+        if self.plan_pass is None or (self.reorder_pass is None and self.reorder):
+            plan, reorder = default_planner_passes()
+            if self.plan_pass is None:
+                object.__setattr__(self, "plan_pass", plan)
+            if self.reorder_pass is None and self.reorder:
+                object.__setattr__(self, "reorder_pass", reorder)
 
     def pipeline_options(self, planner: str = "relax_memplan",
                          dim_ranges: Optional[Mapping[str, tuple]] = None) -> PipelineOptions:

@@ -30,7 +30,7 @@ from tvm.relax.frontend.onnx import onnx_frontend
 from ..errors import ModelLoadError, UnsupportedOperatorError, summarize_error
 from . import prepare as onnx_prepare
 from .input_shapes import InputPlan, plan_inputs, with_input_dims, without_negative_dims
-from .weightless import weightless_copy, write_zero_file
+from .weightless import save_weightless
 from .prepare.converters import added_ops, corrected_converters, describe_usage
 from .prepare.loop_facts import attach_loops, collecting_loops
 from .prepare.node_names import attach_node_names, name_onnx_nodes
@@ -147,16 +147,9 @@ def _check_structure(model: onnx.ModelProto) -> None:
     onnx.checker.ValidationError
         As ``check_model``.
     """
-    lean, largest = weightless_copy(model)
-    if not largest:
-        onnx.checker.check_model(model)
-        return
     with tempfile.TemporaryDirectory() as folder:
-        write_zero_file(folder, largest)
-        path = os.path.join(folder, "structure.onnx")
-        with open(path, "wb") as f:
-            f.write(lean.SerializeToString())
-        onnx.checker.check_model(path)
+        path, largest = save_weightless(model, folder, "structure.onnx")
+        onnx.checker.check_model(path if largest else model)  # small: checked as it is
 
 
 def _as_model(model_or_path) -> onnx.ModelProto:

@@ -18,7 +18,7 @@ from typing import Tuple
 
 import onnx
 
-__all__ = ["ZERO_FILE", "MIN_BYTES", "weightless_copy", "write_zero_file"]
+__all__ = ["ZERO_FILE", "MIN_BYTES", "weightless_copy", "write_zero_file", "save_weightless"]
 
 ZERO_FILE = "zeros.bin"
 """The external-data location every dropped initializer points at (offset 0)."""
@@ -91,3 +91,16 @@ def write_zero_file(folder, size: int) -> str:
     with open(path, "wb") as f:
         f.truncate(size)
     return path
+
+
+def save_weightless(model: onnx.ModelProto, folder, name: str = "model.onnx") -> Tuple[str, int]:
+    """``(path, largest)``: :func:`weightless_copy` of ``model`` saved as ``folder/name``
+    beside its sparse :data:`ZERO_FILE` (none written when nothing was dropped), for a tool
+    that reads a model from a path (``onnx.checker``, onnxruntime)."""
+    lean, largest = weightless_copy(model)
+    if largest:
+        write_zero_file(folder, largest)
+    path = os.path.join(os.fspath(folder), name)
+    with open(path, "wb") as f:
+        f.write(lean.SerializeToString())
+    return path, largest

@@ -205,14 +205,9 @@ def _with_zero_weights(onnx_model, folder: str) -> str:
     (:func:`~relax_memplan.frontend.weightless.weightless_copy`): serializing and loading
     GPT-2's 500 MB of them was most of the time onnxruntime took to optimize its graph, and
     its fusions match the graph, not weight values."""
-    from ..frontend.weightless import weightless_copy, write_zero_file
+    from ..frontend.weightless import save_weightless
 
-    lean, largest = weightless_copy(onnx_model)
-    write_zero_file(folder, largest)
-    path = os.path.join(folder, "model.onnx")
-    with open(path, "wb") as f:
-        f.write(lean.SerializeToString())
-    return path
+    return save_weightless(onnx_model, folder)[0]
 
 
 def summarize_fusion(mod: tvm.IRModule, target, onnx_model=None, conv_chain: str = "auto",
